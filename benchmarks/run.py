@@ -1,0 +1,597 @@
+"""Peer benchmark: fsm_agent against a hand-written typed loop (the floor) and agent frameworks.
+
+Every system plays the workload of ``workload.py`` (N - 1 ``add`` calls, then an answer).
+
+- **µs per step** at N = 2, 10, 50, 1,000. Systems run interleaved in rounds (order rotated
+  each round); in a round each system plays a batch of runs sized to a time budget, whose
+  agents and models are built before the clock starts. Reported: the median and range over
+  rounds, and the median of same-round ratios to the floor and to fsm_agent. A system whose
+  single run takes longer than ``long_run_s`` is timed once, on the run that checks it.
+- **Memory per concurrent run**: 1,000 and 10,000 runs of N = 10 at once in one event loop,
+  each measurement in a fresh process: the tracemalloc peak over the baseline, per run.
+- **Start-up**: building what a run starts from (the agent).
+- Rows from the other benchmarks in this folder, run as scripts when they exist.
+
+    pip install -e . -r benchmarks/requirements.txt   # in a separate environment
+    python benchmarks/run.py [--quick] [--systems fsm_agent,floor] [--steps 50] [--measure steps]
+
+A complete run (every system, N and measurement) writes the results block of
+``docs/performance.md``; a partial one only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+import tracemalloc
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date
+from importlib import metadata
+from pathlib import Path
+from typing import NamedTuple
+
+from peers import PEERS
+from workload import ANSWER, Adapter, FloorAdapter, FsmAgentAdapter, add_calls
+
+from fsm_agent import AgentMachine
+
+HERE = Path(__file__).resolve().parent
+DOC = HERE.parent / "docs" / "performance.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+STEPS = (2, 10, 50, 1000)
+MEMORY_STEPS = 10
+CONCURRENCY = (1000, 10_000)
+FALLBACK_CONCURRENCY = 100
+ADAPTERS: tuple[type[Adapter], ...] = (FloorAdapter, FsmAgentAdapter, *PEERS)
+MEASUREMENTS = ("startup", "steps", "external", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How long to measure: the full run, or ``--quick``."""
+
+    mode: str
+    rounds: int
+    budget_s: float  # one batch: one system, one N, one round
+    max_runs: int  # runs per batch
+    long_run_s: float  # a run longer than this is timed once
+    skip_run_s: float | None  # a run predicted longer than this is skipped
+    peer_memory: bool  # measure the peers' memory too
+    many: bool  # 10,000 concurrent runs too
+    probe_timeout_s: float  # a memory probe taking longer is redone with fewer runs
+    external_timeout_s: float
+
+
+FULL = Settings("full", 5, 0.3, 300, 5.0, None, True, True, 180.0, 600.0)
+QUICK = Settings("quick", 3, 0.15, 100, 2.0, 1.0, False, False, 180.0, 180.0)
+
+
+class Memory(NamedTuple):
+    """One memory probe: KiB per run at ``runs`` concurrent runs, which took ``seconds``."""
+
+    kib: float
+    seconds: float
+    runs: int
+
+
+@dataclass(slots=True)
+class Results:
+    """Everything measured, and what was not (``notes``)."""
+
+    systems: list[Adapter]
+    settings: Settings
+    steps: Sequence[int]
+    per_step: dict[int, dict[str, dict[int, float]]] = field(default_factory=dict)
+    startup: dict[str, list[float]] = field(default_factory=dict)
+    memory: dict[tuple[str, int], Memory | str] = field(default_factory=dict)
+    external: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
+
+
+def load(names: Sequence[str]) -> tuple[list[Adapter], list[str]]:
+    """Build the named adapters; one whose framework is missing or broken becomes a note."""
+    systems: list[Adapter] = []
+    notes: list[str] = []
+    for cls in ADAPTERS:
+        if cls.name not in names:
+            continue
+        try:
+            systems.append(cls())
+        except Exception as error:  # one peer must not break the run
+            notes.append(f"{cls.name} skipped: {type(error).__name__}: {error}")
+    return systems, notes
+
+
+# -- µs per step --------------------------------------------------------------------------------
+async def check(adapter: Adapter, steps: int) -> float:
+    """Play one run, check it took every step and answered; return its duration (s)."""
+    add_calls.value = 0
+    run = adapter.prepare(steps)
+    started = time.perf_counter()
+    output = await run()
+    elapsed = time.perf_counter() - started
+    if output != ANSWER or add_calls.value != steps - 1:
+        raise AssertionError(
+            f"{adapter.name} at N={steps}: answered {output!r} after {add_calls.value} add calls"
+        )
+    return elapsed
+
+
+async def batch(adapter: Adapter, steps: int, runs: int) -> float:
+    """Play ``runs`` prepared runs one after another; µs per step."""
+    prepared = [adapter.prepare(steps) for _ in range(runs)]
+    gc.collect()
+    started = time.perf_counter()
+    while prepared:  # drop each run once played: no garbage piles up for the GC to walk
+        if await prepared.pop()() != ANSWER:
+            raise AssertionError(f"{adapter.name} did not answer")
+    return (time.perf_counter() - started) / (runs * steps) * 1e6
+
+
+async def measure_steps(results: Results) -> None:
+    """Per N: check and calibrate every system, then time them in interleaved rounds."""
+    settings = results.settings
+    last: dict[str, float] = {}  # µs per step at the previous N, to predict a run's time
+    for steps in results.steps:
+        samples: dict[str, dict[int, float]] = {}
+        runs: dict[str, int] = {}
+        for adapter in results.systems:
+            predicted = last.get(adapter.name, 0.0) * steps / 1e6
+            if settings.skip_run_s is not None and predicted > settings.skip_run_s:
+                results.notes.append(
+                    f"{adapter.name} at N = {steps:,} skipped in {settings.mode} mode "
+                    f"(a run would take about {predicted:.0f} s or more)"
+                )
+                continue
+            try:
+                elapsed = await check(adapter, steps)
+                if elapsed > settings.long_run_s:
+                    samples[adapter.name] = {0: elapsed / steps * 1e6}
+                    results.notes.append(
+                        f"{adapter.name} at N = {steps:,}: timed once (a run takes {elapsed:.1f} s)"
+                    )
+                    continue
+                elapsed = await check(adapter, steps)
+            except Exception as error:  # one peer must not break the run
+                results.notes.append(f"{adapter.name} at N = {steps:,} failed: {error!r}")
+                continue
+            runs[adapter.name] = max(1, min(settings.max_runs, round(settings.budget_s / elapsed)))
+            samples[adapter.name] = {}
+        for round_ in range(settings.rounds):
+            shift = round_ % len(results.systems)
+            for adapter in results.systems[shift:] + results.systems[:shift]:
+                if adapter.name not in runs:
+                    continue
+                try:
+                    samples[adapter.name][round_] = await batch(adapter, steps, runs[adapter.name])
+                except Exception as error:
+                    results.notes.append(f"{adapter.name} at N = {steps:,} failed: {error!r}")
+                    del runs[adapter.name]
+        results.per_step[steps] = samples
+        last.update((name, _median(values)) for name, values in samples.items())
+        print(f"N = {steps:,}: " + ", ".join(f"{n} {v:,.1f}" for n, v in last.items()), flush=True)
+
+
+# -- start-up -----------------------------------------------------------------------------------
+def measure_startup(results: Results) -> None:
+    """µs to build each system's agent (and fsm_agent's machine from the table), in rounds."""
+    builders: dict[str, Callable[[], object]] = {
+        a.name: (lambda a=a: a.start(MEMORY_STEPS)) for a in results.systems
+    }
+    if any(a.name == FsmAgentAdapter.name for a in results.systems):
+        builders["fsm_agent: AgentMachine()"] = AgentMachine
+    numbers: dict[str, int] = {}
+    for name, build in list(builders.items()):
+        try:
+            once = min(timeit.repeat(build, number=1, repeat=3))
+        except Exception as error:  # one peer must not break the run
+            results.notes.append(f"{name}: start-up failed: {error!r}")
+            del builders[name]
+            continue
+        numbers[name] = max(1, min(10_000, round(results.settings.budget_s / 4 / once)))
+        results.startup[name] = []
+    for _ in range(results.settings.rounds):
+        for name, build in builders.items():
+            seconds = timeit.timeit(build, number=numbers[name])
+            results.startup[name].append(seconds / numbers[name] * 1e6)
+
+
+# -- memory -------------------------------------------------------------------------------------
+async def probe_memory(name: str, concurrency: int) -> dict[str, float]:
+    """In this process: ``concurrency`` runs of N = 10 at once; KiB per run and seconds."""
+    systems, notes = load([name])
+    if not systems:
+        raise SystemExit(notes[0] if notes else f"unknown system {name!r}")
+    adapter = systems[0]
+    for _ in range(2):
+        await check(adapter, MEMORY_STEPS)
+    prepared = [adapter.prepare(MEMORY_STEPS) for _ in range(concurrency)]
+    gc.collect()
+    tracemalloc.start()
+    baseline = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    outputs = await asyncio.gather(*(run() for run in prepared))
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    if set(outputs) != {ANSWER}:
+        raise AssertionError(f"{name}: not every concurrent run answered")
+    return {"kib": (peak - baseline) / concurrency / 1024, "seconds": elapsed}
+
+
+def memory_in_subprocess(name: str, concurrency: int, timeout_s: float) -> Memory | str | None:
+    """:func:`probe_memory` in a fresh process; why it failed, or ``None`` past ``timeout_s``."""
+    command = [sys.executable, __file__, "--probe-memory", name, str(concurrency)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed: {last}"
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return Memory(figures["kib"], figures["seconds"], concurrency)
+
+
+def measure_memory(results: Results) -> None:
+    """Probes in fresh processes, two at a time (the figures are memory, not time), the
+    costliest first. 10,000 runs only for fsm_agent and the floor (a peer's 1,000 runs take
+    minutes under tracemalloc); a probe past the time limit is redone with fewer runs."""
+    settings = results.settings
+    few, many = CONCURRENCY
+    names = [a.name for a in results.systems if a.concurrent]
+    for adapter in results.systems:
+        if not adapter.concurrent:
+            results.notes.append(
+                f"{adapter.name}: no memory figure (synchronous: its runs cannot share an "
+                "event loop)"
+            )
+    ours = [n for n in names if n in (FloorAdapter.name, FsmAgentAdapter.name)]
+    peers = [n for n in names if n not in ours]
+    if peers and not settings.peer_memory:
+        results.notes.append(f"peers' memory is measured in the full run only ({', '.join(peers)})")
+        peers = []
+    if not settings.many:
+        results.notes.append(f"no {many:,}-run memory figures in {settings.mode} mode")
+    counts = CONCURRENCY if settings.many else (few,)
+    jobs = [(n, c) for n in ours for c in counts] + [(n, few) for n in peers]
+    per_step = results.per_step.get(MEMORY_STEPS, {})
+    jobs.sort(key=lambda job: -_median(per_step.get(job[0]) or {0: 1.0}) * job[1])
+
+    def probe(job: tuple[str, int]) -> Memory | str | None:
+        return memory_in_subprocess(*job, settings.probe_timeout_s)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        figures = dict(zip(jobs, pool.map(probe, jobs), strict=True))
+    for (name, runs), figure in figures.items():
+        if figure is None:
+            results.notes.append(
+                f"{name}: {runs:,} concurrent runs did not finish within "
+                f"{settings.probe_timeout_s:.0f} s under tracemalloc; measured with "
+                f"{FALLBACK_CONCURRENCY} runs instead"
+            )
+            figure = probe((name, FALLBACK_CONCURRENCY)) or "not measured: timed out"
+        results.memory[name, runs] = figure
+    if settings.many and peers:
+        results.notes.append(f"peers: no {many:,}-run memory figures (see their {few:,}-run times)")
+
+
+# -- the other benchmarks -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class External:
+    """Another benchmark script of this folder, whose summary becomes a row."""
+
+    label: str
+    script: str
+    quick_args: tuple[str, ...]
+    target: str
+
+
+EXTERNAL = (
+    External("fuzz throughput", "fuzz_throughput.py", ("--examples", "500"), "≥ 1,000 examples/s"),
+    External(
+        "streaming client vs the official SDK",
+        "streaming.py",
+        ("--chunks", "5000", "--rounds", "3"),
+        "ours / SDK ≤ 1.0",
+    ),
+    External("checkpoint overhead", "checkpoint.py", (), "—"),
+)
+
+
+def run_external(results: Results) -> None:
+    """Run each script that exists; its printed summary (or why it failed) becomes the row."""
+    quick = results.settings.mode == "quick"
+    for bench in EXTERNAL:
+        if not (HERE / bench.script).exists():
+            results.external[bench.label] = "not yet measured"
+            continue
+        command = [sys.executable, str(HERE / bench.script), *(bench.quick_args if quick else ())]
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=results.settings.external_timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            results.external[bench.label] = "not measured: timed out"
+            continue
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            results.external[bench.label] = f"not measured: {last}"
+            continue
+        lines = [" ".join(line.split()) for line in done.stdout.splitlines() if line.strip()]
+        results.external[bench.label] = "; ".join(lines)
+
+
+# -- the report ---------------------------------------------------------------------------------
+def _median(values: dict[int, float] | list[float]) -> float:
+    return statistics.median(values.values() if isinstance(values, dict) else values)
+
+
+def _figure(samples: dict[int, float] | None) -> str:
+    if not samples:
+        return "—"
+    values = list(samples.values())
+    if len(values) == 1:
+        return f"{values[0]:,.1f} (1 run)"
+    return f"{_median(values):,.1f} ({min(values):,.1f}–{max(values):,.1f})"
+
+
+def ratios(results: Results, steps: int, name: str, reference: str) -> list[float]:
+    """``name``'s µs per step over ``reference``'s, per round where both were timed."""
+    samples = results.per_step.get(steps, {})
+    ours, theirs = samples.get(name, {}), samples.get(reference, {})
+    return [ours[r] / theirs[r] for r in ours if r in theirs]
+
+
+def _ratio(values: list[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:,.1f}×"
+    return f"{statistics.median(values):,.2f}× ({min(values):,.2f}–{max(values):,.2f})"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _memory(figure: Memory | str | None, runs: int) -> str:
+    if figure is None:
+        return "—"
+    if isinstance(figure, str):
+        return figure
+    fewer = f"{figure.runs:,} runs, " if figure.runs != runs else ""
+    return f"{figure.kib:,.1f} KiB ({fewer}{figure.seconds:,.1f} s)"
+
+
+def _met(ok: bool | None) -> str:
+    return "—" if ok is None else ("yes" if ok else "no")
+
+
+def summary_rows(results: Results) -> list[list[str]]:
+    """fsm_agent against the floor and the issue's targets."""
+    ours, floor = FsmAgentAdapter.name, FloorAdapter.name
+    rows = []
+    for steps in results.steps:
+        samples = results.per_step.get(steps, {})
+        mine, base = samples.get(ours), samples.get(floor)
+        ratio = ratios(results, steps, ours, floor)
+        ok = None
+        if mine and ratio:
+            ok = _median(mine) <= 25 and statistics.median(ratio) <= 1.4
+        rows.append(
+            [
+                f"µs per step, N = {steps:,}",
+                f"{_median(mine):,.1f}" if mine else "—",
+                f"{_median(base):,.1f} (floor)" if base else "—",
+                f"{statistics.median(ratio):.2f}×" if ratio else "—",
+                "≤ 25 µs and ≤ 1.4×",
+                _met(ok),
+            ]
+        )
+    for peer in (a.name for a in results.systems if a.name not in (ours, floor)):
+        worst = [
+            statistics.median(r) for n in results.steps if (r := ratios(results, n, peer, ours))
+        ]
+        target = 15 if peer == "smolagents" else 80
+        rows.append(
+            [
+                f"{peer} ÷ fsm_agent (least over N)",
+                "—",
+                "—",
+                f"{min(worst):,.1f}×" if worst else "—",
+                f"≥ {target}×",
+                _met(min(worst) >= target if worst else None),
+            ]
+        )
+    for concurrency in CONCURRENCY:
+        mine_m = results.memory.get((ours, concurrency))
+        base_m = results.memory.get((floor, concurrency))
+        ratio_m = ok_m = None
+        if isinstance(mine_m, Memory):
+            ok_m = mine_m.kib <= 20
+            if isinstance(base_m, Memory):
+                ratio_m = f"{mine_m.kib / base_m.kib:.2f}×"
+        rows.append(
+            [
+                f"memory per run, {concurrency:,} concurrent runs",
+                _memory(mine_m, concurrency),
+                _memory(base_m, concurrency) + " (floor)" if base_m else "—",
+                ratio_m or "—",
+                "≤ 20 KiB" + (", completes" if concurrency == CONCURRENCY[1] else ""),
+                _met(ok_m),
+            ]
+        )
+    startup = results.startup.get(ours)
+    rows.append(
+        [
+            "start-up: build an Agent",
+            f"{_median(startup):,.1f} µs" if startup else "—",
+            "—",
+            "—",
+            "—",
+            "—",
+        ]
+    )
+    for bench in EXTERNAL:
+        figure = results.external.get(bench.label, "not measured in this run")
+        rows.append([bench.label, figure, "—", "—", bench.target, "—"])
+    return rows
+
+
+def report(results: Results) -> str:
+    """The results block: machine and versions, the summary, then every system's figures."""
+    names = [a.name for a in results.systems]
+    distributions = sorted({d for a in results.systems for d in a.distributions} | {"openai"})
+    versions = []
+    for dist in distributions:
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    settings = results.settings
+    lines = [
+        f"Measured on {date.today().isoformat()} ({settings.mode} run, {settings.rounds} rounds) "
+        f"on {_cpu()}, {os.cpu_count()} cores, {platform.system()}; "
+        f"Python {platform.python_version()}; {', '.join(versions)}. Load average when the run "
+        f"started: {results.load:.1f} (other work on the machine widens the ranges; the "
+        "same-round ratios are the steadier figure).",
+        "",
+        "### fsm_agent against the targets",
+        "",
+        *_table(
+            ["measurement", "fsm_agent", "reference", "ratio", "target", "met"],
+            summary_rows(results),
+        ),
+        "",
+        "### µs per step (median over rounds, range)",
+        "",
+        *_table(
+            ["system", *(f"N = {n:,}" for n in results.steps)],
+            [
+                [n, *(_figure(results.per_step.get(s, {}).get(n)) for s in results.steps)]
+                for n in names
+            ],
+        ),
+    ]
+    for reference in (FloorAdapter.name, FsmAgentAdapter.name):
+        if reference not in names:
+            continue
+        lines += [
+            "",
+            f"### Ratio to {reference} (median of same-round ratios, range)",
+            "",
+            *_table(
+                ["system", *(f"N = {n:,}" for n in results.steps)],
+                [
+                    [n, *(_ratio(ratios(results, s, n, reference)) for s in results.steps)]
+                    for n in names
+                    if n != reference
+                ],
+            ),
+        ]
+    lines += [
+        "",
+        f"### Memory per concurrent run (N = {MEMORY_STEPS}; tracemalloc peak over baseline per "
+        "run; time for all runs under tracemalloc)",
+        "",
+        *_table(
+            ["system", *(f"{c:,} runs" for c in CONCURRENCY)],
+            [[n, *(_memory(results.memory.get((n, c)), c) for c in CONCURRENCY)] for n in names],
+        ),
+        "",
+        "### Start-up: building what a run starts from (µs, median over rounds, range)",
+        "",
+        *_table(
+            ["system", "µs"],
+            [[n, _figure(dict(enumerate(v)))] for n, v in results.startup.items()],
+        ),
+    ]
+    if results.notes:
+        lines += ["", "Notes:", "", *(f"- {note}" for note in results.notes)]
+    return "\n".join(lines)
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write(block: str) -> None:
+    """Replace the results block of the performance doc (created if missing)."""
+    if not DOC.exists():
+        DOC.write_text(f"# Performance\n\n{START}\n{END}\n", encoding="utf-8")
+    text = DOC.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOC.name} has no {START} … {END} block")
+    DOC.write_text(pattern.sub(lambda _: f"{START}\n{block}\n{END}", text), encoding="utf-8")
+
+
+def main() -> None:
+    """Parse the command line, measure, print the block, and write it after a complete run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter batches")
+    parser.add_argument("--systems", help="comma-separated: " + ", ".join(a.name for a in ADAPTERS))
+    parser.add_argument("--steps", help="comma-separated run lengths (default 2,10,50,1000)")
+    parser.add_argument(
+        "--measure",
+        default=",".join(MEASUREMENTS),
+        help="comma-separated subset of: " + ", ".join(MEASUREMENTS),
+    )
+    parser.add_argument("--probe-memory", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe_memory:
+        name, concurrency = args.probe_memory
+        print(json.dumps(asyncio.run(probe_memory(name, int(concurrency)))))
+        return
+    names = args.systems.split(",") if args.systems else [a.name for a in ADAPTERS]
+    steps = tuple(int(n) for n in args.steps.split(",")) if args.steps else STEPS
+    systems, notes = load(names)
+    results = Results(systems, QUICK if args.quick else FULL, steps, notes=notes)
+    measure = set(args.measure.split(","))
+    complete = not args.systems and not args.steps and measure >= set(MEASUREMENTS)
+    started = time.perf_counter()
+    if "startup" in measure:
+        measure_startup(results)
+    if "steps" in measure:
+        asyncio.run(measure_steps(results))
+    if "external" in measure:
+        run_external(results)
+    if "memory" in measure:
+        measure_memory(results)
+    block = report(results)
+    print(block)
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    if complete:
+        write(block)
+    else:
+        print(f"partial run: {DOC.name} not written")
+
+
+if __name__ == "__main__":
+    main()

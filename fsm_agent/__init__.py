@@ -1,0 +1,211 @@
+"""fsm_agent: an LLM agent-loop kernel whose loop is an explicit finite-state machine.
+
+Every run moves through the named states of :data:`fsm_agent.table.TABLE`; the same table drives
+the run, draws the diagram, and is explored by the checker and the fuzzer.
+"""
+
+from importlib import import_module
+from inspect import isfunction
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from .approval import Approval, Decision, HumanDecision, ResumeHandle
+from .compaction import (
+    CompactionStrategy,
+    Compactor,
+    SlidingWindow,
+    Summarize,
+    Tokenizer,
+    TrimToolOutputs,
+    estimate_tokens,
+)
+from .errors import (
+    AuthenticationError,
+    ConfigurationError,
+    ContextWindowExceededError,
+    DefinitionError,
+    FsmAgentError,
+    HookError,
+    InvalidInputError,
+    InvalidRequestError,
+    MalformedResponseError,
+    ModelConnectionError,
+    ModelError,
+    ModelTimeoutError,
+    PolicyError,
+    ProviderServerError,
+    RateLimitError,
+    ResumeError,
+    ToolDefinitionError,
+    ToolExecutionError,
+)
+from .events import Event
+from .handlers import Verdict
+from .hooks import HookSet, MockResult, SkipTool
+from .kernel import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
+from .machine import AgentMachine, IllegalMoveError, Move, decide
+from .messages import (
+    FinishReason,
+    ImagePart,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    Usage,
+)
+from .models import Model, StreamingModel
+from .policy import (
+    CompactionSettings,
+    HookFailureMode,
+    LoopGuardAction,
+    Policy,
+    RetryPolicy,
+    ToolFailureMode,
+    ToolOutputSettings,
+    UsageLimits,
+)
+from .run_state import HumanRequest, RunState
+from .table import Counters, Limits, Outcome, State, StopReason
+from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, tool
+
+if TYPE_CHECKING:
+    from .bounds import Bounds, bounds
+    from .checker import CheckReport, CheckVerdict, check
+    from .conversation import Conversation
+    from .diagrams import RenderingUnavailableError, TraceError
+    from .providers import AnthropicModel, GeminiModel, OpenAIChatModel, infer_model
+
+_LAZY = {
+    "Bounds": "bounds",
+    "bounds": "bounds",
+    "CheckReport": "checker",
+    "CheckVerdict": "checker",
+    "check": "checker",
+    "Conversation": "conversation",
+    "RenderingUnavailableError": "diagrams",
+    "TraceError": "diagrams",
+    "AnthropicModel": "providers",
+    "GeminiModel": "providers",
+    "OpenAIChatModel": "providers",
+    "infer_model": "providers",
+}
+
+__all__ = [
+    "Agent",
+    "AgentMachine",
+    "AnthropicModel",
+    "Approval",
+    "AuthenticationError",
+    "Bounds",
+    "CheckReport",
+    "CheckVerdict",
+    "CompactionSettings",
+    "CompactionStrategy",
+    "Compactor",
+    "ConfigurationError",
+    "ContextWindowExceededError",
+    "Conversation",
+    "Counters",
+    "Decision",
+    "DefinitionError",
+    "Event",
+    "FinishReason",
+    "FsmAgentError",
+    "GeminiModel",
+    "HookError",
+    "HookFailureMode",
+    "HookSet",
+    "HumanDecision",
+    "HumanInputRequired",
+    "HumanRequest",
+    "IllegalMoveError",
+    "ImagePart",
+    "InvalidInputError",
+    "InvalidRequestError",
+    "Limits",
+    "LoopGuardAction",
+    "MalformedResponseError",
+    "Message",
+    "MockResult",
+    "Model",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTimeoutError",
+    "Move",
+    "OpenAIChatModel",
+    "Outcome",
+    "Policy",
+    "PolicyError",
+    "ProviderServerError",
+    "RateLimitError",
+    "ReasoningPart",
+    "RenderingUnavailableError",
+    "ResumeError",
+    "ResumeHandle",
+    "RetryPolicy",
+    "Role",
+    "RunHandle",
+    "RunResult",
+    "RunState",
+    "Runtime",
+    "SkipTool",
+    "SlidingWindow",
+    "State",
+    "StopCondition",
+    "StopReason",
+    "StreamingModel",
+    "Summarize",
+    "TaskComplete",
+    "TextPart",
+    "Tokenizer",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    "ToolExecutionError",
+    "ToolFailureMode",
+    "ToolOutputSettings",
+    "ToolResult",
+    "TraceError",
+    "TrimToolOutputs",
+    "Usage",
+    "UsageLimits",
+    "Verdict",
+    "Verifier",
+    "bounds",
+    "check",
+    "decide",
+    "estimate_tokens",
+    "infer_model",
+    "tool",
+]
+
+# Reprs read ``fsm_agent.Agent``. Pydantic models keep their home module: pydantic resolves
+# their annotations there when it rebuilds them.
+for _name in __all__:
+    if _name in _LAZY:
+        continue
+    _value = globals()[_name]
+    if (isinstance(_value, type) and not issubclass(_value, BaseModel)) or isfunction(_value):
+        _value.__module__ = __name__
+del _name, _value
+
+
+def __getattr__(name: str) -> object:
+    # The providers, the diagrams and the checker load on first use: `import fsm_agent` (and
+    # every CLI start) stays cheap for code that needs only the kernel.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsm_agent' has no attribute {name!r}")
+    value = getattr(import_module(f"fsm_agent.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,138 @@
+"""What the state handlers of one run share: the run context, and the interrupt mechanism.
+
+Interruptions (the caller's cancel, the wall-clock deadline) reach a handler in two ways: the
+driver checks them before every handler, and while a handler awaits an effect
+(:meth:`RunContext.effect`) the interrupt cancels that await, which surfaces as
+:class:`Interrupted` and becomes the interrupt's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .events import Event
+from .machine import Move
+from .messages import (
+    Message,
+    Role,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from .run_state import RunState
+from .table import Outcome
+
+if TYPE_CHECKING:
+    from ._durable import RunLog
+    from .kernel import Agent, RunHandle
+
+__all__ = ["ONE_REQUEST", "Interrupted", "RunContext", "maybe_await", "tool_message"]
+
+T = TypeVar("T")
+
+ONE_REQUEST = Usage(requests=1)
+
+
+async def maybe_await(value: T | Awaitable[T]) -> T:
+    """``value``, awaited when it is awaitable (hooks and verifiers may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class Interrupted(Exception):
+    """An effect was cut short by the run's interrupt (cancel or deadline)."""
+
+
+class RunContext:
+    """What the handlers of one run share: the agent, the run state, the interrupt."""
+
+    def __init__(
+        self, agent: Agent[Any], state: RunState, *, listening: bool, handle: RunHandle
+    ) -> None:
+        self.agent = agent
+        self.rs = state
+        self.listening = listening
+        self.handle = handle
+        self.deps: object = None
+        self.input: Message | None = None
+        self.history: list[Message] = []
+        self.outcome: Outcome | None = None
+        self.last_move: Move | None = None
+        self.last_error: BaseException | None = None
+        self.error: BaseException | None = None
+        self.interrupt: Outcome | None = None
+        self.deadline: float | None = None  # on the runtime's clock, when a wall limit is set
+        self.task: asyncio.Task[Any] | None = None
+        self.in_effect = False
+        self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
+        self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
+        self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
+
+    # -- interrupts -------------------------------------------------------------------------
+    def request_interrupt(self, outcome: Outcome) -> None:
+        """Ask the run to stop with ``outcome`` (cancel wins over a deadline)."""
+        if self.interrupt is None or outcome is Outcome.CANCEL:
+            self.interrupt = outcome
+        task = self.task
+        # Only an await inside an effect may be cancelled: anywhere else the CancelledError
+        # would land in the caller's code. From inside the run's own task, the flag suffices.
+        if self.in_effect and task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def effect(self, awaitable: Awaitable[T]) -> T:
+        """Await an effect so that the run's interrupt can cut it short."""
+        self.task = asyncio.current_task()
+        self.in_effect = True
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self.interrupt is None:
+                raise
+            assert self.task is not None
+            self.task.uncancel()
+            raise Interrupted from None
+        finally:
+            self.in_effect = False
+
+    # -- history ----------------------------------------------------------------------------
+    def append(self, message: Message) -> None:
+        """Add a message to the thread, keeping the token estimate current."""
+        self.rs.messages.append(message)
+        self.rs.context_tokens += self.count_tokens(message)
+
+    def close_pending_calls(self, why: str) -> None:
+        """Record the turn's finished results and give every call still waiting one, in call
+        order, so the history stays valid."""
+        rs = self.rs
+        finished = {r.call_id: r for r in rs.tool_results}
+        for call in rs.pending_tool_calls:
+            result = finished.get(call.id)
+            if result is None:
+                self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
+            else:
+                self.append(Message.model_construct(role=Role.TOOL, parts=(result,)))
+        rs.pending_tool_calls = []
+        if rs.tool_results:
+            rs.tool_results = []
+        if rs.approved_calls:
+            rs.approved_calls = []
+        if rs.human_requests:
+            rs.human_requests = []
+
+    def take_events(self) -> list[Event]:
+        """The events built since the last call (hook errors), to be yielded now."""
+        events = self.pending_events
+        if events:  # no allocation on the common path, when there is nothing to take
+            self.pending_events = []
+        return events
+
+
+def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
+    result = ToolResult.model_construct(
+        call_id=call.id, name=call.name, content=content, is_error=is_error, metadata={}
+    )
+    return Message.model_construct(role=Role.TOOL, parts=(result,))

@@ -1,0 +1,392 @@
+"""The ``dispatching`` state: run the tool calls of the last response.
+
+Every call ends with exactly one result in the history, in the model's call order, whatever
+order the calls finish in. A turn has three phases:
+
+1. *prepare* each call not yet settled, when hooks or ``needs_approval`` tools exist: the
+   unknown-tool check, the ``before_tool`` hooks (change the arguments, mock or skip), then the
+   permission check. Denied calls get their reason as an ``is_error`` result; if a human must
+   approve a call, the turn suspends before any tool runs;
+2. *execute* the remaining calls, concurrently when ``policy.parallel_tool_calls``, else in
+   order, each followed by the ``after_tool`` hooks and the output limit. A tool that asks a
+   human (``ctx.ask_human``), or a pause requested from outside, suspends the turn;
+3. *record* the results in call order and report the outcome.
+
+A suspended turn keeps its finished results and approvals in the run state, so a resume runs
+each remaining call once and no call twice. With a checkpointer, each execution goes through the
+write-ahead journal (:mod:`fsm_agent._durable`), so a resume after a crash reuses the results
+already recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable
+
+from ._context import Interrupted, RunContext
+from .approval import Decision, suspend
+from .errors import ToolExecutionError
+from .events import (
+    Event,
+    LoopDetectedEvent,
+    StepCompleteEvent,
+    StepStartEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from .hooks import MockResult, SkipTool
+from .messages import ToolCall, ToolResult
+from .policy import ToolFailureMode
+from .run_state import HumanRequest
+from .table import Outcome, repeats_spent
+from .tool_output import PAGER_NAME, cut_result
+from .tools import Tool, ToolContext, ToolExecution
+
+__all__ = ["handle_dispatching"]
+
+LOOP_WARNING = (
+    "\n\n[loop guard: you have made the same tool calls {n} times in a row. Do not repeat "
+    "them; change your approach, or answer with what you have.]"
+)
+
+
+def _error(call: ToolCall, content: str) -> ToolResult:
+    return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+
+
+def _find(ctx: RunContext, name: str) -> Tool | None:
+    found = ctx.agent.tools.get(name)
+    if found is None and name == PAGER_NAME and ctx.rs.tool_outputs:
+        return ctx.agent.pager
+    return found
+
+
+# -- phase 1: prepare --------------------------------------------------------------------------
+async def _prepare(
+    ctx: RunContext, call: ToolCall
+) -> tuple[ToolCall, ToolResult | HumanRequest | None]:
+    """The call after the ``before_tool`` hooks, and its settled result, or the human request
+    it waits on, or ``None`` when it is approved to run."""
+    hooks = ctx.agent.hooks
+    found = _find(ctx, call.name)
+    if found is None:
+        return call, _error(call, f"Error: Unknown tool '{call.name}'")
+    if hooks.before_tool:
+        changed = await hooks.run_before_tool(ctx, call)
+        if isinstance(changed, MockResult):
+            result = ToolResult(
+                call_id=call.id, name=call.name, content=changed.content, is_error=changed.is_error
+            )
+            return call, result
+        if isinstance(changed, SkipTool):
+            return call, _error(call, f"Error: not run: {changed.reason}")
+        call = changed
+        if ctx.interrupt is not None:
+            return call, None
+    verdict = await hooks.run_approve_tool(ctx, call) if hooks.approve_tool else None
+    if verdict is None:
+        if found.needs_approval:
+            return call, HumanRequest(kind="approval", call=call)
+        return call, None
+    if verdict.decision is Decision.DENY:
+        return call, _error(call, f"Error: not approved: {verdict.reason}")
+    if verdict.decision is Decision.ASK:
+        return call, HumanRequest(kind="approval", call=call, question=verdict.reason)
+    return call, None
+
+
+# -- phase 2: execute --------------------------------------------------------------------------
+async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
+    """Execute one call, then its ``after_tool`` hooks and the output limit."""
+    agent = ctx.agent
+    rs = ctx.rs
+    found = _find(ctx, call.name)
+    if found is None:
+        return ToolExecution(_error(call, f"Error: Unknown tool '{call.name}'"))
+    limit = agent.policy.max_tool_calls
+    if limit is not None and rs.tool_executions >= limit:
+        message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
+        return ToolExecution(_error(call, message))
+    rs.tool_executions += 1
+    context = ToolContext(
+        run_id=rs.run_id,
+        call_id=call.id,
+        step=rs.counters.steps,
+        deps=ctx.deps,
+        cancel_requested=lambda: ctx.interrupt is Outcome.CANCEL,
+        tool_outputs=rs.tool_outputs,
+    )
+    durable = ctx.durable
+    if durable is None:
+        execution = await found.execute(
+            call, context, default_timeout_s=agent.policy.tool_timeout_s
+        )
+    else:  # through the write-ahead journal: a recorded outcome is reused, not run again
+        execution = await durable.execute_tool(found, call, context, agent.policy.tool_timeout_s)
+    if execution.question is not None:
+        return execution
+    result = execution.result
+    if agent.hooks.after_tool:
+        result = await agent.hooks.run_after_tool(ctx, call, result)
+    result = _limited(ctx, result)
+    if result is execution.result:
+        return execution
+    return ToolExecution(
+        result, execution.done, execution.final_message, execution.error, execution.duration_s
+    )
+
+
+def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
+    max_chars = ctx.agent.policy.tool_output.max_chars
+    if max_chars is None or len(result.content) <= max_chars:
+        return result
+    return cut_result(ctx.rs.tool_outputs, result, max_chars)
+
+
+# -- events ------------------------------------------------------------------------------------
+def _start_events(ctx: RunContext, call: ToolCall) -> tuple[Event, Event]:
+    run_id = ctx.rs.run_id
+    args = call.arguments if call.arguments is not None else {"_raw": call.arguments_json}
+    return (
+        StepStartEvent(
+            run_id=run_id, step=ctx.rs.counters.steps, call_id=call.id, tool_name=call.name
+        ),
+        ToolCallEvent(run_id=run_id, call_id=call.id, tool_name=call.name, args=args),
+    )
+
+
+def _result_events(ctx: RunContext, result: ToolResult, duration_s: float) -> tuple[Event, Event]:
+    run_id = ctx.rs.run_id
+    return (
+        ToolResultEvent(
+            run_id=run_id,
+            call_id=result.call_id,
+            tool_name=result.name,
+            content=result.content,
+            is_error=result.is_error,
+        ),
+        StepCompleteEvent(
+            run_id=run_id,
+            call_id=result.call_id,
+            status="error" if result.is_error else "ok",
+            duration_s=duration_s,
+        ),
+    )
+
+
+def _settled_events(
+    ctx: RunContext, call: ToolCall, result: ToolResult, *, started: bool = False
+) -> Iterable[Event]:
+    """Events of a call settled without running (the start events unless already sent),
+    after any hook errors."""
+    yield from ctx.take_events()
+    if not started:
+        yield from _start_events(ctx, call)
+    yield from _result_events(ctx, result, 0.0)
+
+
+# -- the handler -------------------------------------------------------------------------------
+async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
+    """Run the pending tool calls; every call ends with exactly one result in the history."""
+    rs = ctx.rs
+    agent = ctx.agent
+    hooks = agent.hooks
+    listening = ctx.listening
+    calls = list(rs.pending_tool_calls)
+    settled: dict[str, ToolResult] = {r.call_id: r for r in rs.tool_results}
+    approved = set(rs.approved_calls)
+    requests: list[HumanRequest] = []
+    done: ToolExecution | None = None
+    failure: ToolExecution | None = None
+    interrupted = paused = False
+    fail_fast = agent.policy.tool_failure_mode is ToolFailureMode.FAIL
+
+    # 0. A resumed turn: apply the human's decisions.
+    for request in rs.human_requests:
+        call = request.call
+        if request.decision == "allow":
+            approved.add(call.id)
+            continue
+        if request.decision == "answer":
+            result = _limited(
+                ctx, ToolResult(call_id=call.id, name=call.name, content=request.reply or "")
+            )
+        else:
+            result = _error(call, f"Error: not approved: {request.reply}")
+        settled[call.id] = result
+        if listening:
+            for event in _settled_events(ctx, call, result, started=request.kind == "question"):
+                yield event
+    if rs.human_requests:
+        rs.human_requests = []
+
+    try:
+        # 1. Prepare: before_tool hooks and the permission check.
+        if hooks.before_tool or hooks.approve_tool or agent.approval_needed:
+            for index, call in enumerate(calls):
+                if call.id in settled or call.id in approved:
+                    continue
+                if ctx.interrupt is not None:
+                    raise Interrupted
+                call, verdict = await ctx.effect(_prepare(ctx, call))
+                calls[index] = call
+                if isinstance(verdict, ToolResult):
+                    settled[call.id] = verdict
+                    if listening:
+                        for event in _settled_events(ctx, call, verdict):
+                            yield event
+                elif isinstance(verdict, HumanRequest):
+                    requests.append(verdict)
+                else:
+                    approved.add(call.id)
+            if listening:
+                for event in ctx.take_events():
+                    yield event
+            if ctx.interrupt is not None:
+                raise Interrupted
+
+        # 2. Execute what is left, unless a human must approve first.
+        to_run = [c for c in calls if c.id not in settled] if not requests else []
+        if to_run and ctx.handle.pause_requested:
+            paused = True
+        elif to_run and agent.policy.parallel_tool_calls and len(to_run) > 1:
+            if listening:
+                for call in to_run:
+                    for event in _start_events(ctx, call):
+                        yield event
+                if ctx.interrupt is not None:  # the listener may cancel on an event
+                    raise Interrupted
+            tasks = [asyncio.ensure_future(_run(ctx, call)) for call in to_run]
+            try:
+                await ctx.effect(asyncio.gather(*tasks))
+            except Interrupted:
+                interrupted = True
+            for call, task in zip(to_run, tasks, strict=True):
+                if not task.done() or task.cancelled():
+                    continue
+                execution = task.result()
+                if execution.question is not None:
+                    requests.append(
+                        HumanRequest(kind="question", call=call, question=execution.question)
+                    )
+                    continue
+                settled[call.id] = execution.result
+                if listening:
+                    for event in _result_events(ctx, execution.result, execution.duration_s):
+                        yield event
+                if execution.done and done is None:
+                    done = execution
+                if execution.error is not None and failure is None:
+                    failure = execution
+            if listening:
+                for event in ctx.take_events():
+                    yield event
+            if interrupted:
+                raise Interrupted
+        else:
+            for call in to_run:
+                if ctx.interrupt is not None:
+                    raise Interrupted
+                if ctx.handle.pause_requested:
+                    paused = True
+                    break
+                if listening:
+                    for event in _start_events(ctx, call):
+                        yield event
+                    if ctx.interrupt is not None:  # the listener may cancel on an event
+                        raise Interrupted
+                execution = await ctx.effect(_run(ctx, call))
+                if listening:
+                    for event in ctx.take_events():
+                        yield event
+                if execution.question is not None:
+                    requests.append(
+                        HumanRequest(kind="question", call=call, question=execution.question)
+                    )
+                    break
+                settled[call.id] = execution.result
+                if listening:
+                    for event in _result_events(ctx, execution.result, execution.duration_s):
+                        yield event
+                if execution.done:
+                    done = execution
+                    break
+                if execution.error is not None and fail_fast:
+                    failure = execution
+                    break
+            if ctx.interrupt is not None:
+                raise Interrupted
+    except Interrupted:
+        interrupted = True
+
+    # 3. Record the results in call order and report the outcome.
+    rs.pending_tool_calls = calls
+    rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
+    if interrupted:
+        ctx.close_pending_calls("the run was interrupted")
+        ctx.outcome = ctx.interrupt
+    elif done is not None:
+        ctx.close_pending_calls("the task was completed by an earlier call")
+        rs.done_message = done.final_message or rs.last_text
+        ctx.outcome = Outcome.DONE_TOOL
+    elif failure is not None and fail_fast:
+        ctx.close_pending_calls("an earlier call failed")
+        result = failure.result
+        ctx.error = ToolExecutionError(
+            f"tool '{result.name}' failed: {result.content}",
+            tool_name=result.name,
+            call_id=result.call_id,
+        )
+        ctx.error.__cause__ = failure.error
+        ctx.outcome = Outcome.TOOL_ABORT
+    elif requests or paused:
+        rs.approved_calls = sorted(approved)
+        rs.human_requests = requests
+        suspend(rs)
+        ctx.outcome = Outcome.NEEDS_HUMAN
+    else:
+        outcome = Outcome.TOOLS_DONE
+        if all(r.is_error for r in rs.tool_results):
+            outcome = Outcome.TOOLS_FAILED
+        elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
+            outcome = Outcome.TOOLS_REPEATED
+            detected = _loop_guard(ctx)
+            if listening and detected is not None:
+                yield detected
+        ctx.close_pending_calls("")  # every call has its result: this records them
+        ctx.outcome = outcome
+
+
+def _repeats(ctx: RunContext, calls: list[ToolCall]) -> bool:
+    """Whether this turn makes the same calls as the turn before or the one before that (an
+    A,A or A,B,A,B pattern); remembers the turn for the next one."""
+    rs = ctx.rs
+    signature = json.dumps(
+        [[c.name, c.arguments if c.arguments is not None else c.arguments_json] for c in calls],
+        sort_keys=True,
+    )
+    repeated = signature in rs.recent_turns
+    rs.recent_turns = [*rs.recent_turns[-1:], signature]
+    return repeated
+
+
+def _loop_guard(ctx: RunContext) -> LoopDetectedEvent | None:
+    """When this repeating turn trips the loop guard: warn the model (in the turn's last
+    result) unless the policy finalizes; the event says which."""
+    rs = ctx.rs
+    limits = ctx.agent.limits
+    if not repeats_spent(rs.counters, limits):
+        return None
+    assert limits.max_repeated_tool_calls is not None
+    action = "finalize" if limits.finalize_repeated_tool_calls else "warn"
+    if action == "warn":
+        last = rs.tool_results[-1]
+        warning = LOOP_WARNING.format(n=limits.max_repeated_tool_calls)
+        rs.tool_results[-1] = last.model_copy(update={"content": last.content + warning})
+    return LoopDetectedEvent(
+        run_id=rs.run_id,
+        tool_names=[c.name for c in rs.pending_tool_calls],
+        repeats=limits.max_repeated_tool_calls,
+        action=action,
+    )

@@ -1,0 +1,109 @@
+"""A conversation across runs: each run continues from the messages the last one ended with.
+
+``Agent.run(prompt, history=previous.messages)`` is the whole mechanism [S004 Known Issues];
+:class:`Conversation` keeps the messages for you. Compaction needs nothing extra: the history a
+run starts from counts against the budget like any message, so a long conversation is compacted
+at the next run's loop entry, by the same strategies and with the same guarantees (the system
+prompt, the first user message and the newest user message are kept; no call loses its result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Generic, TypeVar
+
+from .errors import ConfigurationError, InvalidInputError
+from .events import Event
+from .kernel import Agent, RunHandle, RunResult
+from .messages import Message
+from .table import State
+
+__all__ = ["Conversation"]
+
+DepsT = TypeVar("DepsT")
+
+
+class Conversation(Generic[DepsT]):
+    """Runs ``agent`` turn after turn, each run starting from the messages of the one before.
+
+    ``messages`` seeds the conversation (e.g. one loaded from storage). One run at a time: a
+    second run while one is in progress, or after a run that is suspended for a human, raises
+    :class:`~fsm_agent.InvalidInputError` (resume the suspended run, then :meth:`record` its
+    result).
+    """
+
+    def __init__(self, agent: Agent[DepsT], messages: Sequence[Message] = ()) -> None:
+        if not isinstance(agent, Agent):
+            raise ConfigurationError(
+                f"a Conversation needs a fsm_agent.Agent, got {type(agent).__name__}"
+            )
+        self.agent = agent
+        self._messages: tuple[Message, ...] = tuple(messages)
+        self._last: RunResult | None = None
+        self._running = False
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation so far: the messages the next run starts from."""
+        return self._messages
+
+    @property
+    def last_result(self) -> RunResult | None:
+        """The result of the latest run (``None`` before the first)."""
+        return self._last
+
+    def record(self, result: RunResult) -> None:
+        """Continue from ``result``'s messages (a run resumed outside the conversation)."""
+        self._messages = result.messages
+        self._last = result
+
+    def _start(self) -> None:
+        if self._running:
+            raise InvalidInputError("this conversation already has a run in progress")
+        if self._last is not None and self._last.state is State.SUSPENDED:
+            raise InvalidInputError(
+                "the last run is suspended, waiting for a human: resume it, then record its "
+                "result with Conversation.record(result)"
+            )
+        self._running = True
+
+    async def run(
+        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+    ) -> RunResult:
+        """Run ``prompt`` after the conversation so far; the result's messages become it."""
+        self._start()
+        try:
+            result = await self.agent.run(prompt, history=self._messages, handle=handle, deps=deps)
+        finally:
+            self._running = False
+        self.record(result)
+        return result
+
+    async def run_stream(
+        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+    ) -> AsyncIterator[Event]:
+        """:meth:`run`, yielding the run's events; the conversation moves on when the stream
+        ends (a stream abandoned part-way leaves it where it was)."""
+        self._start()
+        handle = handle or RunHandle()
+        try:
+            async for event in self.agent.run_stream(
+                prompt, history=self._messages, handle=handle, deps=deps
+            ):
+                yield event
+        finally:
+            self._running = False
+        if handle.result is not None:
+            self.record(handle.result)
+
+    def run_sync(
+        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+    ) -> RunResult:
+        """:meth:`run` for code without an event loop."""
+        self._start()
+        try:
+            result = self.agent.run_sync(prompt, history=self._messages, handle=handle, deps=deps)
+        finally:
+            self._running = False
+        self.record(result)
+        return result

@@ -1,0 +1,232 @@
+"""The exception tree of fsm_agent.
+
+Every error the library raises derives from :class:`FsmAgentError`::
+
+    FsmAgentError
+    ├── DefinitionError            the transition table is malformed (raised when it is built)
+    ├── ConfigurationError         a value given to the library is wrong (raised at construction)
+    │   ├── PolicyError            a Policy / RetryPolicy value is invalid
+    │   ├── ToolDefinitionError    a tool cannot be built (no type hints, duplicate name, ...)
+    │   └── InvalidInputError      run input that cannot start a run (empty prompt, ...)
+    ├── ModelError                 a model call failed (kept on the RunResult, drives retries)
+    │   ├── RateLimitError         429; may carry ``retry_after``
+    │   ├── ProviderServerError    5xx / overloaded
+    │   ├── ModelTimeoutError      the call or the stream went quiet for too long
+    │   ├── ModelConnectionError   the connection failed or was reset
+    │   ├── AuthenticationError    401 / 403: never retried
+    │   ├── InvalidRequestError    400 / 404 / 422: never retried
+    │   ├── ContextWindowExceededError  the prompt does not fit: the kernel treats it as ``length``
+    │   └── MalformedResponseError the model returned something that is not a valid response
+    ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
+    ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
+    ├── ResumeError                a resume handle is unknown, already used, or does not fit
+    │   ├── UnknownRunError        no checkpoint holds the run id
+    │   └── RunFinishedError       the run already ended: there is nothing to resume
+    └── CheckpointError            the checkpoint store failed; what it holds is left as it was
+        ├── CheckpointConflictError  another worker wrote the run first (optimistic concurrency)
+        ├── CorruptCheckpointError   a stored row does not decode (damaged or truncated)
+        ├── SchemaVersionError       the store was written by a newer fsm_agent
+        ├── StoreLockedError         the store stayed locked by another writer past the timeout
+        └── StoreFullError           the disk (or the store's size limit) is full
+
+Control-flow signals such as :class:`fsm_agent.TaskComplete` are not errors and do not derive
+from this tree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "ConfigurationError",
+    "ContextWindowExceededError",
+    "CorruptCheckpointError",
+    "DefinitionError",
+    "FsmAgentError",
+    "HookError",
+    "InvalidInputError",
+    "InvalidRequestError",
+    "MalformedResponseError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelTimeoutError",
+    "PolicyError",
+    "ProviderServerError",
+    "RateLimitError",
+    "ResumeError",
+    "RunFinishedError",
+    "SchemaVersionError",
+    "StoreFullError",
+    "StoreLockedError",
+    "ToolDefinitionError",
+    "ToolExecutionError",
+    "UnknownRunError",
+]
+
+
+class FsmAgentError(Exception):
+    """Root of every error raised by fsm_agent."""
+
+
+class DefinitionError(FsmAgentError):
+    """The transition table is malformed; ``faults`` lists every problem found at once."""
+
+    def __init__(self, faults: list[str]) -> None:
+        self.faults = list(faults)
+        lines = "\n".join(f"  - {fault}" for fault in self.faults)
+        super().__init__(f"the transition table has {len(self.faults)} fault(s):\n{lines}")
+
+
+class ConfigurationError(FsmAgentError):
+    """A value passed to the library cannot work; the message says what to change."""
+
+
+class PolicyError(ConfigurationError):
+    """A :class:`~fsm_agent.Policy` or :class:`~fsm_agent.RetryPolicy` value is invalid."""
+
+
+class ToolDefinitionError(ConfigurationError):
+    """A tool cannot be built or registered."""
+
+
+class InvalidInputError(ConfigurationError):
+    """The input given to a run cannot start it."""
+
+
+class ModelError(FsmAgentError):
+    """A model call failed.
+
+    ``retryable`` says whether the kernel may try the call again (subject to the retry policy);
+    ``retry_after`` is the delay in seconds the server asked for, when it asked.
+    ``status_code`` and ``body`` carry the HTTP context when there was one.
+    """
+
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        retry_after: float | None = None,
+        status_code: int | None = None,
+        body: str | None = None,
+        provider: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.retry_after = retry_after
+        self.status_code = status_code
+        self.body = body
+        self.provider = provider
+
+
+class RateLimitError(ModelError):
+    """The provider rate-limited the call (HTTP 429)."""
+
+    default_retryable = True
+
+
+class ProviderServerError(ModelError):
+    """The provider failed on its side (HTTP 5xx, overloaded)."""
+
+    default_retryable = True
+
+
+class ModelTimeoutError(ModelError):
+    """The call, or the gap between two stream chunks, took longer than its timeout."""
+
+    default_retryable = True
+
+
+class ModelConnectionError(ModelError):
+    """The connection could not be made or was dropped."""
+
+    default_retryable = True
+
+
+class AuthenticationError(ModelError):
+    """The credentials were refused (HTTP 401/403); fix the API key, retrying cannot help."""
+
+
+class InvalidRequestError(ModelError):
+    """The provider rejected the request as malformed (HTTP 400/404/422)."""
+
+
+class ContextWindowExceededError(InvalidRequestError):
+    """The request does not fit the model's context window; the kernel compacts and tries again."""
+
+
+class MalformedResponseError(ModelError):
+    """The model returned something that is not a valid response (retryable: it may pass)."""
+
+    default_retryable = True
+
+
+class ToolExecutionError(FsmAgentError):
+    """A tool failed and the policy's ``tool_failure_mode="fail"`` ended the run."""
+
+    def __init__(self, message: str, *, tool_name: str, call_id: str) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.call_id = call_id
+
+
+class HookError(FsmAgentError):
+    """A hook raised or overran its timeout."""
+
+    def __init__(self, message: str, *, hook: str) -> None:
+        super().__init__(message)
+        self.hook = hook
+
+
+class ResumeError(FsmAgentError):
+    """A run cannot be resumed: unknown or already-used handle, or decisions that do not fit."""
+
+
+class UnknownRunError(ResumeError):
+    """No checkpoint holds this run id: it was never saved in this store (or under this name)."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class RunFinishedError(ResumeError):
+    """The run already ended (``done`` or ``aborted``); its stored result stays as it is."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class CheckpointError(FsmAgentError):
+    """The checkpoint store could not do what was asked. Nothing it already held is changed:
+    a failed write leaves the last good checkpoint in place."""
+
+
+class CheckpointConflictError(CheckpointError):
+    """Another worker wrote this run first: the checkpoint version this worker holds is no
+    longer the latest. This worker must stop; the other one owns the run."""
+
+    def __init__(self, message: str, *, run_id: str, version: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.version = version
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A stored checkpoint or effect record does not decode (damaged or truncated data)."""
+
+
+class SchemaVersionError(CheckpointError):
+    """The store's schema is newer than this version of fsm_agent understands; upgrade it."""
+
+
+class StoreLockedError(CheckpointError):
+    """The store stayed locked by another writer for longer than the checkpointer's timeout."""
+
+
+class StoreFullError(CheckpointError):
+    """The disk, or the store's size limit, is full; the write that hit it was not made."""

@@ -1,0 +1,264 @@
+"""Events a run emits, as one pydantic union discriminated on ``type``.
+
+Per iteration, in this order [S000 §3.1]: ``reasoning``, ``text`` (not for a terminal no-tool
+answer), then per tool call ``step_start``, ``tool_call``, ``tool_result``, ``step_complete``.
+Every move of the machine emits ``state_changed``. A run ends with exactly one terminal event
+(``final``, ``aborted`` or ``suspended``) and nothing after it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+
+from .messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
+from .table import Outcome, State, StopReason
+
+__all__ = [
+    "TERMINAL_EVENT_TYPES",
+    "AbortedEvent",
+    "CompactedEvent",
+    "Event",
+    "FinalEvent",
+    "HookErrorEvent",
+    "LoopDetectedEvent",
+    "ModelRequestEvent",
+    "ModelResponseEvent",
+    "ReasoningDeltaEvent",
+    "ReasoningEvent",
+    "RetryingEvent",
+    "StateChangedEvent",
+    "StepCompleteEvent",
+    "StepStartEvent",
+    "SuspendedEvent",
+    "TextDeltaEvent",
+    "TextEvent",
+    "ToolCallDeltaEvent",
+    "ToolCallEvent",
+    "ToolResultEvent",
+    "UsageEvent",
+    "VerificationFailedEvent",
+    "event_adapter",
+]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+
+
+class StateChangedEvent(_Event):
+    """The machine moved: ``row`` is the index of the table row that fired."""
+
+    type: Literal["state_changed"] = "state_changed"
+    source: State
+    outcome: Outcome
+    dest: State
+    row: int
+    stop_reason: StopReason | None = None
+
+
+class ModelRequestEvent(_Event):
+    """A model call is about to start (attempt counts retries from 1)."""
+
+    type: Literal["model_request"] = "model_request"
+    step: int
+    attempt: int
+    request: ModelRequest
+
+
+class ModelResponseEvent(_Event):
+    """A model call returned a response."""
+
+    type: Literal["model_response"] = "model_response"
+    step: int
+    response: ModelResponse
+
+
+class TextDeltaEvent(_Event):
+    """A fragment of streamed assistant text."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ReasoningDeltaEvent(_Event):
+    """A fragment of streamed reasoning."""
+
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    text: str
+
+
+class ToolCallDeltaEvent(_Event):
+    """A fragment of a streamed tool call."""
+
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments_fragment: str = ""
+
+
+class ReasoningEvent(_Event):
+    """The model's reasoning for this turn."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+
+
+class TextEvent(_Event):
+    """Assistant text of a turn that does not end the run."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class StepStartEvent(_Event):
+    """A tool call is about to be handled."""
+
+    type: Literal["step_start"] = "step_start"
+    step: int
+    call_id: str
+    tool_name: str
+
+
+class ToolCallEvent(_Event):
+    """The call as the model made it; unparseable arguments show as ``{"_raw": text}``."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    tool_name: str
+    args: dict[str, JsonValue]
+
+
+class ToolResultEvent(_Event):
+    """The result recorded for a call."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool_name: str
+    content: str
+    is_error: bool
+
+
+class StepCompleteEvent(_Event):
+    """A tool call is finished."""
+
+    type: Literal["step_complete"] = "step_complete"
+    call_id: str
+    status: Literal["ok", "error"]
+    duration_s: float
+
+
+class RetryingEvent(_Event):
+    """A model call failed and will be retried after ``delay_s``."""
+
+    type: Literal["retrying"] = "retrying"
+    attempt: int
+    delay_s: float
+    error: str
+    finish_reason: FinishReason | None = None
+
+
+class CompactedEvent(_Event):
+    """The history was compacted. ``strategy`` names the strategies that changed it (joined by
+    ``+``); ``errors`` are the strategies that failed and were skipped (a failed summary)."""
+
+    type: Literal["compacted"] = "compacted"
+    strategy: str
+    forced: bool
+    tokens_before: int
+    tokens_after: int
+    messages_removed: int
+    errors: tuple[str, ...] = ()
+
+
+class VerificationFailedEvent(_Event):
+    """The verifier rejected the answer; the feedback goes back to the model."""
+
+    type: Literal["verification_failed"] = "verification_failed"
+    feedback: str
+
+
+class HookErrorEvent(_Event):
+    """A hook raised or overran its timeout; the run went on (or aborted, per the policy)."""
+
+    type: Literal["hook_error"] = "hook_error"
+    hook: str
+    error: str
+
+
+class LoopDetectedEvent(_Event):
+    """The loop guard tripped: the model made the same tool calls ``repeats`` times in a row
+    (or kept an A,B,A,B cycle going); ``action`` says whether it was warned or the run
+    finalizes."""
+
+    type: Literal["loop_detected"] = "loop_detected"
+    tool_names: list[str]
+    repeats: int
+    action: Literal["warn", "finalize"]
+
+
+class UsageEvent(_Event):
+    """Usage of the last model call and the run so far."""
+
+    type: Literal["usage"] = "usage"
+    call: Usage
+    total: Usage
+
+
+class FinalEvent(_Event):
+    """Terminal: the run finished with an answer."""
+
+    type: Literal["final"] = "final"
+    output: str
+    stop_reason: StopReason
+
+
+class AbortedEvent(_Event):
+    """Terminal: the run was aborted."""
+
+    type: Literal["aborted"] = "aborted"
+    stop_reason: StopReason
+    error: str | None = None
+
+
+class SuspendedEvent(_Event):
+    """Terminal for this invocation: the run waits for a human; ``pending`` are the calls."""
+
+    type: Literal["suspended"] = "suspended"
+    pending: tuple[ToolCall, ...]
+    questions: dict[str, str] = Field(default_factory=dict)
+
+
+Event: TypeAlias = Annotated[
+    StateChangedEvent
+    | ModelRequestEvent
+    | ModelResponseEvent
+    | TextDeltaEvent
+    | ReasoningDeltaEvent
+    | ToolCallDeltaEvent
+    | ReasoningEvent
+    | TextEvent
+    | StepStartEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | StepCompleteEvent
+    | RetryingEvent
+    | CompactedEvent
+    | VerificationFailedEvent
+    | HookErrorEvent
+    | UsageEvent
+    | FinalEvent
+    | AbortedEvent
+    | SuspendedEvent
+    | LoopDetectedEvent,
+    Field(discriminator="type"),
+]
+
+TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
+
+event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
+"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line)."""

@@ -1,0 +1,200 @@
+"""One async handler per state: the only place where effects happen.
+
+A handler is an async generator: it yields the events its work produces (only when someone
+listens) and leaves its :class:`~fsm_agent.table.Outcome` in ``ctx.outcome``. It never chooses
+the next state; the driver in :mod:`fsm_agent.kernel` asks the table.
+
+Interruptions (the caller's cancel, the wall-clock deadline) reach a handler in two ways: the
+driver checks them before every handler, and while a handler awaits an effect (``ctx.effect``)
+the interrupt cancels that await, which the handler turns into the interrupt's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ._calling import handle_calling
+from ._compacting import handle_compacting
+from ._context import ONE_REQUEST, Interrupted, RunContext
+from ._dispatching import handle_dispatching
+from .errors import (
+    MalformedResponseError,
+)
+from .events import (
+    Event,
+    HookErrorEvent,
+    ModelRequestEvent,
+    UsageEvent,
+    VerificationFailedEvent,
+)
+from .messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+)
+from .table import Outcome, State, StopReason
+
+__all__ = ["HANDLERS", "RunContext", "Verdict"]
+
+T = TypeVar("T")
+
+SUMMARY_PROMPT = (
+    "You have reached the maximum number of steps for this task. Without calling any tools, "
+    "summarise what you have done so far and give the best answer you can."
+)
+SUMMARY_FALLBACK = (
+    "The agent stopped after reaching its step limit and could not produce a summary."
+)
+DONE_REMINDER = (
+    "You answered without calling the 'done' tool. When the task is complete, call 'done' "
+    "with your final answer; otherwise continue working."
+)
+_FALLBACK_OUTPUT = {
+    StopReason.CONTENT_FILTER: "The answer was withheld by the provider's content filter.",
+    StopReason.CONTEXT_LIMIT: "The conversation no longer fits the model's context window.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verifier's answer: accepted, or rejected with feedback for the model [S002]."""
+
+    complete: bool
+    feedback: str | None = None
+
+    @classmethod
+    def accept(cls) -> Verdict:
+        """The answer is complete."""
+        return cls(True)
+
+    @classmethod
+    def reject(cls, feedback: str) -> Verdict:
+        """The answer is not complete; ``feedback`` goes back to the model."""
+        return cls(False, feedback)
+
+
+# -- idle ------------------------------------------------------------------------------------
+async def handle_idle(ctx: RunContext) -> AsyncIterator[Event]:
+    """Enqueue the system prompt (once, first), any earlier history, and the user input."""
+    prompt = ctx.agent.system_prompt
+    history = ctx.history
+    if prompt is not None:
+        ctx.append(Message.system(prompt))
+        history = [m for m in history if m.role is not Role.SYSTEM]
+    for message in history:
+        ctx.append(message)
+    assert ctx.input is not None
+    ctx.append(ctx.input)
+    ctx.outcome = Outcome.START
+    return
+    yield
+
+
+# -- verifying -------------------------------------------------------------------------------
+async def _awaited(answer: Awaitable[Verdict | bool]) -> Verdict | bool:
+    return await answer
+
+
+async def handle_verifying(ctx: RunContext) -> AsyncIterator[Event]:
+    """Ask the verifier (or apply the done-tool requirement) about the last answer."""
+    rs = ctx.rs
+    agent = ctx.agent
+    feedback: str | None = None
+    if agent.policy.require_done_tool:
+        feedback = DONE_REMINDER
+    elif agent.verifier is not None:
+        try:
+            answer = agent.verifier(output=rs.last_text, run_state=rs)
+            verdict: Verdict | bool = (
+                answer if isinstance(answer, Verdict | bool) else await ctx.effect(_awaited(answer))
+            )
+        except Interrupted:
+            ctx.outcome = ctx.interrupt
+            return
+        except Exception as exc:
+            if ctx.listening:
+                yield HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc))
+            verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
+        if isinstance(verdict, bool):
+            verdict = Verdict(verdict, None if verdict else "The answer was not accepted.")
+        if not verdict.complete:
+            feedback = verdict.feedback or "The answer was not accepted."
+    if feedback is None:
+        ctx.outcome = Outcome.VERIFIED
+        return
+    rs.feedback = feedback
+    ctx.outcome = Outcome.REJECTED
+    if ctx.listening:
+        yield VerificationFailedEvent(run_id=rs.run_id, feedback=feedback)
+
+
+# -- finalizing ------------------------------------------------------------------------------
+async def handle_finalizing(ctx: RunContext) -> AsyncIterator[Event]:
+    """Produce the output: the tools-off summary call at the step limit [S000 §6], else the
+    last answer (or the done tool's message)."""
+    rs = ctx.rs
+    agent = ctx.agent
+    reason = rs.stop_reason
+    if reason is StopReason.MAX_STEPS and agent.policy.summarize_on_max_steps:
+        request = ModelRequest.model_construct(
+            messages=(*rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
+            tools=(),
+            tool_choice="none",
+            parallel_tool_calls=None,
+            max_tokens=None,
+            temperature=None,
+            stop_sequences=(),
+            reasoning_effort=None,
+            reasoning_budget_tokens=None,
+        )
+        if ctx.listening:
+            yield ModelRequestEvent(
+                run_id=rs.run_id, step=rs.counters.steps, attempt=1, request=request
+            )
+            if ctx.interrupt is not None:  # the listener may have cancelled
+                ctx.outcome = ctx.interrupt
+                return
+        rs.model_calls += 1
+        try:
+            response = await ctx.effect(agent.model.complete(request))
+            if not isinstance(response, ModelResponse):
+                raise MalformedResponseError("the summary call returned no ModelResponse")
+        except Interrupted:
+            ctx.outcome = ctx.interrupt
+            return
+        except Exception:
+            rs.output = SUMMARY_FALLBACK
+        else:
+            call_usage = response.usage if response.usage.requests else response.usage + ONE_REQUEST
+            rs.usage = rs.usage + call_usage
+            rs.output = response.message.text.strip() or SUMMARY_FALLBACK
+            if ctx.listening:
+                yield UsageEvent(run_id=rs.run_id, call=call_usage, total=rs.usage)
+    elif reason is StopReason.DONE_TOOL:
+        rs.output = rs.done_message or rs.last_text
+    else:
+        rs.output = rs.last_text or (_FALLBACK_OUTPUT.get(reason, "") if reason else "")
+    ctx.outcome = Outcome.FINALIZED
+
+
+async def handle_suspended(ctx: RunContext) -> AsyncIterator[Event]:
+    """A resumed run: the human's decisions are applied by dispatching."""
+    ctx.outcome = Outcome.RESUME
+    return
+    yield
+
+
+Handler = Callable[[RunContext], AsyncIterator[Event]]
+HANDLERS: dict[State, Handler] = {
+    State.IDLE: handle_idle,
+    State.COMPACTING: handle_compacting,
+    State.CALLING: handle_calling,
+    State.DISPATCHING: handle_dispatching,
+    State.VERIFYING: handle_verifying,
+    State.SUSPENDED: handle_suspended,
+    State.FINALIZING: handle_finalizing,
+}
+"""The handler of every non-terminal state."""

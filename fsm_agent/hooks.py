@@ -1,0 +1,382 @@
+"""Hooks: your code at the seams of a run, one small protocol per hook point.
+
+A hook is any object with one or more of the methods below (a class instance, a module, a
+``types.SimpleNamespace`` of functions). Each method takes keyword-only arguments and must end
+with ``**future_kwargs``, so that arguments added later do not break it; the signature is
+checked when the agent is built. Methods may be sync or async. Hooks of one point run in
+registration order, and each sees the changes of the one before [S001 §4.1].
+
+- ``before_run(*, run_state)``: a run (or a resume) starts.
+- ``after_run(*, result, run_state)``: an invocation returns (done, aborted or suspended).
+- ``before_model_call(*, request, run_state)``: may return a changed :class:`ModelRequest`, or
+  a :class:`ModelResponse` to use instead of calling the model.
+- ``after_model_call(*, request, response, run_state)``: a model call returned a response.
+- ``before_tool(*, call, run_state)``: may return a changed :class:`ToolCall` (same id and name,
+  new arguments), a :class:`MockResult` or a :class:`SkipTool`; the tool then does not run.
+- ``approve_tool(*, call, run_state)``: the permission hook; returns an :class:`Approval`
+  (allow, deny with a reason, ask a human) or a bool.
+- ``after_tool(*, call, result, run_state)``: may return a changed :class:`ToolResult`.
+- ``on_transition(*, move, run_state)``: the machine moved.
+
+Returning ``None`` changes nothing. A hook that raises, overruns its timeout (the policy's
+``hook_timeout_s``, or the hook object's own ``timeout_s``) or returns something it may not
+emits ``hook_error``; its answer is ignored and the run goes on, or, with
+``Policy(hook_failure_mode="fail")``, the run aborts with stop reason ``hook_error`` [S001 §10].
+A sync hook runs inline and cannot be interrupted by its timeout. ``before_run`` and
+``after_run`` run once per invocation: ``run`` and every ``resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+
+from ._context import RunContext
+from .approval import Approval, Decision
+from .errors import ConfigurationError, HookError
+from .events import HookErrorEvent
+from .machine import Move
+from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from .policy import HookFailureMode
+from .run_state import RunState
+from .table import TERMINAL, Outcome
+
+if TYPE_CHECKING:
+    from .kernel import RunResult
+
+__all__ = [
+    "HOOK_POINTS",
+    "AfterModelCallHook",
+    "AfterRunHook",
+    "AfterToolHook",
+    "ApproveToolHook",
+    "BeforeModelCallHook",
+    "BeforeRunHook",
+    "BeforeToolHook",
+    "HookSet",
+    "MockResult",
+    "OnTransitionHook",
+    "SkipTool",
+]
+
+HOOK_POINTS: dict[str, frozenset[str]] = {
+    "before_run": frozenset({"run_state"}),
+    "after_run": frozenset({"result", "run_state"}),
+    "before_model_call": frozenset({"request", "run_state"}),
+    "after_model_call": frozenset({"request", "response", "run_state"}),
+    "before_tool": frozenset({"call", "run_state"}),
+    "approve_tool": frozenset({"call", "run_state"}),
+    "after_tool": frozenset({"call", "result", "run_state"}),
+    "on_transition": frozenset({"move", "run_state"}),
+}
+"""Every hook point and the keyword arguments it passes."""
+
+
+@dataclass(frozen=True, slots=True)
+class MockResult:
+    """A ``before_tool`` answer: do not run the tool; ``content`` is the call's result."""
+
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SkipTool:
+    """A ``before_tool`` answer: do not run the tool; the model is told why (an ``is_error``
+    result)."""
+
+    reason: str = "a hook skipped this call"
+
+
+# -- one protocol per hook point ---------------------------------------------------------------
+@runtime_checkable
+class BeforeRunHook(Protocol):
+    """Runs when a run (or a resume) starts, before the first state's handler."""
+
+    def before_run(self, *, run_state: RunState, **future_kwargs: Any) -> Awaitable[None] | None:
+        """Observe the run state."""
+        ...
+
+
+@runtime_checkable
+class AfterRunHook(Protocol):
+    """Runs when an invocation returns: done, aborted or suspended."""
+
+    def after_run(
+        self, *, result: RunResult, run_state: RunState, **future_kwargs: Any
+    ) -> Awaitable[None] | None:
+        """Observe the result."""
+        ...
+
+
+@runtime_checkable
+class BeforeModelCallHook(Protocol):
+    """Runs before each model call of the ``calling`` state."""
+
+    def before_model_call(
+        self, *, request: ModelRequest, run_state: RunState, **future_kwargs: Any
+    ) -> ModelRequest | ModelResponse | Awaitable[ModelRequest | ModelResponse | None] | None:
+        """Return a changed request, or a response to use instead of calling the model."""
+        ...
+
+
+@runtime_checkable
+class AfterModelCallHook(Protocol):
+    """Runs after each model call that returned a response (not after a failed call)."""
+
+    def after_model_call(
+        self,
+        *,
+        request: ModelRequest,
+        response: ModelResponse,
+        run_state: RunState,
+        **future_kwargs: Any,
+    ) -> Awaitable[None] | None:
+        """Observe the request and its response."""
+        ...
+
+
+@runtime_checkable
+class BeforeToolHook(Protocol):
+    """Runs before the permission check of each tool call."""
+
+    def before_tool(
+        self, *, call: ToolCall, run_state: RunState, **future_kwargs: Any
+    ) -> (
+        ToolCall | MockResult | SkipTool | Awaitable[ToolCall | MockResult | SkipTool | None] | None
+    ):
+        """Return a changed call (new arguments), a mock result, or a skip."""
+        ...
+
+
+@runtime_checkable
+class ApproveToolHook(Protocol):
+    """The permission hook: allow, deny (with a reason) or ask a human [S004 ``approve:tool``]."""
+
+    def approve_tool(
+        self, *, call: ToolCall, run_state: RunState, **future_kwargs: Any
+    ) -> Approval | bool | Awaitable[Approval | bool | None] | None:
+        """Return a verdict, or ``None`` for no opinion."""
+        ...
+
+
+@runtime_checkable
+class AfterToolHook(Protocol):
+    """Runs after each tool that ran, before its result is recorded."""
+
+    def after_tool(
+        self, *, call: ToolCall, result: ToolResult, run_state: RunState, **future_kwargs: Any
+    ) -> ToolResult | Awaitable[ToolResult | None] | None:
+        """Return a changed result."""
+        ...
+
+
+@runtime_checkable
+class OnTransitionHook(Protocol):
+    """Runs after every move of the machine (``run_state.state`` is already the destination)."""
+
+    def on_transition(
+        self, *, move: Move, run_state: RunState, **future_kwargs: Any
+    ) -> Awaitable[None] | None:
+        """Observe the move."""
+        ...
+
+
+# -- registration ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Hook:
+    label: str  # "Audit.before_tool", as shown in hook_error events
+    fn: Callable[..., object]
+    timeout_s: float | None  # the hook object's own timeout, else the policy's
+
+
+_Hooks: TypeAlias = tuple[_Hook, ...]
+
+
+def _check_signature(label: str, point: str, fn: Callable[..., object]) -> None:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"hook {label}: cannot read its signature: {exc}") from exc
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        raise ConfigurationError(
+            f"hook {label} must end with '**future_kwargs' so that arguments added later do "
+            "not break it"
+        )
+    allowed = HOOK_POINTS[point]
+    for p in parameters:
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        if p.kind is not p.KEYWORD_ONLY:
+            raise ConfigurationError(
+                f"hook {label}: parameter {p.name!r} must be keyword-only (put it after '*')"
+            )
+        if p.name not in allowed:
+            raise ConfigurationError(
+                f"hook {label}: unknown argument {p.name!r}; {point} passes "
+                f"{', '.join(sorted(allowed))}"
+            )
+
+
+class HookSet:
+    """The hooks of an agent, per point and in registration order, with signatures checked.
+
+    Each point is a (possibly empty) tuple, so the kernel tests ``if hooks.before_tool:`` once
+    and does no work when nothing is registered.
+    """
+
+    def __init__(self, hooks: Iterable[object] = ()) -> None:
+        found: dict[str, list[_Hook]] = {point: [] for point in HOOK_POINTS}
+        for obj in hooks:
+            name = getattr(obj, "__name__", None) or type(obj).__name__
+            timeout = getattr(obj, "timeout_s", None)
+            if timeout is not None and (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or not 0 < timeout < float("inf")
+            ):
+                raise ConfigurationError(f"hook {name}: timeout_s must be a positive number")
+            points = [p for p in HOOK_POINTS if callable(getattr(obj, p, None))]
+            if not points:
+                raise ConfigurationError(
+                    f"hook {name} defines none of the hook methods: {', '.join(HOOK_POINTS)}"
+                )
+            for point in points:
+                fn = getattr(obj, point)
+                label = f"{name}.{point}"
+                _check_signature(label, point, fn)
+                found[point].append(_Hook(label, fn, timeout))
+        self.before_run: _Hooks = tuple(found["before_run"])
+        self.after_run: _Hooks = tuple(found["after_run"])
+        self.before_model_call: _Hooks = tuple(found["before_model_call"])
+        self.after_model_call: _Hooks = tuple(found["after_model_call"])
+        self.before_tool: _Hooks = tuple(found["before_tool"])
+        self.approve_tool: _Hooks = tuple(found["approve_tool"])
+        self.after_tool: _Hooks = tuple(found["after_tool"])
+        self.on_transition: _Hooks = tuple(found["on_transition"])
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, point) for point in HOOK_POINTS)
+
+    # -- running ---------------------------------------------------------------------------
+    async def notify(self, ctx: RunContext, hooks: _Hooks, **kwargs: object) -> None:
+        """Run observing hooks (their return value is ignored)."""
+        for hook in hooks:
+            await _call(ctx, hook, kwargs)
+            if ctx.interrupt is not None:
+                return
+
+    async def run_before_model_call(
+        self, ctx: RunContext, request: ModelRequest
+    ) -> ModelRequest | ModelResponse:
+        """The request after every ``before_model_call`` hook, or the response one supplied."""
+        for hook in self.before_model_call:
+            ok, value = await _call(ctx, hook, {"request": request, "run_state": ctx.rs})
+            if ctx.interrupt is not None:
+                break
+            if not ok or value is None:
+                continue
+            if isinstance(value, ModelResponse):
+                return value
+            if isinstance(value, ModelRequest):
+                request = value
+            else:
+                _bad_return(ctx, hook, value, "a ModelRequest, a ModelResponse or None")
+        return request
+
+    async def run_before_tool(
+        self, ctx: RunContext, call: ToolCall
+    ) -> ToolCall | MockResult | SkipTool:
+        """The call after every ``before_tool`` hook, or the mock result or skip one returned."""
+        for hook in self.before_tool:
+            ok, value = await _call(ctx, hook, {"call": call, "run_state": ctx.rs})
+            if ctx.interrupt is not None:
+                break
+            if not ok or value is None:
+                continue
+            if isinstance(value, MockResult | SkipTool):
+                return value
+            if isinstance(value, ToolCall):
+                if (value.id, value.name) != (call.id, call.name):
+                    _bad_return(ctx, hook, value, f"a ToolCall with id {call.id!r}, {call.name!r}")
+                else:
+                    call = value
+            else:
+                _bad_return(ctx, hook, value, "a ToolCall, MockResult, SkipTool or None")
+        return call
+
+    async def run_approve_tool(self, ctx: RunContext, call: ToolCall) -> Approval | None:
+        """The first verdict that is not ``allow``, else ``allow`` if a hook said so, else
+        ``None`` (no hook had an opinion)."""
+        verdict: Approval | None = None
+        for hook in self.approve_tool:
+            ok, value = await _call(ctx, hook, {"call": call, "run_state": ctx.rs})
+            if ctx.interrupt is not None:
+                break
+            if not ok or value is None:
+                continue
+            if isinstance(value, bool):
+                value = Approval.allow() if value else Approval.deny()
+            if not isinstance(value, Approval):
+                _bad_return(ctx, hook, value, "an Approval, a bool or None")
+                continue
+            if value.decision is not Decision.ALLOW:
+                return value
+            verdict = value
+        return verdict
+
+    async def run_after_tool(
+        self, ctx: RunContext, call: ToolCall, result: ToolResult
+    ) -> ToolResult:
+        """The result after every ``after_tool`` hook (its call id and name are kept)."""
+        for hook in self.after_tool:
+            ok, value = await _call(
+                ctx, hook, {"call": call, "result": result, "run_state": ctx.rs}
+            )
+            if ctx.interrupt is not None:
+                break
+            if not ok or value is None:
+                continue
+            if isinstance(value, ToolResult):
+                result = value.model_copy(update={"call_id": call.id, "name": call.name})
+            else:
+                _bad_return(ctx, hook, value, "a ToolResult or None")
+        return result
+
+
+async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tuple[bool, object]:
+    """Run one hook: ``(True, its answer)``, or ``(False, None)`` after reporting a failure."""
+    timeout = hook.timeout_s if hook.timeout_s is not None else ctx.agent.policy.hook_timeout_s
+    try:
+        value = hook.fn(**kwargs)
+        if inspect.isawaitable(value):
+            async with asyncio.timeout(timeout):
+                value = await value
+    except TimeoutError:
+        _report(ctx, hook.label, f"timed out after {timeout:g} s")
+        return False, None
+    except Exception as exc:
+        _report(ctx, hook.label, f"{type(exc).__name__}: {exc}", exc)
+        return False, None
+    return True, value
+
+
+def _bad_return(ctx: RunContext, hook: _Hook, value: object, expected: str) -> None:
+    _report(ctx, hook.label, f"returned {type(value).__name__}; expected {expected}")
+
+
+def _report(ctx: RunContext, label: str, error: str, cause: BaseException | None = None) -> None:
+    """Emit ``hook_error``; under ``hook_failure_mode="fail"`` also stop the run."""
+    if ctx.listening:
+        ctx.pending_events.append(HookErrorEvent(run_id=ctx.rs.run_id, hook=label, error=error))
+    if (
+        ctx.agent.policy.hook_failure_mode is HookFailureMode.FAIL
+        and ctx.interrupt is None
+        and ctx.rs.state not in TERMINAL
+    ):
+        ctx.error = HookError(f"hook {label} failed: {error}", hook=label)
+        ctx.error.__cause__ = cause
+        ctx.request_interrupt(Outcome.HOOK_ERROR)

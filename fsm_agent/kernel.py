@@ -1,0 +1,620 @@
+"""The driver: handler → outcome → decide → apply → events, until the run rests.
+
+:class:`Agent` is the public entry point. ``run_stream`` is the one code path; ``run`` drives the
+same generator without building events (nobody listens), and ``run_sync`` is ``asyncio.run``
+around ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ._context import Interrupted
+from ._durable import RunLog, UnknownOutcome
+from .approval import HumanDecision, ResumeHandle, apply_decisions
+from .compaction import Compactor
+from .errors import (
+    CheckpointError,
+    ConfigurationError,
+    InvalidInputError,
+    ResumeError,
+    RunFinishedError,
+)
+from .events import AbortedEvent, Event, FinalEvent, StateChangedEvent, SuspendedEvent
+from .handlers import HANDLERS, RunContext, Verdict
+from .hooks import HookSet
+from .machine import AgentMachine, Move, default_machine
+from .messages import Message, ToolCall, ToolDefinition, Usage
+from .models import Model
+from .persistence import Checkpointer, Durability
+from .policy import Policy, limits_of
+from .run_state import RunState
+from .table import TERMINAL, Counters, Outcome, State, StopReason
+from .tool_output import PAGER_NAME, pager_tool
+from .tools import Tool, ToolRegistry, done_tool
+
+__all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
+
+DepsT = TypeVar("DepsT")
+
+Verifier = Callable[..., Verdict | bool | Awaitable[Verdict | bool]]
+"""Called as ``verifier(output=..., run_state=...)``; returns a :class:`Verdict` or a bool."""
+
+StopCondition = Callable[[RunState], "bool | str | None"]
+"""Called between iterations with the run state; a truthy value stops the run [S002]."""
+
+
+def new_run_id() -> str:
+    """A fresh run id (tests may pass their own factory in :class:`Runtime`)."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
+    a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""
+
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    random: random.Random = field(default_factory=random.Random)
+    new_id: Callable[[], str] = new_run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended: its output, why it stopped, what it cost, and everything it did."""
+
+    run_id: str
+    output: str | None
+    stop_reason: StopReason
+    state: State
+    usage: Usage
+    messages: tuple[Message, ...]
+    trace: tuple[Move, ...]
+    counters: Counters
+    model_calls: int
+    tool_executions: int
+    error: BaseException | None = None
+    pending: tuple[ToolCall, ...] = ()
+    run_state: RunState | None = None
+    resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
+
+    @property
+    def ok(self) -> bool:
+        """The run finished in ``done`` (not aborted, not suspended)."""
+        return self.state is State.DONE
+
+
+class RunHandle:
+    """Control of a run from outside: ``cancel()`` or ``pause()`` it, and read its ``result``
+    when done."""
+
+    def __init__(self) -> None:
+        self._ctx: RunContext | None = None
+        self._cancel_requested = False
+        self._pause_requested = False
+        self.result: RunResult | None = None
+
+    @property
+    def pause_requested(self) -> bool:
+        """``pause()`` was called and the run has not suspended for it yet."""
+        return self._pause_requested
+
+    def pause(self) -> None:
+        """Suspend the run at the next safe point: before the next tool call starts. The run
+        returns with stop reason ``suspended`` and a resume handle (no decisions needed); a run
+        that finishes first just finishes."""
+        self._pause_requested = True
+
+    @property
+    def cancel_requested(self) -> bool:
+        """``cancel()`` was called."""
+        return self._cancel_requested
+
+    def cancel(self) -> None:
+        """Stop the run: no model call or tool starts after this; an effect in flight is
+        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]."""
+        self._cancel_requested = True
+        if self._ctx is not None:
+            self._ctx.request_interrupt(Outcome.CANCEL)
+
+    def _attach(self, ctx: RunContext) -> None:
+        if self._ctx is not None:
+            if self._ctx.rs is not ctx.rs:
+                raise InvalidInputError("a RunHandle controls one run; create a new one per run")
+            self._pause_requested = False  # the same run, resumed
+        self._ctx = ctx
+        if self._cancel_requested:
+            ctx.interrupt = Outcome.CANCEL
+
+
+class Agent(Generic[DepsT]):
+    """An agent: a model, tools, a policy, and the machine that drives them.
+
+    ``hooks`` are objects implementing hook methods (see :mod:`fsm_agent.hooks`), run in
+    order. ``verifier`` checks no-tool answers (feedback goes back to the model when it rejects);
+    ``stop_conditions`` are evaluated between iterations; ``deps`` reach tools through
+    :class:`~fsm_agent.ToolContext`; ``compactor`` sets the compaction strategies and the
+    tokenizer of the context budget (default: those the policy's compaction settings name).
+
+    With a ``checkpointer`` the run state is saved after every move and each model and tool
+    call is journaled, so ``resume(run_id)`` continues the run in any process; ``durability``
+    says when the writes happen (see :class:`~fsm_agent.persistence.Durability` and
+    ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
+    that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        system_prompt: str | None = None,
+        policy: Policy | None = None,
+        verifier: Verifier | None = None,
+        stop_conditions: Sequence[StopCondition] = (),
+        deps: DepsT | None = None,
+        runtime: Runtime | None = None,
+        machine: AgentMachine = default_machine,
+        compactor: Compactor | None = None,
+        hooks: Iterable[object] = (),
+        checkpointer: Checkpointer | None = None,
+        durability: Durability | str = Durability.SYNC,
+        unknown_outcome: UnknownOutcome = "model",
+    ) -> None:
+        complete = getattr(model, "complete", None)
+        if not callable(complete) or not asyncio.iscoroutinefunction(complete):
+            raise ConfigurationError(
+                f"model must implement fsm_agent.Model (an object with 'async def "
+                f"complete(request)'); got {type(model).__name__}"
+            )
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ConfigurationError("system_prompt must be a string")
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError(
+                f"policy must be a fsm_agent.Policy, got {type(policy).__name__}"
+            )
+        if verifier is not None and not callable(verifier):
+            raise ConfigurationError("verifier must be callable")
+        for condition in stop_conditions:
+            if not callable(condition):
+                raise ConfigurationError("every stop condition must be callable")
+        if checkpointer is not None and not isinstance(checkpointer, Checkpointer):
+            raise ConfigurationError(
+                f"checkpointer must implement fsm_agent.persistence.Checkpointer, got "
+                f"{type(checkpointer).__name__}"
+            )
+        try:
+            self.durability = Durability(durability)
+        except ValueError:
+            raise ConfigurationError(
+                f"durability must be 'sync', 'async' or 'exit', got {durability!r}"
+            ) from None
+        if unknown_outcome not in ("model", "human"):
+            raise ConfigurationError(
+                f"unknown_outcome must be 'model' or 'human', got {unknown_outcome!r}"
+            )
+        self.checkpointer = checkpointer
+        self.unknown_outcome: UnknownOutcome = unknown_outcome
+        self.model = model
+        self.policy = policy or Policy()
+        self.system_prompt = system_prompt
+        tool_list = list(tools)
+        if self.policy.require_done_tool and not any(
+            (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done"
+            for t in tool_list
+        ):
+            tool_list.append(done_tool())
+        self.tools = ToolRegistry(tool_list)
+        self.tool_definitions: tuple[ToolDefinition, ...] = self.tools.definitions
+        self.hooks = HookSet(hooks)
+        self.approval_needed = any(t.needs_approval for t in self.tools.values())
+        output = self.policy.tool_output
+        self.pager: Tool | None = None  # offered to the model once an output was cut
+        if (output.max_chars is not None or output.keep_recent is not None) and (
+            PAGER_NAME not in self.tools
+        ):
+            self.pager = pager_tool((output.max_chars or 10_000) - 200)
+        self.verifier = verifier
+        self.stop_conditions = tuple(stop_conditions)
+        self.deps = deps
+        self.runtime = runtime or Runtime()
+        self.machine = machine
+        self.limits = limits_of(self.policy, verification=verifier is not None)
+        self.streams = callable(getattr(model, "stream", None))
+        self.context_window: int | None = getattr(model, "context_window", None)
+        self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
+        self._limit_states = frozenset(
+            s for s in State if Outcome.DEADLINE in machine.outcomes_by_state[s]
+        )
+
+    # -- public API -------------------------------------------------------------------------
+    async def run(
+        self,
+        prompt: str | Message,
+        *,
+        history: Sequence[Message] = (),
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+    ) -> RunResult:
+        """Run to the end and return the :class:`RunResult` (events are not built)."""
+        ctx = self._context(prompt, history, handle, deps, listening=False)
+        async for _ in self._drive(ctx):
+            pass
+        return _result_of(ctx)
+
+    async def run_stream(
+        self,
+        prompt: str | Message,
+        *,
+        history: Sequence[Message] = (),
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+    ) -> AsyncIterator[Event]:
+        """Run, yielding every event as it happens; the last one is the terminal event.
+        Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
+        ctx = self._context(prompt, history, handle, deps, listening=True)
+        async for event in self._drive(ctx):
+            yield event
+
+    def run_sync(
+        self,
+        prompt: str | Message,
+        *,
+        history: Sequence[Message] = (),
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+    ) -> RunResult:
+        """``run`` for code without an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(prompt, history=history, handle=handle, deps=deps))
+        raise ConfigurationError(
+            "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
+        )
+
+    async def resume(
+        self,
+        resume: ResumeHandle | str,
+        decisions: Mapping[str, HumanDecision] | None = None,
+        /,
+        *,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+    ) -> RunResult:
+        """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
+        pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
+        run, denied ones get their reason, answers become results; nothing runs twice. Raises
+        :class:`~fsm_agent.ResumeError`, running nothing, for an unknown or used handle or
+        decisions that do not fit.
+
+        With a checkpointer, ``resume`` may be a run id: the run continues from its latest
+        checkpoint in whatever state it was saved (a crashed run, or a suspended one, which
+        then takes ``decisions``). Raises :class:`~fsm_agent.UnknownRunError` for a run the
+        store does not hold, :class:`~fsm_agent.RunFinishedError` for one that ended, and
+        :class:`~fsm_agent.CheckpointConflictError` when another worker resumed it first."""
+        ctx = self._resume_context(resume, decisions, handle, deps, listening=False)
+        async for _ in self._drive(ctx):
+            pass
+        return _result_of(ctx)
+
+    async def resume_stream(
+        self,
+        resume: ResumeHandle | str,
+        decisions: Mapping[str, HumanDecision] | None = None,
+        /,
+        *,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+    ) -> AsyncIterator[Event]:
+        """``resume``, yielding every event as it happens (like ``run_stream``)."""
+        ctx = self._resume_context(resume, decisions, handle, deps, listening=True)
+        async for event in self._drive(ctx):
+            yield event
+
+    # -- the driver -------------------------------------------------------------------------
+    def _resume_context(
+        self,
+        resume: ResumeHandle | str,
+        decisions: Mapping[str, HumanDecision] | None,
+        handle: RunHandle | None,
+        deps: DepsT | None,
+        *,
+        listening: bool,
+    ) -> RunContext:
+        if self.checkpointer is not None:
+            return self._durable_resume_context(resume, decisions, handle, deps, listening)
+        if isinstance(resume, str):
+            raise ResumeError(
+                f"resume needs the ResumeHandle of a result; resuming run {resume!r} by its id "
+                "needs an agent with a checkpointer"
+            )
+        handle = handle or RunHandle()
+        if handle._ctx is not None and handle._ctx.rs is not getattr(resume, "run_state", None):
+            raise InvalidInputError("a RunHandle controls one run; create a new one per run")
+        rs = apply_decisions(resume, decisions if decisions is not None else {})
+        ctx = RunContext(self, rs, listening=listening, handle=handle)
+        ctx.deps = deps if deps is not None else self.deps
+        handle._attach(ctx)
+        return ctx
+
+    def _durable_resume_context(
+        self,
+        resume: ResumeHandle | str,
+        decisions: Mapping[str, HumanDecision] | None,
+        handle: RunHandle | None,
+        deps: DepsT | None,
+        listening: bool,
+    ) -> RunContext:
+        """Load the run's latest checkpoint, apply the human's decisions if it waits for them,
+        and claim the run with the next checkpoint before anything runs."""
+        store = self.checkpointer
+        assert store is not None
+        if isinstance(resume, ResumeHandle):
+            run_id, token = resume.run_id, resume.token
+        elif isinstance(resume, str):
+            run_id, token = resume, None
+        else:
+            raise ResumeError(
+                f"resume needs a run id or the ResumeHandle of a result, got "
+                f"{type(resume).__name__}"
+            )
+        checkpoint = store.load(run_id)
+        rs = checkpoint.state
+        if rs.state in TERMINAL:
+            raise RunFinishedError(
+                f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
+                "nothing to resume",
+                run_id=run_id,
+            )
+        if rs.state is State.SUSPENDED and rs.resume_token is not None:
+            waiting = ResumeHandle(run_id, token or rs.resume_token, tuple(rs.human_requests), rs)
+            rs = apply_decisions(waiting, decisions if decisions is not None else {})
+        elif decisions or token is not None:
+            raise ResumeError(
+                f"run {run_id!r} does not wait for a human (it is {rs.state.value!r}, and any "
+                "decisions were already recorded); resume it by its id without decisions"
+            )
+        log = RunLog(
+            store,
+            run_id,
+            version=checkpoint.version,
+            mode=self.durability,
+            unknown_outcome=self.unknown_outcome,
+            effects=store.effects(run_id),
+        )
+        log.claim(rs)
+        handle = handle or RunHandle()
+        if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
+            handle._ctx = None  # the same run, resumed from its checkpoint
+            handle._pause_requested = False
+        ctx = RunContext(self, rs, listening=listening, handle=handle)
+        ctx.deps = deps if deps is not None else self.deps
+        ctx.durable = log
+        if rs.trace and rs.state is not State.SUSPENDED:
+            ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
+        handle._attach(ctx)
+        return ctx
+
+    def _context(
+        self,
+        prompt: str | Message,
+        history: Sequence[Message],
+        handle: RunHandle | None,
+        deps: DepsT | None,
+        *,
+        listening: bool,
+    ) -> RunContext:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidInputError("the prompt is empty; pass the task as text")
+            message = Message.user(prompt)
+        elif isinstance(prompt, Message):
+            message = prompt
+        else:
+            raise InvalidInputError(
+                f"the prompt must be a str or a Message, got {type(prompt).__name__}"
+            )
+        for item in history:
+            if not isinstance(item, Message):
+                raise InvalidInputError(
+                    f"history must hold fsm_agent.Message values, got {type(item).__name__}"
+                )
+        handle = handle or RunHandle()
+        ctx = RunContext(
+            self, RunState(run_id=self.runtime.new_id()), listening=listening, handle=handle
+        )
+        ctx.input = message
+        ctx.history = list(history)
+        ctx.deps = deps if deps is not None else self.deps
+        if self.checkpointer is not None:
+            ctx.durable = RunLog(
+                self.checkpointer,
+                ctx.rs.run_id,
+                version=0,
+                mode=self.durability,
+                unknown_outcome=self.unknown_outcome,
+            )
+        handle._attach(ctx)
+        return ctx
+
+    def _interrupt(self, ctx: RunContext, state: State, deadline: float | None) -> Outcome | None:
+        """The interrupt outcome that replaces ``state``'s handler, if any."""
+        interrupt = ctx.interrupt
+        if interrupt is Outcome.CANCEL or interrupt is Outcome.HOOK_ERROR:
+            return interrupt
+        if state not in self._limit_states:
+            return None
+        if ctx.interrupt is Outcome.DEADLINE or (
+            deadline is not None and self.runtime.clock() >= deadline
+        ):
+            return Outcome.DEADLINE
+        if (state is State.COMPACTING or state is State.CALLING) and _usage_exceeded(
+            self.policy, ctx.rs.usage
+        ):
+            return Outcome.USAGE_EXCEEDED
+        if state is State.COMPACTING:
+            for condition in self.stop_conditions:
+                if condition(ctx.rs):
+                    return Outcome.STOP_CONDITION
+        return None
+
+    async def _drive(self, ctx: RunContext) -> AsyncIterator[Event]:
+        rs = ctx.rs
+        decide = self.machine.decide
+        limits = self.limits
+        listening = ctx.listening
+        wall = self.policy.max_wall_clock_s
+        deadline = ctx.deadline = None if wall is None else self.runtime.clock() + wall
+        timer = None
+        if wall is not None:
+            timer = asyncio.get_running_loop().call_later(
+                wall, ctx.request_interrupt, Outcome.DEADLINE
+            )
+        hooks = self.hooks
+        on_transition = hooks.on_transition
+        durable = ctx.durable
+        try:
+            if hooks.before_run:
+                await _notify(ctx, hooks.before_run, run_state=rs)
+                for event in ctx.take_events():
+                    yield event
+            while True:
+                state = rs.state
+                if state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None):
+                    return
+                outcome = self._interrupt(ctx, state, deadline)
+                if outcome is None:
+                    ctx.outcome = None
+                    async for event in HANDLERS[state](ctx):
+                        yield event
+                    outcome = ctx.outcome
+                    assert outcome is not None, f"the {state.value} handler reported no outcome"
+                    if ctx.interrupt is Outcome.CANCEL:
+                        outcome = Outcome.CANCEL  # cancelled while the handler's events went out
+                move = decide(state, outcome, rs.counters, limits)
+                rs.counters = move.counters
+                rs.state = move.dest
+                rs.trace.append(move)
+                ctx.last_move = move
+                if move.stop is not None:
+                    rs.stop_reason = move.stop
+                dest = move.dest
+                if (dest is State.FINALIZING or dest is State.ABORTED) and rs.pending_tool_calls:
+                    ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
+                if dest is State.ABORTED and ctx.error is not None:
+                    rs.error = str(ctx.error)
+                if durable is not None:
+                    durable.moved(rs)  # the checkpoint, before anyone hears of the move
+                if on_transition:
+                    await _notify(ctx, on_transition, move=move, run_state=rs)
+                if listening:
+                    yield StateChangedEvent(
+                        run_id=rs.run_id,
+                        source=move.source,
+                        outcome=move.outcome,
+                        dest=dest,
+                        row=move.row,
+                        stop_reason=move.stop,
+                    )
+                if dest in TERMINAL or dest is State.SUSPENDED:
+                    result = self._result(ctx)
+                    if hooks.after_run:
+                        await _notify(ctx, hooks.after_run, result=result, run_state=rs)
+                if listening:
+                    for event in ctx.take_events():
+                        yield event
+                    if dest is State.DONE:
+                        assert rs.stop_reason is not None
+                        yield FinalEvent(
+                            run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason
+                        )
+                    elif dest is State.ABORTED:
+                        assert rs.stop_reason is not None
+                        yield AbortedEvent(
+                            run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error
+                        )
+                    elif dest is State.SUSPENDED:
+                        yield SuspendedEvent(
+                            run_id=rs.run_id,
+                            pending=tuple(r.call for r in rs.human_requests),
+                            questions={
+                                r.call.id: r.question
+                                for r in rs.human_requests
+                                if r.question is not None
+                            },
+                        )
+        except asyncio.CancelledError:
+            # The caller's task was cancelled: record the ending, then let the cancel go on.
+            if rs.state not in TERMINAL:
+                move = decide(rs.state, Outcome.CANCEL, rs.counters, limits)
+                rs.state = move.dest
+                rs.stop_reason = move.stop
+                rs.trace.append(move)
+                if rs.pending_tool_calls:
+                    ctx.close_pending_calls("the run was cancelled")
+                rs.error = "the task running the agent was cancelled"
+                if durable is not None:
+                    with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
+                        durable.interrupted(rs)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if durable is not None:
+                durable.close()
+
+    def _result(self, ctx: RunContext) -> RunResult:
+        rs = ctx.rs
+        assert rs.stop_reason is not None
+        result = RunResult(
+            run_id=rs.run_id,
+            output=rs.output,
+            stop_reason=rs.stop_reason,
+            state=rs.state,
+            usage=rs.usage,
+            messages=tuple(rs.messages),
+            trace=tuple(rs.trace),
+            counters=rs.counters,
+            model_calls=rs.model_calls,
+            tool_executions=rs.tool_executions,
+            error=ctx.error if rs.state is State.ABORTED else None,
+            pending=tuple(r.call for r in rs.human_requests),
+            run_state=rs,
+            resume_handle=ResumeHandle.of(rs) if rs.state is State.SUSPENDED else None,
+        )
+        ctx.handle.result = result
+        return result
+
+
+def _result_of(ctx: RunContext) -> RunResult:
+    result = ctx.handle.result
+    assert result is not None, "the driver records the result when the run rests"
+    return result
+
+
+async def _notify(ctx: RunContext, hooks: Any, **kwargs: object) -> None:
+    """Run observing hooks from the driver; an interrupt is taken before the next handler."""
+    with contextlib.suppress(Interrupted):
+        await ctx.effect(ctx.agent.hooks.notify(ctx, hooks, **kwargs))
+
+
+def _usage_exceeded(policy: Policy, usage: Usage) -> bool:
+    limits = policy.usage_limits
+    return (
+        (limits.max_requests is not None and usage.requests >= limits.max_requests)
+        or (limits.max_input_tokens is not None and usage.input_tokens >= limits.max_input_tokens)
+        or (
+            limits.max_output_tokens is not None and usage.output_tokens >= limits.max_output_tokens
+        )
+        or (limits.max_total_tokens is not None and usage.total_tokens >= limits.max_total_tokens)
+        or (limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd)
+    )

@@ -1,0 +1,313 @@
+"""Provider-neutral messages, content parts, tool calls and results, usage, finish reasons.
+
+A conversation is a list of :class:`Message`. Each message has a :class:`Role` and a tuple of
+parts. Providers map these to and from their wire formats; the kernel never sees a wire format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = [
+    "FinishReason",
+    "ImagePart",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "Part",
+    "ReasoningDelta",
+    "ReasoningPart",
+    "Role",
+    "StreamDelta",
+    "TextDelta",
+    "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolDefinition",
+    "ToolResult",
+    "Usage",
+    "parse_arguments",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Role(StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"  # instructions; at most one, first
+    USER = "user"  # the human, or feedback the kernel injects on their behalf
+    ASSISTANT = "assistant"  # the model
+    TOOL = "tool"  # a tool's result, linked to its call by id
+
+
+class FinishReason(StrEnum):
+    """Why the model stopped, normalised across providers."""
+
+    STOP = "stop"  # a complete answer
+    TOOL_CALLS = "tool_calls"  # the model wants tools run
+    LENGTH = "length"  # output or context limit hit
+    CONTENT_FILTER = "content_filter"  # the provider withheld content
+    ERROR = "error"  # the provider reports the generation failed
+    OTHER = "other"  # anything else; the raw reason is kept on the response
+
+
+class TextPart(_Frozen):
+    """Plain text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ReasoningPart(_Frozen):
+    """Model reasoning ("thinking"). ``signature`` and ``provider_data`` are kept verbatim so a
+    provider that needs them back (Anthropic signatures, Gemini thought signatures) gets them."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+    provider_data: dict[str, JsonValue] | None = None
+
+
+class ImagePart(_Frozen):
+    """An image, inline (base64 ``data``) or by ``url``."""
+
+    type: Literal["image"] = "image"
+    media_type: str = "image/png"
+    data: str | None = None
+    url: str | None = None
+
+
+class ToolCall(_Frozen):
+    """A call the model asked for.
+
+    ``arguments_json`` is the raw JSON text exactly as the model produced it; ``arguments`` is the
+    parsed object, or ``None`` when the text is not a JSON object (the tool's validation then sees
+    the raw text).
+    """
+
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments_json: str = "{}"
+    arguments: dict[str, JsonValue] | None = None
+    provider_data: dict[str, JsonValue] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        id: str,
+        name: str,
+        arguments: dict[str, JsonValue] | str,
+        provider_data: dict[str, JsonValue] | None = None,
+    ) -> ToolCall:
+        """Build a call from a dict or from raw JSON text (parsed when it is a JSON object)."""
+        if isinstance(arguments, str):
+            return cls(
+                id=id,
+                name=name,
+                arguments_json=arguments,
+                arguments=parse_arguments(arguments),
+                provider_data=provider_data,
+            )
+        return cls(
+            id=id,
+            name=name,
+            arguments_json=json.dumps(arguments, separators=(",", ":")),
+            arguments=arguments,
+            provider_data=provider_data,
+        )
+
+
+class ToolResult(_Frozen):
+    """A tool's answer to one call, linked by ``call_id``."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+Part: TypeAlias = Annotated[
+    TextPart | ReasoningPart | ImagePart | ToolCall | ToolResult, Field(discriminator="type")
+]
+
+
+def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
+    """Parse tool-call arguments: ``None`` unless ``raw`` is a JSON object; empty text is ``{}``."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Message(_Frozen):
+    """One message of a conversation."""
+
+    role: Role
+    parts: tuple[Part, ...]
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        """A system (instructions) message."""
+        return cls(role=Role.SYSTEM, parts=(TextPart(text=text),))
+
+    @classmethod
+    def user(cls, text: str, *images: ImagePart) -> Message:
+        """A user message with text and optional images."""
+        return cls(role=Role.USER, parts=(TextPart(text=text), *images))
+
+    @classmethod
+    def assistant(cls, text: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant message with text and tool calls."""
+        parts: tuple[Part, ...] = (TextPart(text=text),) if text else ()
+        return cls(role=Role.ASSISTANT, parts=(*parts, *tool_calls))
+
+    @classmethod
+    def tool(cls, result: ToolResult) -> Message:
+        """A tool-result message (one result per message)."""
+        return cls(role=Role.TOOL, parts=(result,))
+
+    @property
+    def text(self) -> str:
+        """The text parts joined with newlines."""
+        return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def reasoning(self) -> list[ReasoningPart]:
+        """The reasoning parts."""
+        return [p for p in self.parts if isinstance(p, ReasoningPart)]
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls, in the model's order."""
+        return [p for p in self.parts if isinstance(p, ToolCall)]
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        """The tool results."""
+        return [p for p in self.parts if isinstance(p, ToolResult)]
+
+
+class Usage(_Frozen):
+    """Token (and optional cost) usage of one or more model calls."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        # The validating constructor: for a small model it is faster than model_construct.
+        return Usage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )
+
+
+def _empty_object_schema() -> dict[str, JsonValue]:
+    return {"type": "object", "properties": {}}
+
+
+class ToolDefinition(_Frozen):
+    """What the model is told about a tool: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, JsonValue] = Field(default_factory=_empty_object_schema)
+    strict: bool | None = None
+
+
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
+"""``"auto"``, ``"none"``, ``"required"``, or the name of one tool the model must call."""
+
+
+class ModelRequest(_Frozen):
+    """Everything a model call needs, provider-neutral.
+
+    ``messages`` starts with the system message when there is one; providers that take
+    instructions separately (Anthropic ``system``, Gemini ``systemInstruction``) lift it out.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDefinition, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop_sequences: tuple[str, ...] = ()
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    reasoning_budget_tokens: int | None = None
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system message's text, when the first message is one."""
+        if self.messages and self.messages[0].role is Role.SYSTEM:
+            return self.messages[0].text
+        return None
+
+
+class ModelResponse(_Frozen):
+    """A complete model turn: the assistant message, why it ended, and what it cost."""
+
+    message: Message
+    finish_reason: FinishReason
+    raw_finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    response_id: str | None = None
+    model_name: str | None = None
+
+
+class TextDelta(_Frozen):
+    """A fragment of assistant text, while streaming."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ReasoningDelta(_Frozen):
+    """A fragment of reasoning, while streaming."""
+
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    text: str
+
+
+class ToolCallDelta(_Frozen):
+    """A fragment of a tool call, while streaming: the index of the call in the response, and
+    whatever of id, name and argument text arrived in this chunk."""
+
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_fragment: str = ""
+
+
+StreamDelta: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta

@@ -1,0 +1,44 @@
+"""The model protocol: what the kernel needs from any model, provider or test double."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from .messages import ModelRequest, ModelResponse, StreamDelta
+
+__all__ = ["Model", "StreamingModel"]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model.
+
+    ``complete`` returns one :class:`ModelResponse` or raises a
+    :class:`~fsm_agent.errors.ModelError`. ``name`` identifies the model in events and traces;
+    ``context_window`` (tokens, or ``None`` when unknown) sizes the compaction budget.
+    """
+
+    @property
+    def name(self) -> str:
+        """A short identifier such as ``"openai:gpt-4o-mini"``."""
+        ...
+
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens, or ``None`` when unknown."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Make one call and return the whole response."""
+        ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also stream: deltas as they arrive, then exactly one final
+    :class:`ModelResponse` as the last item. A stream that ends without one is an error."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Stream one call."""
+        ...

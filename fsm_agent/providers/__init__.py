@@ -1,0 +1,105 @@
+"""Model providers on httpx: OpenAI Chat Completions (and compatible servers), Anthropic
+Messages, and Gemini.
+
+Each provider implements :class:`fsm_agent.models.StreamingModel`, takes an optional
+``httpx.AsyncClient``, holds its API key as a secret, never retries on its own (the kernel owns
+the only retry layer) and raises the typed errors of :mod:`fsm_agent.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+from pydantic import SecretStr
+
+from ..errors import ConfigurationError
+from ._http import DEFAULT_MAX_RETRY_AFTER, Timeouts
+from ._retry_after import parse_retry_after
+from ._sse import ServerSentEvent, SSEDecoder
+from .anthropic import AnthropicModel
+from .gemini import GeminiModel
+from .openai import OpenAIChatModel
+
+__all__ = [
+    "DEFAULT_MAX_RETRY_AFTER",
+    "AnthropicModel",
+    "GeminiModel",
+    "OpenAIChatModel",
+    "ProviderModel",
+    "SSEDecoder",
+    "ServerSentEvent",
+    "Timeouts",
+    "infer_model",
+    "parse_retry_after",
+]
+
+ProviderModel = OpenAIChatModel | AnthropicModel | GeminiModel
+"""Any of the built-in provider models."""
+
+_PREFIXES = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "claude": "anthropic",
+    "gemini": "gemini",
+    "google": "gemini",
+    "google-gla": "gemini",
+}
+
+
+def infer_model(
+    spec: str,
+    *,
+    api_key: str | SecretStr | None = None,
+    base_url: str | None = None,
+    client: httpx.AsyncClient | None = None,
+    timeouts: Timeouts | None = None,
+    context_window: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ProviderModel:
+    """Build a provider model from ``"<provider>:<model>"``.
+
+    Providers: ``openai`` (also any OpenAI-compatible server, with ``base_url``), ``anthropic``
+    (alias ``claude``), ``gemini`` (aliases ``google``, ``google-gla``). Keys and base URLs not
+    given come from the provider's environment variables.
+
+    >>> infer_model("openai:gpt-4o-mini", api_key="sk-test").name
+    'openai:gpt-4o-mini'
+    """
+    prefix, colon, model = spec.partition(":")
+    provider = _PREFIXES.get(prefix.strip().lower())
+    if not colon or provider is None or not model.strip():
+        known = ", ".join(sorted(_PREFIXES))
+        raise ConfigurationError(
+            f"cannot infer a model from {spec!r}: use '<provider>:<model>' with one of {known}"
+        )
+    model = model.strip()
+    if provider == "openai":
+        return OpenAIChatModel(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            timeouts=timeouts,
+            context_window=context_window,
+            env=env,
+        )
+    if provider == "anthropic":
+        return AnthropicModel(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            timeouts=timeouts,
+            context_window=context_window,
+            env=env,
+        )
+    return GeminiModel(
+        model,
+        api_key=api_key,
+        base_url=base_url,
+        client=client,
+        timeouts=timeouts,
+        context_window=context_window,
+        env=env,
+    )

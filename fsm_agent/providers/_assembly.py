@@ -1,0 +1,174 @@
+"""Provider-neutral assembly: reading wire JSON safely, finishing tool calls, and reconciling the
+normalised finish reason with what was actually assembled."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+
+from pydantic import JsonValue
+
+from ..errors import MalformedResponseError
+from ..messages import (
+    FinishReason,
+    Message,
+    ModelResponse,
+    Part,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    Usage,
+    parse_arguments,
+)
+
+__all__ = [
+    "JSONObject",
+    "as_int",
+    "as_list",
+    "as_obj",
+    "as_str",
+    "build_response",
+    "canonical_json",
+    "decode_json",
+    "finish_tool_call",
+    "new_call_id",
+    "object_arguments",
+    "reconcile",
+]
+
+JSONObject = dict[str, object]
+"""A decoded JSON object whose values are checked where they are read."""
+
+
+def as_obj(value: object) -> JSONObject:
+    """``value`` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[object]:
+    """``value`` if it is a JSON array, else an empty list."""
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: object) -> str | None:
+    """``value`` if it is a string, else ``None``."""
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: object) -> int | None:
+    """``value`` if it is an integer (not a bool), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def decode_json(data: str, provider: str) -> object:
+    """Decode one event's JSON, turning a decode failure into a retryable typed error."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise MalformedResponseError(
+            f"{provider}: a stream event is not valid JSON", body=data[:2000], provider=provider
+        ) from None
+
+
+def canonical_json(value: object) -> str:
+    """Compact JSON text, as sent on the wire for arguments given as objects."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_call_id(prefix: str = "call") -> str:
+    """A fresh tool-call id for providers that do not send one."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def finish_tool_call(
+    call_id: str | None,
+    name: str,
+    arguments: str,
+    provider_data: dict[str, JsonValue] | None = None,
+) -> ToolCall:
+    """A closed tool call: empty arguments become ``{}``; invalid JSON keeps the raw text and
+    ``arguments=None`` so the call is answered with a validation error, never run blindly."""
+    raw = arguments if arguments.strip() else "{}"
+    return ToolCall(
+        id=call_id or new_call_id(),
+        name=name,
+        arguments_json=raw,
+        arguments=parse_arguments(raw),
+        provider_data=provider_data,
+    )
+
+
+def object_arguments(call: ToolCall) -> dict[str, JsonValue]:
+    """The arguments to replay to a backend that requires an object: the parsed object, or a
+    ``{"_raw": text}`` placeholder when the model's text was not a JSON object."""
+    if call.arguments is not None:
+        return call.arguments
+    return {"_raw": call.arguments_json}
+
+
+def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason, list[Part]]:
+    """Reconcile a normalised finish reason with the assembled parts.
+
+    Tool calls survive only in a ``tool_calls`` turn: calls present with ``stop`` or ``other``
+    make it ``tool_calls``; ``tool_calls`` with none is ``error``; with ``length``,
+    ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
+    dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
+    """
+    calls = [p for p in parts if isinstance(p, ToolCall)]
+    if calls and reason in (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS):
+        return FinishReason.TOOL_CALLS, list(parts)
+    if calls:
+        return reason, [p for p in parts if not isinstance(p, ToolCall)]
+    if reason is FinishReason.TOOL_CALLS:
+        return FinishReason.ERROR, list(parts)
+    if reason is FinishReason.STOP and not any(isinstance(p, TextPart) and p.text for p in parts):
+        return FinishReason.OTHER, list(parts)
+    return reason, list(parts)
+
+
+def build_response(
+    parts: Sequence[Part],
+    reason: FinishReason,
+    raw_reason: str | None,
+    usage: Usage,
+    response_id: str | None,
+    model_name: str | None,
+) -> ModelResponse:
+    """Reconcile and wrap the assembled parts into the final response."""
+    final_reason, kept = reconcile(reason, parts)
+    merged = _merge_text(kept)
+    return ModelResponse(
+        message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
+        finish_reason=final_reason,
+        raw_finish_reason=raw_reason,
+        usage=usage,
+        response_id=response_id,
+        model_name=model_name,
+    )
+
+
+def _merge_text(parts: Sequence[Part]) -> list[Part]:
+    """Join adjacent text parts and adjacent unsigned reasoning parts (stream fragments)."""
+    merged: list[Part] = []
+    for part in parts:
+        last = merged[-1] if merged else None
+        if isinstance(part, TextPart) and isinstance(last, TextPart):
+            merged[-1] = TextPart(text=last.text + part.text)
+        elif (
+            isinstance(part, ReasoningPart)
+            and isinstance(last, ReasoningPart)
+            and last.signature is None
+            and not last.redacted
+            and not part.redacted
+            and last.provider_data == part.provider_data
+        ):
+            merged[-1] = ReasoningPart(
+                text=last.text + part.text,
+                signature=part.signature,
+                provider_data=part.provider_data,
+            )
+        elif not (isinstance(part, TextPart) and not part.text):
+            merged.append(part)
+    return merged

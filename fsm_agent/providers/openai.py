@@ -1,0 +1,524 @@
+"""OpenAI Chat Completions, and every server that speaks it (vLLM, Ollama, llama.cpp, OpenRouter).
+
+Compatible servers bend the format in known ways; each bend is handled where the chunk is read
+and listed in ``docs/providers.md``: chunks with ``choices: null`` or ``delta: null``, tool-call
+deltas without ``index``, ids and names repeated on every fragment, two calls sharing one index
+with different ids, arguments sent as a JSON object, error objects inside a 200 stream, reasoning
+in ``reasoning_content`` or ``reasoning``, and non-standard finish reasons.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Literal
+
+import httpx
+from pydantic import JsonValue, SecretStr
+
+from ..errors import ConfigurationError, MalformedResponseError, ProviderServerError
+from ..messages import (
+    FinishReason,
+    ImagePart,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    ReasoningDelta,
+    ReasoningPart,
+    Role,
+    StreamDelta,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolResult,
+    Usage,
+)
+from ._assembly import (
+    JSONObject,
+    as_int,
+    as_list,
+    as_obj,
+    as_str,
+    build_response,
+    canonical_json,
+    decode_json,
+    finish_tool_call,
+    object_arguments,
+)
+from ._http import (
+    DEFAULT_MAX_RETRY_AFTER,
+    Call,
+    ClientHolder,
+    ErrorInfo,
+    Timeouts,
+    classify_error,
+    open_stream,
+    post_json,
+    resolve_api_key,
+)
+from ._sse import SSEDecoder
+
+__all__ = ["OpenAIChatModel", "openai_finish_reason"]
+
+_PROVIDER = "openai"
+_OFFICIAL_HOST = "api.openai.com"
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": FinishReason.STOP,
+    "eos_token": FinishReason.STOP,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+    "sensitive": FinishReason.CONTENT_FILTER,
+}
+# Servers that report a failed generation with HTTP 200 and one of these: nothing is committed,
+# so the attempt is a retryable server error rather than a finished turn.
+_FAILED = frozenset({"abort", "error", "network_error", "cancelled", "capacity"})
+# Placeholders some servers put where "not finished yet" belongs.
+_NOT_FINISHED = frozenset({"", "null"})
+
+
+def openai_finish_reason(raw: str) -> FinishReason:
+    """Normalise a Chat Completions ``finish_reason``; unknown values are ``other``."""
+    return _FINISH.get(raw, FinishReason.OTHER)
+
+
+def _error_info(payload: object) -> ErrorInfo:
+    error = as_obj(as_obj(payload).get("error"))
+    if not error and isinstance(as_obj(payload).get("error"), str):
+        return ErrorInfo(message=as_str(as_obj(payload)["error"]))
+    code = error.get("code")
+    kind = as_str(error.get("type"))
+    if isinstance(code, str) and code in ("context_length_exceeded", "insufficient_quota"):
+        kind = code
+    return ErrorInfo(message=as_str(error.get("message")), kind=kind, code=as_int(code))
+
+
+def _usage(value: object) -> Usage | None:
+    usage = as_obj(value)
+    if not usage:
+        return None
+    prompt = as_obj(usage.get("prompt_tokens_details"))
+    completion = as_obj(usage.get("completion_tokens_details"))
+    return Usage(
+        requests=1,
+        input_tokens=as_int(usage.get("prompt_tokens")) or 0,
+        output_tokens=as_int(usage.get("completion_tokens")) or 0,
+        cache_read_tokens=as_int(prompt.get("cached_tokens")) or 0,
+        reasoning_tokens=as_int(completion.get("reasoning_tokens")) or 0,
+    )
+
+
+def _image_url(image: ImagePart) -> str:
+    return image.url or f"data:{image.media_type};base64,{image.data or ''}"
+
+
+def _user_content(message: Message) -> str | list[JSONObject]:
+    if all(isinstance(p, TextPart) for p in message.parts):
+        return message.text
+    content: list[JSONObject] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append({"type": "image_url", "image_url": {"url": _image_url(part)}})
+    return content
+
+
+def _wire_call(call: ToolCall) -> JSONObject:
+    arguments = call.arguments_json if call.arguments is not None else None
+    wire: JSONObject = {
+        "id": call.id,
+        "type": "function",
+        "function": {
+            "name": call.name,
+            "arguments": arguments or canonical_json(object_arguments(call)),
+        },
+    }
+    extra = (call.provider_data or {}).get("extra_content")
+    if extra is not None:
+        wire["extra_content"] = extra
+    return wire
+
+
+def _wire_messages(request: ModelRequest, system_role: str) -> list[JSONObject]:
+    wire: list[JSONObject] = []
+    for message in request.messages:
+        if message.role is Role.SYSTEM:
+            wire.append({"role": system_role, "content": message.text})
+        elif message.role is Role.USER:
+            wire.append({"role": "user", "content": _user_content(message)})
+        elif message.role is Role.ASSISTANT:
+            entry: JSONObject = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [_wire_call(c) for c in message.tool_calls]
+            wire.append(entry)
+        else:
+            for result in message.parts:
+                if isinstance(result, ToolResult):
+                    wire.append(
+                        {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+                    )
+    return wire
+
+
+class _Slot:
+    """One tool call being assembled from stream fragments."""
+
+    __slots__ = ("arguments", "call_id", "extra", "name", "ordinal")
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self.call_id: str | None = None
+        self.name = ""
+        self.arguments: list[str] = []
+        self.extra: JsonValue = None
+
+    def close(self) -> ToolCall:
+        data: dict[str, JsonValue] | None = (
+            {"extra_content": self.extra} if self.extra is not None else None
+        )
+        return finish_tool_call(self.call_id, self.name, "".join(self.arguments), data)
+
+
+class _StreamAssembler:
+    """Folds ``chat.completion.chunk`` objects into deltas and, at the end, one response."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.response_id: str | None = None
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.refused = False
+        self.slots: list[_Slot] = []
+        self.by_index: dict[int, _Slot] = {}
+        self.by_id: dict[str, _Slot] = {}
+        self.raw_finish: str | None = None
+        self.usage: Usage | None = None
+
+    def feed(self, chunk: JSONObject) -> list[StreamDelta]:
+        if self.response_id is None:
+            self.response_id = as_str(chunk.get("id"))
+        usage = _usage(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        deltas: list[StreamDelta] = []
+        for choice_value in as_list(chunk.get("choices")):
+            choice = as_obj(choice_value)
+            if as_int(choice.get("index")) not in (0, None):
+                continue
+            delta = as_obj(choice.get("delta"))
+            content = as_str(delta.get("content"))
+            if content:
+                self.text.append(content)
+                deltas.append(TextDelta(text=content))
+            refusal = as_str(delta.get("refusal"))
+            if refusal:
+                self.refused = True
+                self.text.append(refusal)
+                deltas.append(TextDelta(text=refusal))
+            thought = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
+            if thought:
+                self.reasoning.append(thought)
+                deltas.append(ReasoningDelta(text=thought))
+            for call in as_list(delta.get("tool_calls")):
+                deltas.append(self._tool_fragment(as_obj(call)))
+            finish = as_str(choice.get("finish_reason"))
+            if finish is not None and finish not in _NOT_FINISHED:
+                self.raw_finish = finish
+        return deltas
+
+    def _slot_for(self, index: int | None, call_id: str | None) -> _Slot:
+        if index is not None:
+            slot = self.by_index.get(index)
+            if slot is None or (call_id and slot.call_id and call_id != slot.call_id):
+                slot = self._open()
+                self.by_index[index] = slot
+            return slot
+        if call_id:
+            return self.by_id.get(call_id) or self._open()
+        if len(self.slots) == 1:
+            return self.slots[0]
+        if not self.slots:
+            return self._open()
+        raise MalformedResponseError(
+            f"{_PROVIDER}: a tool-call fragment has neither index nor id and "
+            f"{len(self.slots)} calls are open",
+            provider=_PROVIDER,
+        )
+
+    def _open(self) -> _Slot:
+        slot = _Slot(len(self.slots))
+        self.slots.append(slot)
+        return slot
+
+    def _tool_fragment(self, fragment: JSONObject) -> ToolCallDelta:
+        call_id = as_str(fragment.get("id")) or None
+        slot = self._slot_for(as_int(fragment.get("index")), call_id)
+        new_id = None
+        if call_id and slot.call_id is None:
+            slot.call_id = new_id = call_id
+            self.by_id[call_id] = slot
+        function = as_obj(fragment.get("function"))
+        name = as_str(function.get("name"))
+        new_name = None
+        if name and not slot.name:
+            slot.name = new_name = name
+        arguments = function.get("arguments")
+        piece = ""
+        if isinstance(arguments, str):
+            piece = arguments
+            slot.arguments.append(piece)
+        elif isinstance(arguments, dict):
+            piece = canonical_json(arguments)
+            slot.arguments = [piece]
+        extra = fragment.get("extra_content")
+        if isinstance(extra, dict):
+            slot.extra = _json_value(extra)
+        return ToolCallDelta(index=slot.ordinal, id=new_id, name=new_name, arguments_fragment=piece)
+
+    def response(self) -> ModelResponse:
+        raw = self.raw_finish
+        if raw is None:
+            raise MalformedResponseError(
+                f"{_PROVIDER}: the stream ended without a finish_reason (truncated)",
+                provider=_PROVIDER,
+            )
+        _fail_if_aborted(raw)
+        parts: list[Part] = []
+        if self.reasoning:
+            parts.append(
+                ReasoningPart(text="".join(self.reasoning), provider_data={"provider": _PROVIDER})
+            )
+        parts.append(TextPart(text="".join(self.text)))
+        parts.extend(slot.close() for slot in self.slots)
+        reason = FinishReason.CONTENT_FILTER if self.refused else openai_finish_reason(raw)
+        return build_response(
+            parts, reason, raw, self.usage or Usage(requests=1), self.response_id, self.model
+        )
+
+
+def _json_value(value: object) -> JsonValue:
+    """Round-trip a decoded JSON value into pydantic's JsonValue type."""
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _fail_if_aborted(raw: str) -> None:
+    if raw in _FAILED:
+        raise ProviderServerError(
+            f"{_PROVIDER}: the server ended the generation with finish_reason {raw!r}",
+            provider=_PROVIDER,
+        )
+
+
+class OpenAIChatModel:
+    """A Chat Completions model on OpenAI or any OpenAI-compatible server.
+
+    ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL`` (else the
+    OpenAI endpoint). A local server without auth needs no key. Instructions go out as a
+    ``developer`` message on the OpenAI endpoint and as ``system`` elsewhere (``system_role``
+    overrides); the output limit is ``max_completion_tokens`` on OpenAI and ``max_tokens``
+    elsewhere (``max_tokens_field`` overrides). Pass ``client`` to share an ``httpx.AsyncClient``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | SecretStr | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeouts: Timeouts | None = None,
+        context_window: int | None = None,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        system_role: Literal["system", "developer"] | None = None,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if env is None else env
+        if not model:
+            raise ConfigurationError("OpenAIChatModel needs a model name")
+        self._model = model
+        self._api_key = resolve_api_key(api_key, environ, "OPENAI_API_KEY")
+        url = base_url or environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self._base_url = url.rstrip("/")
+        official = httpx.URL(self._base_url).host == _OFFICIAL_HOST
+        self._system_role = system_role or ("developer" if official else "system")
+        self._max_tokens_field = max_tokens_field or (
+            "max_completion_tokens" if official else "max_tokens"
+        )
+        self._timeouts = timeouts or Timeouts()
+        self._clients = ClientHolder(client, self._timeouts)
+        self._context_window = context_window
+        self._max_retry_after = max_retry_after
+        self._extra_headers = dict(extra_headers or {})
+
+    @property
+    def name(self) -> str:
+        """``"openai:<model>"``."""
+        return f"{_PROVIDER}:{self._model}"
+
+    @property
+    def context_window(self) -> int | None:
+        """The context window given at construction, or ``None``."""
+        return self._context_window
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self._model!r}, base_url={self._base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model created (a client passed in stays open)."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _call(self) -> Call:
+        headers = {"content-type": "application/json", **self._extra_headers}
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        return Call(
+            client=self._clients.get(),
+            url=f"{self._base_url}/chat/completions",
+            headers=headers,
+            provider=_PROVIDER,
+            parse_error=_error_info,
+            timeouts=self._timeouts,
+            max_retry_after=self._max_retry_after,
+            secret=self._api_key,
+        )
+
+    def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
+        """The Chat Completions JSON body for ``request``."""
+        body: JSONObject = {
+            "model": self._model,
+            "messages": _wire_messages(request, self._system_role),
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                        **({"strict": t.strict} if t.strict is not None else {}),
+                    },
+                }
+                for t in request.tools
+            ]
+            if request.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.tool_choice is not None:
+            choice = request.tool_choice
+            body["tool_choice"] = (
+                choice
+                if choice in ("auto", "none", "required")
+                else {"type": "function", "function": {"name": choice}}
+            )
+        if request.max_tokens is not None:
+            body[self._max_tokens_field] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.stop_sequences:
+            body["stop"] = list(request.stop_sequences)
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One non-streaming call."""
+        call = self._call()
+        payload = as_obj(await post_json(call, self.build_body(request, stream=False)))
+        if payload.get("error"):
+            raise classify_error(provider=_PROVIDER, status=None, info=_error_info(payload))
+        choices = as_list(payload.get("choices"))
+        if not choices:
+            raise MalformedResponseError(f"{_PROVIDER}: the response has no choices")
+        choice = as_obj(choices[0])
+        message = as_obj(choice.get("message"))
+        raw = as_str(choice.get("finish_reason"))
+        raw = None if raw in _NOT_FINISHED else raw
+        if raw is not None:
+            _fail_if_aborted(raw)
+        parts: list[Part] = []
+        thought = as_str(message.get("reasoning_content")) or as_str(message.get("reasoning"))
+        if thought:
+            parts.append(ReasoningPart(text=thought, provider_data={"provider": _PROVIDER}))
+        refusal = as_str(message.get("refusal"))
+        parts.append(TextPart(text=(as_str(message.get("content")) or "") + (refusal or "")))
+        for value in as_list(message.get("tool_calls")):
+            wire = as_obj(value)
+            function = as_obj(wire.get("function"))
+            arguments = function.get("arguments")
+            extra = wire.get("extra_content")
+            parts.append(
+                finish_tool_call(
+                    as_str(wire.get("id")),
+                    as_str(function.get("name")) or "",
+                    arguments if isinstance(arguments, str) else canonical_json(arguments or {}),
+                    {"extra_content": _json_value(extra)} if isinstance(extra, dict) else None,
+                )
+            )
+        reason = (
+            FinishReason.CONTENT_FILTER
+            if refusal
+            else openai_finish_reason(raw)
+            if raw is not None
+            else FinishReason.OTHER
+        )
+        return build_response(
+            parts,
+            reason,
+            raw,
+            _usage(payload.get("usage")) or Usage(requests=1),
+            as_str(payload.get("id")),
+            as_str(payload.get("model")) or self._model,
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Stream one call: deltas as they arrive, then the final response.
+
+        The response is yielded only after ``[DONE]`` (or a clean end right after the
+        finish_reason); an earlier end raises a retryable :class:`MalformedResponseError`.
+        """
+        call = self._call()
+        assembler = _StreamAssembler(self._model)
+        decoder = SSEDecoder()
+        async with open_stream(call, self.build_body(request, stream=True)) as response:
+            done = False
+            async for chunk in response.aiter_bytes():
+                for event in decoder.feed(chunk):
+                    if event.data == "[DONE]":
+                        done = True
+                        break
+                    payload = as_obj(decode_json(event.data, _PROVIDER))
+                    if payload.get("error"):
+                        raise classify_error(
+                            provider=_PROVIDER,
+                            status=None,
+                            info=_error_info(payload),
+                            body=event.data,
+                            secret=self._api_key,
+                        )
+                    for delta in assembler.feed(payload):
+                        yield delta
+                if done:
+                    break
+        yield assembler.response()

@@ -1,0 +1,535 @@
+"""Record a run, and replay it deterministically with no network: how an incident becomes a test.
+
+A *recording* is a JSONL file: one header line (``"type": "recording"``: the run id, the model's
+name, the system prompt, the input, the policy and the tool definitions), then every event of
+the run, one per line, exactly as ``run_stream`` yielded them. The events already carry every
+model request and response and every tool call and result, so the recording is a superset of
+the event trace that ``fsm-agent demo --record`` used to write, and ``fsm-agent diagram --trace``
+reads both.
+
+:func:`replay` re-runs a recording: a :class:`ReplayModel` answers each model call with the
+recorded response (or raises the recorded error), :class:`ReplayedTool` s return the recorded
+results, a replayed verifier gives the recorded verdicts, and the clock is virtual. The
+replayed events are compared with the recorded ones (text deltas, durations and backoff delays
+aside); the first difference is the :class:`Divergence`. Replay a recording with another
+``policy`` or real ``tools`` to see exactly where a change alters the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from ._durable import RecordedToolError
+from .diagrams import TraceError
+from .errors import ContextWindowExceededError, ModelError
+from .events import (
+    AbortedEvent,
+    Event,
+    FinalEvent,
+    ModelRequestEvent,
+    ModelResponseEvent,
+    ReasoningDeltaEvent,
+    RetryingEvent,
+    StateChangedEvent,
+    SuspendedEvent,
+    TextDeltaEvent,
+    ToolCallDeltaEvent,
+    ToolResultEvent,
+    UsageEvent,
+    VerificationFailedEvent,
+    event_adapter,
+)
+from .handlers import Verdict
+from .messages import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+)
+from .policy import Policy
+from .table import Outcome, State
+from .testing import VirtualClock
+from .tools import Tool, ToolContext, ToolExecution
+
+if TYPE_CHECKING:
+    from .kernel import Agent, RunResult
+
+__all__ = [
+    "Divergence",
+    "Recorder",
+    "Recording",
+    "RecordingHeader",
+    "ReplayModel",
+    "ReplayReport",
+    "ReplayedTool",
+    "compare",
+    "is_recording",
+    "read_recording",
+    "record",
+    "replay",
+    "replay_stream",
+    "replayed_tools",
+]
+
+FORMAT = 1
+"""The recording format this version writes and reads."""
+
+_IGNORED_TYPES = frozenset(
+    {TextDeltaEvent.model_fields["type"].default, ReasoningDeltaEvent.model_fields["type"].default}
+    | {ToolCallDeltaEvent.model_fields["type"].default}
+)
+_IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
+
+
+class RecordingHeader(BaseModel):
+    """The first line of a recording: what is needed to run the same agent again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["recording"] = "recording"
+    format: int = FORMAT
+    run_id: str
+    model: str
+    system_prompt: str | None
+    input: Message
+    history: list[Message] = []
+    policy: Policy
+    tools: list[ToolDefinition]
+    verifier: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A recording read back: its header, its events and the file line of each event."""
+
+    header: RecordingHeader
+    events: tuple[Event, ...]
+    lines: tuple[int, ...]
+
+
+class Recorder:
+    """Writes a recording of one run: the header when opened, then each event given to
+    :meth:`write`. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        agent: Agent[Any],
+        prompt: str | Message,
+        *,
+        history: Sequence[Message] = (),
+        run_id: str | None = None,
+    ) -> None:
+        header = RecordingHeader(
+            run_id=run_id or "",
+            model=str(getattr(agent.model, "name", type(agent.model).__name__)),
+            system_prompt=agent.system_prompt,
+            input=Message.user(prompt) if isinstance(prompt, str) else prompt,
+            history=list(history),
+            policy=agent.policy,
+            tools=list(agent.tool_definitions),
+            verifier=agent.verifier is not None,
+        )
+        self.path = os.fspath(path)
+        self._header = header
+        self._file: TextIO = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 closed in close()
+        self._started = False
+
+    def write(self, event: Event) -> None:
+        """Append one event (the header goes first, with the run id of the first event)."""
+        if not self._started:
+            header = self._header.model_copy(update={"run_id": event.run_id})
+            self._file.write(header.model_dump_json() + "\n")
+            self._started = True
+        self._file.write(event_adapter.dump_json(event).decode() + "\n")
+
+    def close(self) -> None:
+        """Finish the file."""
+        self._file.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+async def record(
+    agent: Agent[Any],
+    prompt: str | Message,
+    path: str | os.PathLike[str],
+    *,
+    history: Sequence[Message] = (),
+) -> RunResult:
+    """Run ``agent`` on ``prompt``, writing the recording to ``path``; returns the result."""
+    from .kernel import RunHandle
+
+    handle = RunHandle()
+    with Recorder(path, agent, prompt, history=history) as recorder:
+        async for event in agent.run_stream(prompt, history=history, handle=handle):
+            recorder.write(event)
+    assert handle.result is not None
+    return handle.result
+
+
+def read_recording(path: str | os.PathLike[str]) -> Recording:
+    """Read a recording; raises ``OSError`` when the file cannot be read and
+    :class:`~fsm_agent.diagrams.TraceError` when it is not a recording."""
+    header: RecordingHeader | None = None
+    events: list[Event] = []
+    lines: list[int] = []
+    with open(path, encoding="utf-8") as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            try:
+                if header is None:
+                    header = RecordingHeader.model_validate_json(line)
+                    if header.format > FORMAT:
+                        raise TraceError(
+                            f"{path}: recording format {header.format} is newer than this "
+                            f"fsm_agent reads ({FORMAT}); upgrade fsm_agent"
+                        )
+                    continue
+                events.append(event_adapter.validate_json(line))
+                lines.append(number)
+            except ValidationError as exc:
+                what = "a recording header" if header is None else "an fsm_agent event"
+                problem = exc.errors(include_url=False)[0]["msg"]
+                raise TraceError(f"{path}:{number}: not {what} ({problem})") from None
+    if header is None:
+        raise TraceError(f"{path}: the file is empty, not a recording")
+    return Recording(header, tuple(events), tuple(lines))
+
+
+def is_recording(path: str | os.PathLike[str]) -> bool:
+    """Whether the file starts with a recording header (else it may be a plain event trace)."""
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            if line.strip():
+                try:
+                    return bool(json.loads(line).get("type") == "recording")
+                except (ValueError, AttributeError):
+                    return False
+    return False
+
+
+# --- the doubles that replay a recording ----------------------------------------------------------
+
+
+class ReplayModel:
+    """A model that answers each call with the recording's next response, or raises the error
+    the recorded call ended with. Past the last recorded call it raises a non-retryable
+    :class:`~fsm_agent.ModelError` (the replay has diverged)."""
+
+    def __init__(self, recording: Recording) -> None:
+        self._name = recording.header.model
+        self.calls: deque[ModelResponse | ModelError] = deque(_model_outcomes(recording.events))
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        """The recorded model's name."""
+        return self._name
+
+    @property
+    def context_window(self) -> int | None:
+        """Unknown: the recording does not say."""
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The next recorded outcome."""
+        await asyncio.sleep(0)
+        self.requests.append(request)
+        if not self.calls:
+            raise ModelError("the recording has no more model calls", retryable=False)
+        outcome = self.calls.popleft()
+        if isinstance(outcome, ModelError):
+            raise outcome
+        return outcome
+
+
+def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]:
+    """The outcome of each recorded model call, in order."""
+    outcomes: list[ModelResponse | ModelError] = []
+    final_output = next((e.output for e in events if isinstance(e, FinalEvent)), "")
+    for index, event in enumerate(events):
+        if not isinstance(event, ModelRequestEvent):
+            continue
+        summary = event.request.tool_choice == "none" and not event.request.tools
+        error_text = "the recorded model call failed"
+        outcome: ModelResponse | ModelError | None = None
+        for later in events[index + 1 :]:
+            if isinstance(later, ModelRequestEvent):
+                break
+            if isinstance(later, ModelResponseEvent):
+                outcome = later.response
+                break
+            if isinstance(later, UsageEvent) and summary:  # the tools-off summary call
+                message = Message.assistant(final_output)
+                outcome = ModelResponse(
+                    message=message, finish_reason=FinishReason.STOP, usage=later.call
+                )
+                break
+            if isinstance(later, RetryingEvent | AbortedEvent) and later.error:
+                error_text = later.error
+            elif isinstance(later, StateChangedEvent) and later.source is State.CALLING:
+                if later.outcome is Outcome.LENGTH:
+                    outcome = ContextWindowExceededError(error_text)
+                elif later.outcome is Outcome.FATAL_ERROR:
+                    outcome = ModelError(error_text, retryable=False)
+                if outcome is not None:
+                    break
+        outcomes.append(outcome or ModelError(error_text, retryable=True))
+    return outcomes
+
+
+def _raw(arguments: str) -> str:
+    """Replayed: returns the recorded result."""
+    return arguments
+
+
+class ReplayedTool(Tool):
+    """A tool that returns the recorded results of its calls (by call id, in order) instead of
+    running; its definition is the recorded one, so model requests match."""
+
+    def __init__(
+        self, definition: ToolDefinition, results: dict[str, deque[ToolExecution]]
+    ) -> None:
+        super().__init__(_raw, name=definition.name, raw_arguments=True, idempotent=True)
+        self.definition = definition
+        self.description = definition.description
+        self._results = results
+
+    async def execute(
+        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
+    ) -> ToolExecution:
+        """The recorded outcome of ``call``."""
+        await asyncio.sleep(0)
+        queue = self._results.get(call.id)
+        if not queue:
+            content = f"Error: the recording has no result for call {call.id!r} of '{call.name}'"
+            return ToolExecution(
+                ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+            )
+        return queue.popleft()
+
+
+def replayed_tools(recording: Recording) -> list[Tool]:
+    """A :class:`ReplayedTool` for each tool the recorded agent offered."""
+    events = recording.events
+    results: dict[str, deque[ToolExecution]] = {}
+    for index, event in enumerate(events):
+        if not isinstance(event, ToolResultEvent):
+            continue
+        done = False
+        for later in events[index + 1 :]:
+            if isinstance(later, ToolResultEvent):
+                break
+            if isinstance(later, StateChangedEvent):
+                done = later.source is State.DISPATCHING and later.outcome is Outcome.DONE_TOOL
+                break
+        result = ToolResult(
+            call_id=event.call_id,
+            name=event.tool_name,
+            content=event.content,
+            is_error=event.is_error,
+        )
+        final = event.content if done and event.content != "Task complete." else None
+        execution = ToolExecution(
+            result,
+            done=done,
+            final_message=final,
+            error=RecordedToolError(event.content) if event.is_error else None,
+        )
+        results.setdefault(event.call_id, deque()).append(execution)
+    for event in events:
+        if isinstance(event, SuspendedEvent):
+            for call in event.pending:
+                question = event.questions.get(call.id)
+                if question is not None:
+                    placeholder = ToolResult(call_id=call.id, name=call.name, content="")
+                    results.setdefault(call.id, deque()).append(
+                        ToolExecution(placeholder, question=question)
+                    )
+    return [ReplayedTool(definition, results) for definition in recording.header.tools]
+
+
+def _verdicts(events: Sequence[Event]) -> deque[Verdict]:
+    verdicts: deque[Verdict] = deque()
+    feedback = "The answer was not accepted."
+    for event in events:
+        if isinstance(event, VerificationFailedEvent):
+            feedback = event.feedback
+        elif isinstance(event, StateChangedEvent) and event.source is State.VERIFYING:
+            if event.outcome is Outcome.VERIFIED:
+                verdicts.append(Verdict.accept())
+            elif event.outcome is Outcome.REJECTED:
+                verdicts.append(Verdict.reject(feedback))
+    return verdicts
+
+
+# --- replay and comparison ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a replay first differs from its recording: the event number (from 1, deltas
+    aside), the recording's line, both events (``None`` past an end) and what differs."""
+
+    index: int
+    line: int | None
+    recorded: Event | None
+    replayed: Event | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"event {self.index}" + (f" (line {self.line})" if self.line else "")
+        return f"diverged at {where}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """The outcome of a replay: the replayed events and the first divergence, if any."""
+
+    recording: Recording
+    events: tuple[Event, ...]
+    divergence: Divergence | None
+
+    @property
+    def ok(self) -> bool:
+        """The replay produced the recorded run."""
+        return self.divergence is None
+
+
+def _agent(
+    recording: Recording, policy: Policy | None, tools: Sequence[Tool] | None
+) -> Agent[None]:
+    from .kernel import Agent, Runtime
+
+    header = recording.header
+    clock = VirtualClock()
+    verdicts = _verdicts(recording.events)
+
+    def verifier(**_: object) -> Verdict:
+        return verdicts.popleft() if verdicts else Verdict.accept()
+
+    run_id = header.run_id
+    return Agent(
+        ReplayModel(recording),
+        tools=list(tools) if tools is not None else replayed_tools(recording),
+        system_prompt=header.system_prompt,
+        policy=policy or header.policy,
+        verifier=verifier if header.verifier else None,
+        runtime=Runtime(
+            sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: run_id
+        ),
+    )
+
+
+async def replay_stream(
+    recording: Recording,
+    *,
+    policy: Policy | None = None,
+    tools: Sequence[Tool] | None = None,
+) -> AsyncIterator[Event]:
+    """The events of a replay of ``recording``, as they happen (see :func:`replay`)."""
+    agent = _agent(recording, policy, tools)
+    header = recording.header
+    async for event in agent.run_stream(header.input, history=header.history):
+        yield event
+
+
+async def replay(
+    path: str | os.PathLike[str] | Recording,
+    *,
+    policy: Policy | None = None,
+    tools: Sequence[Tool] | None = None,
+) -> ReplayReport:
+    """Re-run a recording with no network and compare it with what was recorded. ``policy``
+    and ``tools`` replace the recorded policy and the replayed tools, to see where a change
+    makes the run diverge."""
+    recording = path if isinstance(path, Recording) else read_recording(path)
+    events = tuple([e async for e in replay_stream(recording, policy=policy, tools=tools)])
+    return ReplayReport(recording, events, compare(recording, events))
+
+
+def _comparable(event: Event) -> dict[str, JsonValue]:
+    data: dict[str, JsonValue] = event.model_dump(mode="json")
+    for name in _IGNORED_FIELDS:
+        data.pop(name, None)
+    return data
+
+
+def compare(recording: Recording, replayed: Sequence[Event]) -> Divergence | None:
+    """The first difference between the recorded events and ``replayed`` (deltas, durations and
+    backoff delays are not compared), or ``None``."""
+    recorded = [
+        (event, line)
+        for event, line in zip(recording.events, recording.lines, strict=True)
+        if event.type not in _IGNORED_TYPES
+    ]
+    again = [event for event in replayed if event.type not in _IGNORED_TYPES]
+    for index in range(max(len(recorded), len(again))):
+        want = recorded[index] if index < len(recorded) else None
+        got = again[index] if index < len(again) else None
+        if want is None:
+            assert got is not None
+            return Divergence(index + 1, None, None, got, f"the replay goes on with {_brief(got)}")
+        event, line = want
+        if got is None:
+            return Divergence(
+                index + 1, line, event, None, f"the replay ended; the recording has {_brief(event)}"
+            )
+        difference = _difference(_comparable(event), _comparable(got), "")
+        if difference is not None:
+            return Divergence(index + 1, line, event, got, difference)
+    return None
+
+
+def _brief(event: Event) -> str:
+    if isinstance(event, StateChangedEvent):
+        return f"state_changed {event.source.value} → {event.dest.value} ({event.outcome.value})"
+    return event.type
+
+
+def _difference(want: JsonValue, got: JsonValue, path: str) -> str | None:
+    """The first path where two JSON values differ, with both values."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in list(want) + [k for k in got if k not in want]:
+            found = _difference(want.get(key), got.get(key), f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        for index, (a, b) in enumerate(zip(want, got, strict=True)):
+            found = _difference(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if want == got:
+        return None
+    return f"{path}: recorded {_show(want)}, replayed {_show(got)}"
+
+
+def _show(value: JsonValue) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -1,0 +1,63 @@
+"""The run state: the one JSON-serialisable value that holds everything about a run.
+
+It includes the machine's position (``state``), so saving it after a move saves where the run
+is [S002 Factor 12]. The kernel mutates one instance in place as the run goes; ``model_copy``
+or ``model_dump_json`` take a snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .machine import Move
+from .messages import Message, ToolCall, ToolResult, Usage
+from .table import Counters, State, StopReason
+
+__all__ = ["HumanRequest", "RunState"]
+
+
+class HumanRequest(BaseModel):
+    """A tool call a suspended run waits on: an ``approval`` asked by the permission hook, or a
+    ``question`` the tool asked with ``ToolContext.ask_human``. ``resume`` fills ``decision``
+    (``allow``, ``deny`` or ``answer``) and ``reply`` (the denial reason or the answer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["approval", "question"]
+    call: ToolCall
+    question: str | None = None  # the tool's question, or the hook's reason for asking
+    decision: Literal["allow", "deny", "answer"] | None = None
+    reply: str | None = None
+
+
+class RunState(BaseModel):
+    """Everything a run knows: position, counters, usage, thread, pending work, the ending."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    state: State = State.IDLE
+    counters: Counters = Counters()
+    usage: Usage = Field(default_factory=Usage)
+    messages: list[Message] = Field(default_factory=list)
+    context_tokens: int = 0  # estimate for ``messages``, kept up to date as they change
+    pending_tool_calls: list[ToolCall] = Field(default_factory=list)
+    last_text: str = ""  # the text of the last model answer, the output candidate
+    feedback: str | None = None  # verifier feedback waiting to be injected
+    done_message: str | None = None  # what the done tool asked to be the output
+    model_calls: int = 0  # attempts, failed ones included
+    tool_executions: int = 0
+    stop_reason: StopReason | None = None
+    output: str | None = None
+    error: str | None = None  # the error that ended the run, as text
+    trace: list[Move] = Field(default_factory=list)
+    # The current tool turn and human input (empty between turns):
+    tool_results: list[ToolResult] = Field(default_factory=list)  # finished, not yet in messages
+    approved_calls: list[str] = Field(default_factory=list)  # pending call ids already approved
+    human_requests: list[HumanRequest] = Field(default_factory=list)  # what a suspension awaits
+    resume_token: str | None = None  # the valid resume handle's token while suspended
+    suspensions: int = 0
+    tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
+    recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)

@@ -1,0 +1,374 @@
+"""Tools: ``@tool`` turns a typed function into something the model can call.
+
+The JSON schema comes from the type hints via pydantic; arguments are validated and a validation
+error goes back to the model as an ``is_error`` result it can act on. A tool that raises gets an
+``is_error`` result too [S000 §4.3]; raising :class:`TaskComplete` ends the run [S000 §4.4].
+A tool asks a human with :meth:`ToolContext.ask_human`: the run suspends and the answer becomes
+the call's result when it is resumed.
+
+Sync tools run inline on the event loop (a thread hop costs more than a whole kernel step), so a
+sync tool must not block; mark a blocking one ``@tool(threaded=True)`` to run it in a worker
+thread, where its timeout applies too. An inline sync tool cannot be interrupted by its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, NoReturn, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
+from pydantic_core import to_json
+
+from .errors import ToolDefinitionError
+from .messages import ToolCall, ToolDefinition, ToolResult
+
+__all__ = [
+    "HumanInputRequired",
+    "TaskComplete",
+    "Tool",
+    "ToolContext",
+    "ToolExecution",
+    "ToolRegistry",
+    "done_tool",
+    "tool",
+]
+
+DepsT = TypeVar("DepsT")
+
+
+class TaskComplete(Exception):
+    """Raise from a tool to end the run; ``message`` becomes the final output when given."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class HumanInputRequired(Exception):
+    """Raised by :meth:`ToolContext.ask_human`: the run suspends until a human answers
+    ``question``; the answer becomes the call's result (a control-flow signal, not an error)."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext(Generic[DepsT]):
+    """What a tool that asks for it (a parameter annotated ``ToolContext``) receives.
+
+    ``tool_outputs`` holds the full text of this run's tool outputs that were cut to fit the
+    history (by call id).
+    """
+
+    run_id: str
+    call_id: str
+    step: int
+    deps: DepsT
+    cancel_requested: Callable[[], bool] = field(default=lambda: False)
+    tool_outputs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id/step/call_id``: the same for every execution of this call, including a
+        re-run after a crash, so a tool can pass it to a service that deduplicates requests."""
+        return f"{self.run_id}/{self.step}/{self.call_id}"
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run was asked to cancel; long tools should stop early."""
+        return self.cancel_requested()
+
+    def ask_human(self, question: str) -> NoReturn:
+        """Ask the human ``question`` and end this call: the run suspends (stop reason
+        ``suspended``) and, on ``agent.resume``, the human's answer is this call's result."""
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("ask_human needs the question as non-empty text")
+        raise HumanInputRequired(question)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """The outcome of handling one call: its result, and whether it ended the run."""
+
+    result: ToolResult
+    done: bool = False
+    final_message: str | None = None
+    error: BaseException | None = None
+    duration_s: float = 0.0
+    question: str | None = None  # the tool asked a human this (the result is a placeholder)
+
+
+class Tool:
+    """A callable the model can use. Build one with :func:`tool`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout_s: float | None = None,
+        raw_arguments: bool = False,
+        threaded: bool = False,
+        needs_approval: bool = False,
+        idempotent: bool = False,
+    ) -> None:
+        if not callable(fn):
+            raise ToolDefinitionError(f"a tool needs a function, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or fn.__name__
+        if not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} must use letters, digits, '_' and '-' only"
+            )
+        if timeout_s is not None and not timeout_s > 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
+        self.description = description if description is not None else _doc_summary(fn)
+        self.timeout_s = timeout_s
+        self.raw_arguments = raw_arguments
+        self.threaded = threaded
+        self.needs_approval = needs_approval
+        self.idempotent = idempotent
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._context_param, params = _parameters(fn, self.name)
+        if raw_arguments:
+            if len(params) != 1 or params[0][1] is not str:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r} declares raw_arguments, so it must take exactly one "
+                    "'str' parameter (besides an optional ToolContext)"
+                )
+            self._raw_param: str | None = params[0][0]
+            self._args_model: type[BaseModel] | None = None
+            schema: dict[str, JsonValue] = {"type": "object", "additionalProperties": True}
+        else:
+            self._raw_param = None
+            fields: dict[str, Any] = {
+                pname: (annotation, default) for pname, annotation, default in params
+            }
+            self._args_model = create_model(
+                f"{self.name}_arguments",
+                __config__=ConfigDict(extra="forbid"),
+                **fields,
+            )
+            schema = self._args_model.model_json_schema()
+            schema.pop("title", None)
+        self.definition = ToolDefinition(
+            name=self.name, description=self.description, parameters=schema
+        )
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    async def execute(
+        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
+    ) -> ToolExecution:
+        """Validate the call's arguments, run the function, and turn what happened into a
+        result: never raises, except :class:`asyncio.CancelledError`. The tool's own
+        ``timeout_s`` wins over ``default_timeout_s`` (the policy's)."""
+        timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
+        started = time.perf_counter()
+        try:
+            kwargs = self._arguments(call)
+        except ValidationError as exc:
+            return _failure(call, _validation_message(self.name, exc), exc, started)
+        if self._context_param is not None:
+            kwargs[self._context_param] = context
+        try:
+            value = await self._invoke(kwargs, timeout)
+        except TaskComplete as signal:
+            result = ToolResult(
+                call_id=call.id, name=call.name, content=signal.message or "Task complete."
+            )
+            return ToolExecution(
+                result,
+                done=True,
+                final_message=signal.message or None,
+                duration_s=time.perf_counter() - started,
+            )
+        except HumanInputRequired as ask:
+            result = ToolResult(call_id=call.id, name=call.name, content="")
+            return ToolExecution(
+                result, question=ask.question, duration_s=time.perf_counter() - started
+            )
+        except TimeoutError as exc:
+            message = f"Error: tool '{self.name}' timed out after {timeout:g} s"
+            return _failure(call, message, exc, started)
+        except Exception as exc:
+            return _failure(call, f"Error: {type(exc).__name__}: {exc}", exc, started)
+        content = serialise_result(value)
+        return ToolExecution(
+            ToolResult(call_id=call.id, name=call.name, content=content),
+            duration_s=time.perf_counter() - started,
+        )
+
+    def _arguments(self, call: ToolCall) -> dict[str, Any]:
+        if self._raw_param is not None:
+            return {self._raw_param: call.arguments_json}
+        assert self._args_model is not None
+        if call.arguments is None:  # unparseable JSON: let validation explain it [S000 §4.2]
+            parsed = self._args_model.model_validate_json(call.arguments_json)
+        else:
+            parsed = self._args_model.model_validate(call.arguments)
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    async def _invoke(self, kwargs: dict[str, Any], limit_s: float) -> object:
+        if self.is_async:
+            async with asyncio.timeout(limit_s):
+                result: object = await self.fn(**kwargs)
+            return result
+        if self.threaded:
+            async with asyncio.timeout(limit_s):
+                return await asyncio.to_thread(self.fn, **kwargs)
+        return self.fn(**kwargs)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    raw_arguments: bool = False,
+    threaded: bool = False,
+    needs_approval: bool = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    raw_arguments: bool = False,
+    threaded: bool = False,
+    needs_approval: bool = False,
+    idempotent: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a tool of a typed sync or async function (as ``@tool`` or ``@tool(...)``).
+
+    Every parameter needs a type hint; one parameter may be annotated :class:`ToolContext`
+    (it is injected, not shown to the model). The docstring's first paragraph is the
+    description. ``timeout_s`` overrides the policy's ``tool_timeout_s``. With
+    ``needs_approval``, a call the permission hooks do not decide asks a human (the run
+    suspends) instead of running. Mark a tool ``idempotent`` when running it twice has the
+    effect of running it once: after a crash in the middle of its call, a durable run (one with
+    a checkpointer) runs it again; any other tool is not re-run and the model is told its
+    outcome is unknown (see ``docs/durability.md``).
+    """
+
+    def build(f: Callable[..., Any]) -> Tool:
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            timeout_s=timeout_s,
+            raw_arguments=raw_arguments,
+            threaded=threaded,
+            needs_approval=needs_approval,
+            idempotent=idempotent,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def _done(message: str) -> None:
+    """Call this when the task is complete, with the final answer for the user."""
+    raise TaskComplete(message)
+
+
+def done_tool() -> Tool:
+    """The built-in done tool: ``done(message)`` ends the run with ``message`` [S000 §4.4]."""
+    return Tool(_done, name="done", idempotent=True)
+
+
+class ToolRegistry(Mapping[str, Tool]):
+    """The tools of an agent by name; duplicate names are refused."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            built = item if isinstance(item, Tool) else Tool(item)
+            if built.name in self._tools:
+                raise ToolDefinitionError(
+                    f"two tools are named {built.name!r}; give one another name with "
+                    "@tool(name=...)"
+                )
+            self._tools[built.name] = built
+        self.definitions: tuple[ToolDefinition, ...] = tuple(
+            t.definition for t in self._tools.values()
+        )
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def serialise_result(value: object) -> str:
+    """A tool's return value as result text: strings as they are, everything else as JSON;
+    a value JSON cannot hold is shown with ``str()`` and a note, and the run goes on."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    try:
+        return to_json(value).decode()
+    except Exception:  # pydantic_core raises several types for values it cannot serialise
+        return f"{value} (note: the result was not JSON-serialisable; shown as text)"
+
+
+def _failure(call: ToolCall, message: str, exc: BaseException, started: float) -> ToolExecution:
+    result = ToolResult(call_id=call.id, name=call.name, content=message, is_error=True)
+    return ToolExecution(result, error=exc, duration_s=time.perf_counter() - started)
+
+
+def _validation_message(name: str, exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+        for err in exc.errors(include_url=False)
+    )
+    return f"Error: invalid arguments for tool '{name}': {problems}. Fix them and call again."
+
+
+def _doc_summary(fn: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+
+
+def _parameters(fn: Callable[..., Any], name: str) -> tuple[str | None, list[tuple[str, Any, Any]]]:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(f"tool {name!r}: cannot read its type hints: {exc}") from exc
+    context_param: str | None = None
+    params: list[tuple[str, Any, Any]] = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"tool {name!r}: *args/**kwargs cannot be described to a model; name each parameter"
+            )
+        if pname not in hints:
+            raise ToolDefinitionError(
+                f"tool {name!r}: parameter {pname!r} has no type hint; annotate it "
+                "(e.g. 'x: int') so its schema can be built"
+            )
+        annotation = hints[pname]
+        if annotation is ToolContext or typing.get_origin(annotation) is ToolContext:
+            context_param = pname
+            continue
+        default = ... if param.default is param.empty else param.default
+        params.append((pname, annotation, default))
+    return context_param, params

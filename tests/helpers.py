@@ -1,0 +1,56 @@
+"""Small helpers for the kernel tests: an agent on a virtual clock, and event collection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fsm_agent import Agent, Policy, RunHandle, RunResult, Runtime
+from fsm_agent.events import Event
+from fsm_agent.testing import ScriptedModel, Turn, VirtualClock
+
+__all__ = ["make_agent", "stream"]
+
+
+def make_agent(
+    turns: Sequence[Turn],
+    *,
+    tools: Sequence[Any] = (),
+    policy: Policy | None = None,
+    clock: VirtualClock | None = None,
+    **kwargs: Any,
+) -> tuple[Agent[Any], ScriptedModel, VirtualClock]:
+    """An agent on a scripted model whose sleeps take no real time."""
+    clock = clock or VirtualClock()
+    model = ScriptedModel(turns)
+    agent: Agent[Any] = Agent(
+        model,
+        tools=tools,
+        policy=policy,
+        runtime=Runtime(sleep=clock.sleep, clock=clock.now),
+        **kwargs,
+    )
+    return agent, model, clock
+
+
+def stream(
+    agent: Agent[Any],
+    prompt: str = "Do the task.",
+    *,
+    on_event: Callable[[Event, RunHandle], None] | None = None,
+    **kwargs: Any,
+) -> tuple[list[Event], RunResult]:
+    """Run with run_stream, collecting every event; ``on_event`` sees each as it comes."""
+    handle = RunHandle()
+    events: list[Event] = []
+
+    async def main() -> None:
+        async for event in agent.run_stream(prompt, handle=handle, **kwargs):
+            events.append(event)
+            if on_event is not None:
+                on_event(event, handle)
+
+    asyncio.run(main())
+    assert handle.result is not None
+    return events, handle.result

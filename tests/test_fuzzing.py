@@ -1,0 +1,216 @@
+"""The fuzzer: generated cases run the real kernel, every DESIGN §8 invariant is checked, a
+failure prints as a test; the CLI and the one-line CI helper."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from fsm_agent import Agent, Policy, RateLimitError, State, StopReason, UsageLimits
+from fsm_agent.cli import main
+from fsm_agent.fuzzing import (
+    DEFAULT_TOOLS,
+    Choices,
+    FuzzCase,
+    HookPlan,
+    InvariantViolation,
+    cases,
+    check_case,
+    check_invariants,
+    fuzz,
+    read_case,
+    regression_test,
+    run_case,
+)
+from fsm_agent.models import Model
+from fsm_agent.testing import fail, finish, fuzz_agent, text, tool_call, tool_calls
+
+
+def small_agent(model: Model) -> Agent[Any]:
+    """A user's agent: two tools and a small policy."""
+    return Agent(model, tools=DEFAULT_TOOLS[:2], policy=Policy(max_steps=3))
+
+
+@given(cases())
+def test_generated_cases_keep_every_invariant(case: FuzzCase) -> None:
+    """Invariants 1–10 hold for generated cases on the built-in agent: scripts, policies,
+    verifiers, hooks, approvals, cancel and pause points."""
+    check_case(case)
+
+
+def test_no_bytes_decode_to_the_simplest_case() -> None:
+    """Shrinking ends at the simplest case: empty input is no script and default choices."""
+    case = read_case(Choices(b""))
+    assert case.script == ()
+    assert not case.cycle and case.cancel_after is None and case.hooks == HookPlan()
+
+
+def test_a_paused_run_resumed_from_json_equals_the_plain_run() -> None:
+    """Invariant 10: pause, checkpoint as JSON, reload and resume ends like the plain run."""
+    case = FuzzCase(
+        script=(tool_calls(("add", {"a": 1, "b": 2}), ("add", {"a": 2, "b": 2})), text("4")),
+        policy=Policy(max_steps=3, parallel_tool_calls=False),
+        pause_after=5,
+    )
+    record = run_case(case)
+    assert record.reference is not None
+    assert len(record.invocations) == 2  # the pause suspended the run, the fuzzer resumed it
+    assert check_case(case).result.output == "4"
+
+
+def test_approvals_and_questions_are_resumed_with_the_decisions() -> None:
+    """A needs-approval tool and a human question suspend; the fuzzer answers and resumes."""
+    case = FuzzCase(
+        script=(tool_call("guarded", {"x": 1}), tool_call("ask", {"question": "why"}), text("ok")),
+        policy=Policy(max_steps=4),
+        decisions=(False,),
+    )
+    record = check_case(case)
+    assert len(record.invocations) == 3
+    assert record.result.stop_reason is StopReason.COMPLETED
+
+
+def test_cancel_inside_a_tool_ends_the_run_cancelled() -> None:
+    """Invariant 8: a cancel from inside a running tool; nothing starts after it."""
+    case = FuzzCase(
+        script=(tool_calls(("interrupt", {}), ("add", {"a": 1, "b": 1})), text("no")),
+        policy=Policy(max_steps=3, parallel_tool_calls=False),
+    )
+    record = check_case(case)
+    assert record.result.stop_reason is StopReason.CANCELLED
+    assert record.cancelled_at == (1, 1)
+
+
+def test_hooks_that_fail_hang_and_supply_answers_keep_the_invariants() -> None:
+    """Hooks that raise, hang past their timeout, return nonsense or supply a response."""
+    case = FuzzCase(
+        script=(tool_call("add", {"a": 1, "b": 1}), text("done")),
+        policy=Policy(max_steps=3),
+        hooks=HookPlan(
+            before_model_call=("hang", "respond"),
+            before_tool=("bad",),
+            approve_tool=("raise",),
+            after_tool=("args",),
+        ),
+    )
+    assert check_case(case).result.output == "supplied by a hook"
+
+
+def test_a_violation_names_its_invariant() -> None:
+    """A record that claims a cancel the run ignored breaks invariant 8, by number."""
+    record = run_case(FuzzCase(script=(text("a"),), policy=Policy(max_steps=1)))
+    record.cancelled_at = (0, 0)
+    with pytest.raises(InvariantViolation) as caught:
+        check_invariants(record)
+    assert caught.value.number == 8
+
+
+def test_case_source_rebuilds_the_case() -> None:
+    """FuzzCase.source() is Python that rebuilds an equal script and configuration."""
+    case = FuzzCase(
+        script=(
+            text("hi", reasoning="hm"),
+            tool_calls(("add", {"a": 1}, "c1"), ("boom", "not json")),
+            finish("weird_reason", "x", tool_calls=[("add", {"a": 1, "b": 2})]),
+            fail(RateLimitError("slow", retry_after=2.0)),
+        ),
+        cycle=True,
+        policy=Policy(max_steps=2, usage_limits=UsageLimits(max_total_tokens=50)),
+        hooks=HookPlan(approve_tool=("ask",)),
+        cancel_after=4,
+    )
+    source = regression_test(case, "invariant 1 (termination): example", None, 1)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<test>", "exec"), namespace)
+    rebuilt = eval(case.source(), namespace)  # the test's imports cover the case
+    assert rebuilt.policy == case.policy
+    assert rebuilt.hooks == case.hooks
+    assert [type(t) for t in rebuilt.script] == [type(t) for t in case.script]
+    assert rebuilt.script[:3] == case.script[:3]
+
+
+def test_fuzz_reports_the_summary() -> None:
+    """fuzz() runs the examples and counts paths, invariants and the slowest example."""
+    report = fuzz(small_agent, examples=60, seed=1)
+    assert report.ok, report.format()
+    assert report.examples == 60
+    assert report.distinct_paths > 5
+    assert report.invariants_checked >= 9 * 60
+    assert "examples run:" in report.format()
+
+
+def test_fuzz_agent_is_one_line_in_a_test_suite() -> None:
+    """testing.fuzz_agent passes for a sound agent and returns the report."""
+    assert fuzz_agent(small_agent, examples=30, seed=2).examples == 30
+
+
+def test_fuzz_agent_fails_with_the_counterexample() -> None:
+    """testing.fuzz_agent raises AssertionError holding a ready-to-paste test."""
+
+    def broken(model: Model) -> Agent[Any]:
+        agent = small_agent(model)
+        agent.policy = Policy(max_steps=1)  # the bound now disagrees with the limits
+        return agent
+
+    with pytest.raises(AssertionError, match="def test_fuzz_counterexample"):
+        fuzz_agent(broken, examples=200, seed=0)
+
+
+def test_cli_fuzzes_a_target_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """`fsm-agent fuzz module:factory --examples N` prints the summary and exits 0."""
+    assert main(["fuzz", "test_fuzzing:small_agent", "--examples", "40", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "fuzz: OK (seed 3)" in out
+    assert "distinct paths" in out
+
+
+def test_cli_exits_1_on_a_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    """`fsm-agent fuzz` exits 1 and prints the shrunk test when an invariant breaks."""
+    code = main(["fuzz", "test_seeded_bugs:unlimited_retry_agent", "--seed", "0"])
+    assert code == 1
+    assert "def test_fuzz_counterexample" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv", [["fuzz", "nope"], ["fuzz", "no_such_module:f"], ["fuzz", "test_fuzzing:missing"]]
+)
+def test_cli_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A target that is not module:factory, or cannot be imported, is a usage error."""
+    assert main(argv) == 2
+    assert "fsm-agent fuzz:" in capsys.readouterr().err
+
+
+def test_importing_fsm_agent_does_not_import_hypothesis() -> None:
+    """hypothesis is an optional extra: the package and its CLI import without it."""
+    code = "import sys, fsm_agent.cli, fsm_agent.testing; print('hypothesis' in sys.modules)"
+    run = [sys.executable, "-c", code]
+    out = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_suspended_run_may_end_with_calls_pending() -> None:
+    """Invariant 5 allows a suspended run's last calls to wait for results; nothing else."""
+    case = FuzzCase(
+        script=(tool_call("guarded", {"x": 1}),), policy=Policy(max_steps=2), max_resumes=0
+    )
+    record = check_case(case)
+    assert record.result.state is State.SUSPENDED
+
+
+@pytest.mark.xfail(
+    raises=InvariantViolation,
+    strict=True,
+    reason="found by the fuzzer: a failed model call counts no usage request, so "
+    "usage_limits.max_requests does not bound attempts as bounds() assumes",
+)
+def test_request_limit_bounds_retried_attempts() -> None:
+    """Invariant 2: with max_steps=None, max_requests=1 allows one model call in all."""
+    case = FuzzCase(
+        script=(fail(), text("ok")),
+        policy=Policy(max_steps=None, usage_limits=UsageLimits(max_requests=1)),
+    )
+    check_case(case)

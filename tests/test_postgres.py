@@ -1,0 +1,73 @@
+"""The PostgreSQL checkpointer against a real server (``FSM_AGENT_PG_DSN``, default
+postgresql://postgres@127.0.0.1:5432/test); each test session uses its own schema."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from durable_scenario import PROMPT, RUN_ID, make_agent
+from fsm_agent.errors import CheckpointConflictError, RunFinishedError, SchemaVersionError
+from fsm_agent.persistence import crash_and_resume, resume_differences
+
+pytestmark = pytest.mark.postgres
+
+DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def store() -> Iterator[object]:
+    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    try:
+        psycopg.connect(DSN, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    checkpointer = PostgresCheckpointer(DSN, schema=f"fsm_test_{uuid.uuid4().hex[:12]}")
+    yield checkpointer
+    checkpointer.drop_schema()
+    checkpointer.close()
+
+
+def test_a_run_round_trips_through_postgres(store: object) -> None:
+    """Every move is a checkpoint; the last loads back equal to the final state."""
+    result = make_agent(store, lambda _: None).run_sync(PROMPT)  # type: ignore[arg-type]
+    checkpoint = store.load(RUN_ID)  # type: ignore[attr-defined]
+    assert checkpoint.version == len(result.trace)
+    assert checkpoint.state == result.run_state
+    assert [s.run_id for s in store.runs()] == [RUN_ID]  # type: ignore[attr-defined]
+
+
+def test_crash_and_resume_on_postgres_gives_the_same_result(store: object) -> None:
+    """Invariant 10 with the PostgreSQL store, at an effect-record boundary mid-run."""
+    baseline = make_agent(None, lambda _: None).run_sync(PROMPT)
+    seen: Counter[str] = Counter()
+    agent = make_agent(None, lambda w: seen.update([w]))
+    result, crashed = asyncio.run(
+        crash_and_resume(agent, PROMPT, crash_after=9, at="any", store=store)  # type: ignore[arg-type]
+    )
+    assert crashed and resume_differences(baseline, result) == []
+    assert seen["charge"] == 1
+
+
+def test_two_workers_conflict_and_a_newer_schema_is_refused(store: object) -> None:
+    """A stale version is refused; a schema from the future raises SchemaVersionError."""
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    make_agent(store, lambda _: None).run_sync(PROMPT)  # type: ignore[arg-type]
+    state = store.load(RUN_ID).state  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointConflictError):
+        store.save(state, version=3)  # type: ignore[attr-defined]
+    with pytest.raises(RunFinishedError):
+        asyncio.run(make_agent(store, lambda _: None).resume(RUN_ID))  # type: ignore[arg-type]
+    schema = store.schema  # type: ignore[attr-defined]
+    with store._write() as cur:  # type: ignore[attr-defined]
+        cur.execute(f"UPDATE \"{schema}\".meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaVersionError):
+        PostgresCheckpointer(DSN, schema=schema)
