@@ -22,8 +22,11 @@ from .compaction import (
 )
 from .errors import (
     AuthenticationError,
+    CheckpointConflictError,
+    CheckpointError,
     ConfigurationError,
     ContextWindowExceededError,
+    CorruptCheckpointError,
     DefinitionError,
     FsmAgentError,
     HookError,
@@ -37,8 +40,13 @@ from .errors import (
     ProviderServerError,
     RateLimitError,
     ResumeError,
+    RunFinishedError,
+    SchemaVersionError,
+    StoreFullError,
+    StoreLockedError,
     ToolDefinitionError,
     ToolExecutionError,
+    UnknownRunError,
 )
 from .events import Event
 from .handlers import Verdict
@@ -60,6 +68,14 @@ from .messages import (
     Usage,
 )
 from .models import Model, StreamingModel
+from .persistence import (
+    Checkpoint,
+    Checkpointer,
+    Durability,
+    InMemoryCheckpointer,
+    RunSummary,
+    open_checkpointer,
+)
 from .policy import (
     CompactionSettings,
     HookFailureMode,
@@ -75,24 +91,31 @@ from .table import Counters, Limits, Outcome, State, StopReason
 from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from .bounds import Bounds, bounds
+    from ._postgres import PostgresCheckpointer
+    from ._sqlite import SQLiteCheckpointer
+    from .bounds import Bounds
     from .checker import CheckReport, CheckVerdict, check
     from .conversation import Conversation
     from .diagrams import RenderingUnavailableError, TraceError
     from .providers import AnthropicModel, GeminiModel, OpenAIChatModel, infer_model
+    from .replay import ReplayReport
 
+# Functions named like their module (``bounds``, ``replay``) are not re-exported here: once the
+# submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
 _LAZY = {
+    "AnthropicModel": "providers",
     "Bounds": "bounds",
-    "bounds": "bounds",
     "CheckReport": "checker",
     "CheckVerdict": "checker",
-    "check": "checker",
     "Conversation": "conversation",
-    "RenderingUnavailableError": "diagrams",
-    "TraceError": "diagrams",
-    "AnthropicModel": "providers",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
+    "PostgresCheckpointer": "_postgres",
+    "RenderingUnavailableError": "diagrams",
+    "ReplayReport": "replay",
+    "SQLiteCheckpointer": "_sqlite",
+    "TraceError": "diagrams",
+    "check": "checker",
     "infer_model": "providers",
 }
 
@@ -105,15 +128,21 @@ __all__ = [
     "Bounds",
     "CheckReport",
     "CheckVerdict",
+    "Checkpoint",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "Checkpointer",
     "CompactionSettings",
     "CompactionStrategy",
     "Compactor",
     "ConfigurationError",
     "ContextWindowExceededError",
     "Conversation",
+    "CorruptCheckpointError",
     "Counters",
     "Decision",
     "DefinitionError",
+    "Durability",
     "Event",
     "FinishReason",
     "FsmAgentError",
@@ -126,6 +155,7 @@ __all__ = [
     "HumanRequest",
     "IllegalMoveError",
     "ImagePart",
+    "InMemoryCheckpointer",
     "InvalidInputError",
     "InvalidRequestError",
     "Limits",
@@ -144,23 +174,31 @@ __all__ = [
     "Outcome",
     "Policy",
     "PolicyError",
+    "PostgresCheckpointer",
     "ProviderServerError",
     "RateLimitError",
     "ReasoningPart",
     "RenderingUnavailableError",
+    "ReplayReport",
     "ResumeError",
     "ResumeHandle",
     "RetryPolicy",
     "Role",
+    "RunFinishedError",
     "RunHandle",
     "RunResult",
     "RunState",
+    "RunSummary",
     "Runtime",
+    "SQLiteCheckpointer",
+    "SchemaVersionError",
     "SkipTool",
     "SlidingWindow",
     "State",
     "StopCondition",
     "StopReason",
+    "StoreFullError",
+    "StoreLockedError",
     "StreamingModel",
     "Summarize",
     "TaskComplete",
@@ -177,15 +215,16 @@ __all__ = [
     "ToolResult",
     "TraceError",
     "TrimToolOutputs",
+    "UnknownRunError",
     "Usage",
     "UsageLimits",
     "Verdict",
     "Verifier",
-    "bounds",
     "check",
     "decide",
     "estimate_tokens",
     "infer_model",
+    "open_checkpointer",
     "tool",
 ]
 

@@ -199,9 +199,8 @@ def read_policy(c: Choices) -> Policy:
     max_requests = c.maybe((1, 2, 3, 6))
     steps = 1 + c.below(6)
     return Policy(
-        # max_steps=None is left out until failed attempts count as requests (the kernel
-        # does not count them: tests/test_fuzzing.py::test_request_limit_bounds_retried_attempts)
-        max_steps=steps,
+        # Without a step limit only max_requests bounds the run (every attempt counts).
+        max_steps=None if max_requests is not None and c.chance(4) else steps,
         retry=RetryPolicy(
             max_retries=c.below(4),
             base_delay_s=0.5,

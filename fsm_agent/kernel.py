@@ -458,7 +458,7 @@ class Agent(Generic[DepsT]):
         ):
             return Outcome.DEADLINE
         if (state is State.COMPACTING or state is State.CALLING) and _usage_exceeded(
-            self.policy, ctx.rs.usage
+            self.policy, ctx.rs.usage, ctx.rs.model_calls
         ):
             return Outcome.USAGE_EXCEEDED
         if state is State.COMPACTING:
@@ -607,10 +607,12 @@ async def _notify(ctx: RunContext, hooks: Any, **kwargs: object) -> None:
         await ctx.effect(ctx.agent.hooks.notify(ctx, hooks, **kwargs))
 
 
-def _usage_exceeded(policy: Policy, usage: Usage) -> bool:
+def _usage_exceeded(policy: Policy, usage: Usage, model_calls: int) -> bool:
+    # max_requests counts attempts (``model_calls``), failed ones included: a provider bills and
+    # rate-limits those too, and bounds() relies on it when max_steps is None.
     limits = policy.usage_limits
     return (
-        (limits.max_requests is not None and usage.requests >= limits.max_requests)
+        (limits.max_requests is not None and model_calls >= limits.max_requests)
         or (limits.max_input_tokens is not None and usage.input_tokens >= limits.max_input_tokens)
         or (
             limits.max_output_tokens is not None and usage.output_tokens >= limits.max_output_tokens

@@ -122,7 +122,10 @@ def backoff_delay(
 
 
 class UsageLimits(_PolicyModel):
-    """Usage caps for one run [S002]; reaching one moves the run to ``finalizing``."""
+    """Usage caps for one run [S002]; reaching one moves the run to ``finalizing``.
+
+    ``max_requests`` counts model-call attempts, failed and retried ones included.
+    """
 
     max_requests: int | None = Field(None, gt=0)
     max_input_tokens: int | None = Field(None, gt=0)

@@ -14,6 +14,7 @@ thread, where its timeout applies too. An inline sync tool cannot be interrupted
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 import typing
@@ -285,8 +286,12 @@ def _done(message: str) -> None:
     raise TaskComplete(message)
 
 
+@functools.cache
 def done_tool() -> Tool:
-    """The built-in done tool: ``done(message)`` ends the run with ``message`` [S000 §4.4]."""
+    """The built-in done tool: ``done(message)`` ends the run with ``message`` [S000 §4.4].
+
+    Built once: a :class:`Tool` is immutable after construction, so every agent shares it.
+    """
     return Tool(_done, name="done", idempotent=True)
 
 
