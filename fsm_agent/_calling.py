@@ -35,6 +35,7 @@ from .messages import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    trusted,
 )
 from .policy import backoff_delay
 from .table import Outcome, State
@@ -126,16 +127,19 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
         tools = agent.tool_definitions
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)
-        request = ModelRequest.model_construct(
-            messages=tuple(rs.messages),
-            tools=tools,
-            tool_choice=None,
-            parallel_tool_calls=agent.policy.parallel_tool_calls if tools else None,
-            max_tokens=None,
-            temperature=None,
-            stop_sequences=(),
-            reasoning_effort=None,
-            reasoning_budget_tokens=None,
+        request = trusted(
+            ModelRequest,
+            {
+                "messages": tuple(rs.messages),
+                "tools": tools,
+                "tool_choice": None,
+                "parallel_tool_calls": agent.policy.parallel_tool_calls if tools else None,
+                "max_tokens": None,
+                "temperature": None,
+                "stop_sequences": (),
+                "reasoning_effort": None,
+                "reasoning_budget_tokens": None,
+            },
         )
         supplied: ModelResponse | None = None  # by a hook, instead of calling the model
         if agent.hooks.before_model_call:

@@ -27,9 +27,29 @@ from .messages import Message, ModelRequest, ModelResponse
 from .models import Model
 from .table import Outcome
 
-__all__ = ["FEEDBACK_PREFIX", "handle_compacting"]
+__all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 
 FEEDBACK_PREFIX = "Previous attempt was not complete. Feedback: "
+
+
+def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
+    """The fast path of most steps: ``proceed`` when there is no feedback to inject and the
+    context is within budget and window (the handler would do nothing), else ``None``."""
+    rs = ctx.rs
+    if rs.feedback is not None:
+        return None
+    move = ctx.last_move
+    if move is not None and move.outcome is Outcome.LENGTH:
+        return None
+    agent = ctx.agent
+    settings = agent.policy.compaction
+    window = settings.context_window or agent.context_window
+    if window is not None and rs.context_tokens > int(settings.threshold * window):
+        return None
+    max_messages = settings.max_messages
+    if max_messages is not None and len(rs.messages) > max_messages:
+        return None
+    return Outcome.PROCEED
 
 
 async def handle_compacting(ctx: RunContext) -> AsyncIterator[Event]:

@@ -21,6 +21,7 @@ from .messages import (
     ToolCall,
     ToolResult,
     Usage,
+    trusted,
 )
 from .run_state import RunState
 from .table import Outcome
@@ -114,7 +115,7 @@ class RunContext:
             if result is None:
                 self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
             else:
-                self.append(Message.model_construct(role=Role.TOOL, parts=(result,)))
+                self.append(trusted(Message, {"role": Role.TOOL, "parts": (result,)}))
         rs.pending_tool_calls = []
         if rs.tool_results:
             rs.tool_results = []
@@ -132,7 +133,5 @@ class RunContext:
 
 
 def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
-    result = ToolResult.model_construct(
-        call_id=call.id, name=call.name, content=content, is_error=is_error, metadata={}
-    )
-    return Message.model_construct(role=Role.TOOL, parts=(result,))
+    result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
+    return trusted(Message, {"role": Role.TOOL, "parts": (result,)})

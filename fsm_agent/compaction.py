@@ -92,7 +92,7 @@ def estimate_tokens(message: Message) -> int:
     chars = 0
     extra = _MESSAGE_OVERHEAD
     for part in message.parts:
-        if isinstance(part, TextPart | ReasoningPart):
+        if isinstance(part, (TextPart, ReasoningPart)):  # a tuple: `A | B` builds a union per call
             chars += len(part.text)
         elif isinstance(part, ToolCall):
             chars += len(part.name) + len(part.arguments_json)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ._calling import handle_calling
-from ._compacting import handle_compacting
+from ._compacting import compacting_needs_nothing, handle_compacting
 from ._context import ONE_REQUEST, Interrupted, RunContext
 from ._dispatching import handle_dispatching
 from .errors import (
@@ -37,7 +37,7 @@ from .messages import (
 )
 from .table import Outcome, State, StopReason
 
-__all__ = ["HANDLERS", "RunContext", "Verdict"]
+__all__ = ["FAST_PATHS", "HANDLERS", "RunContext", "Verdict"]
 
 T = TypeVar("T")
 
@@ -198,3 +198,9 @@ HANDLERS: dict[State, Handler] = {
     State.FINALIZING: handle_finalizing,
 }
 """The handler of every non-terminal state."""
+
+FAST_PATHS: dict[State, Callable[[RunContext], Outcome | None]] = {
+    State.COMPACTING: compacting_needs_nothing,
+}
+"""Synchronous checks that give a state's outcome when its handler would do nothing (no
+effect, no event); ``None`` means: run the handler. Most steps take them."""

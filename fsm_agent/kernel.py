@@ -28,7 +28,7 @@ from .errors import (
     RunFinishedError,
 )
 from .events import AbortedEvent, Event, FinalEvent, StateChangedEvent, SuspendedEvent
-from .handlers import HANDLERS, RunContext, Verdict
+from .handlers import FAST_PATHS, HANDLERS, RunContext, Verdict
 from .hooks import HookSet
 from .machine import AgentMachine, Move, default_machine
 from .messages import Message, ToolCall, ToolDefinition, Usage
@@ -231,6 +231,9 @@ class Agent(Generic[DepsT]):
         self.streams = callable(getattr(model, "stream", None))
         self.context_window: int | None = getattr(model, "context_window", None)
         self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
+        self._usage_limited = any(
+            value is not None for value in self.policy.usage_limits.model_dump().values()
+        )
         self._limit_states = frozenset(
             s for s in State if Outcome.DEADLINE in machine.outcomes_by_state[s]
         )
@@ -457,9 +460,9 @@ class Agent(Generic[DepsT]):
             deadline is not None and self.runtime.clock() >= deadline
         ):
             return Outcome.DEADLINE
-        if (state is State.COMPACTING or state is State.CALLING) and _usage_exceeded(
-            self.policy, ctx.rs.usage, ctx.rs.model_calls
-        ):
+        if (
+            self._usage_limited and (state is State.COMPACTING or state is State.CALLING)
+        ) and _usage_exceeded(self.policy, ctx.rs.usage, ctx.rs.model_calls):
             return Outcome.USAGE_EXCEEDED
         if state is State.COMPACTING:
             for condition in self.stop_conditions:
@@ -480,6 +483,8 @@ class Agent(Generic[DepsT]):
                 wall, ctx.request_interrupt, Outcome.DEADLINE
             )
         hooks = self.hooks
+        # Without a deadline, usage limits or stop conditions only ctx.interrupt can interrupt.
+        unlimited = deadline is None and not self._usage_limited and not self.stop_conditions
         on_transition = hooks.on_transition
         durable = ctx.durable
         try:
@@ -491,7 +496,12 @@ class Agent(Generic[DepsT]):
                 state = rs.state
                 if state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None):
                     return
-                outcome = self._interrupt(ctx, state, deadline)
+                if unlimited and ctx.interrupt is None:
+                    outcome = None
+                else:
+                    outcome = self._interrupt(ctx, state, deadline)
+                if outcome is None and (fast := FAST_PATHS.get(state)) is not None:
+                    outcome = fast(ctx)
                 if outcome is None:
                     ctx.outcome = None
                     async for event in HANDLERS[state](ctx):

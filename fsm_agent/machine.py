@@ -53,18 +53,21 @@ class Move(NamedTuple):
 
 
 # (row index, guard, destination, stop reason, per-counter delta: +n, or None to reset)
-_Compiled = tuple[int, Guard | None, State, StopReason | None, tuple[int | None, ...] | None]
+_Compiled = tuple[
+    int, Guard | None, State, StopReason | None, tuple[tuple[int, int | None], ...] | None
+]
 
 
 def _compile(index: int, row: Row) -> _Compiled:
     if not row.updates:
         return index, row.guard, row.dest, row.stop, None
-    deltas: list[int | None] = [0] * len(Counters._fields)
+    # (position, delta) for each counter the row changes; a delta of None resets to zero.
+    deltas: dict[int, int | None] = {}
     for update in row.updates:
         position = Counters._fields.index(update.counter.value)
-        current = deltas[position]
+        current = deltas.get(position, 0)
         deltas[position] = None if update.reset else (1 if current is None else current + 1)
-    return index, row.guard, row.dest, row.stop, tuple(deltas)
+    return index, row.guard, row.dest, row.stop, tuple(deltas.items())
 
 
 class _Probe:
@@ -110,9 +113,10 @@ class AgentMachine:
         for index, guard, dest, stop, deltas in rows:
             if guard is None or guard(counters, limits):
                 if deltas is not None:
-                    counters = Counters._make(
-                        [0 if d is None else v + d for v, d in zip(counters, deltas, strict=True)]
-                    )
+                    values = list(counters)
+                    for position, delta in deltas:
+                        values[position] = 0 if delta is None else values[position] + delta
+                    counters = Counters._make(values)
                 return Move(state, outcome, dest, index, counters, stop)
         raise IllegalMoveError(  # unreachable for a validated table: each group ends unguarded
             f"no guard held for {state.value!r} on {outcome.value!r}"

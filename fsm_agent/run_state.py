@@ -7,7 +7,7 @@ or ``model_dump_json`` take a snapshot.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,12 @@ class RunState(BaseModel):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # The kernel assigns a dozen fields per step; the run state validates on the way in and out
+    # (model_validate/model_dump), never on assignment, so a plain attribute write does. It
+    # skips pydantic's ``model_fields_set`` bookkeeping: nothing here dumps with exclude_unset.
+    if not TYPE_CHECKING:
+        __setattr__ = object.__setattr__
 
     run_id: str
     state: State = State.IDLE
