@@ -73,9 +73,9 @@ def _classify(ctx: RunContext, exc: BaseException) -> Outcome:
     return Outcome.RETRYABLE_ERROR
 
 
-def _unique_ids(message: Message, step: int) -> Message:
-    """The message with every tool call id present and unique (models do repeat them)."""
-    calls = message.tool_calls
+def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
+    """The message with every tool call id present and unique (models do repeat them);
+    ``calls`` are its tool calls."""
     ids = [c.id for c in calls]
     if all(ids) and len(set(ids)) == len(ids):
         return message
@@ -204,12 +204,9 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
     if key is not None and ctx.durable is not None:
         ctx.durable.model_answered(key, response)
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
-    call_usage = (
-        response.usage
-        if response.usage.requests or supplied is not None
-        else response.usage + ONE_REQUEST
-    )
-    rs.usage = rs.usage + call_usage
+    # A provider that reports no request count made one all the same (a hook's answer made none).
+    unreported = 0 if response.usage.requests or supplied is not None else 1
+    rs.usage = rs.usage.plus(response.usage, requests=unreported)
     # Context budget: the provider's count of the request replaces the estimate (compaction).
     if response.usage.input_tokens and agent.policy.compaction.use_reported_usage:
         rs.context_tokens = response.usage.input_tokens
@@ -227,10 +224,14 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
                 role=message.role,
                 parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
             )
-        message = _unique_ids(message, rs.counters.steps + 1)
+            calls = []
+        elif calls:
+            fixed = _unique_ids(message, calls, rs.counters.steps + 1)
+            if fixed is not message:
+                message, calls = fixed, fixed.tool_calls
         if message.parts:
             ctx.append(message)
-        rs.pending_tool_calls = message.tool_calls if outcome is Outcome.TOOL_CALLS else []
+        rs.pending_tool_calls = calls
     elif outcome is Outcome.FINISH_ERROR:
         ctx.last_error = MalformedResponseError(
             f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
@@ -239,6 +240,7 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
     ctx.outcome = outcome
     if ctx.listening:
         yield ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
+        call_usage = response.usage + ONE_REQUEST if unreported else response.usage
         yield UsageEvent(run_id=run_id, call=call_usage, total=rs.usage)
         for part in message.reasoning:
             yield ReasoningEvent(run_id=run_id, text=part.text)

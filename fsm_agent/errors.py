@@ -19,6 +19,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   └── MalformedResponseError the model returned something that is not a valid response
     ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
+    ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
     │   ├── UnknownRunError        no checkpoint holds the run id
     │   └── RunFinishedError       the run already ended: there is nothing to resume
@@ -43,6 +44,7 @@ __all__ = [
     "ContextWindowExceededError",
     "CorruptCheckpointError",
     "DefinitionError",
+    "DurableRunError",
     "FsmAgentError",
     "HookError",
     "InvalidInputError",
@@ -230,3 +232,13 @@ class StoreLockedError(CheckpointError):
 
 class StoreFullError(CheckpointError):
     """The disk, or the store's size limit, is full; the write that hit it was not made."""
+
+
+class DurableRunError(FsmAgentError):
+    """A run on DBOS (:mod:`fsm_agent.durable`) could not be started or finished: its agent is
+    not registered in the worker, its workflow failed, or its result is not there yet. The
+    message says which; ``run_id`` names the run."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ._context import Interrupted
 from ._durable import RunLog, UnknownOutcome
+from ._run import RunHandle, RunResult, Runtime
 from .approval import HumanDecision, ResumeHandle, apply_decisions
 from .compaction import Compactor
 from .errors import (
@@ -30,17 +27,18 @@ from .errors import (
 from .events import AbortedEvent, Event, FinalEvent, StateChangedEvent, SuspendedEvent
 from .handlers import FAST_PATHS, HANDLERS, RunContext, Verdict
 from .hooks import HookSet
-from .machine import AgentMachine, Move, default_machine
-from .messages import Message, ToolCall, ToolDefinition, Usage
+from .machine import AgentMachine, default_machine
+from .messages import Message, ToolDefinition, Usage
 from .models import Model
 from .persistence import Checkpointer, Durability
 from .policy import Policy, limits_of
 from .run_state import RunState
-from .table import TERMINAL, Counters, Outcome, State, StopReason
+from .table import TERMINAL, Outcome, State
 from .tool_output import PAGER_NAME, pager_tool
 from .tools import Tool, ToolRegistry, done_tool
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
+
 
 DepsT = TypeVar("DepsT")
 
@@ -49,90 +47,6 @@ Verifier = Callable[..., Verdict | bool | Awaitable[Verdict | bool]]
 
 StopCondition = Callable[[RunState], "bool | str | None"]
 """Called between iterations with the run state; a truthy value stops the run [S002]."""
-
-
-def new_run_id() -> str:
-    """A fresh run id (tests may pass their own factory in :class:`Runtime`)."""
-    return f"run_{uuid.uuid4().hex}"
-
-
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
-    a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""
-
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    clock: Callable[[], float] = time.monotonic
-    random: random.Random = field(default_factory=random.Random)
-    new_id: Callable[[], str] = new_run_id
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """How a run ended: its output, why it stopped, what it cost, and everything it did."""
-
-    run_id: str
-    output: str | None
-    stop_reason: StopReason
-    state: State
-    usage: Usage
-    messages: tuple[Message, ...]
-    trace: tuple[Move, ...]
-    counters: Counters
-    model_calls: int
-    tool_executions: int
-    error: BaseException | None = None
-    pending: tuple[ToolCall, ...] = ()
-    run_state: RunState | None = None
-    resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
-
-    @property
-    def ok(self) -> bool:
-        """The run finished in ``done`` (not aborted, not suspended)."""
-        return self.state is State.DONE
-
-
-class RunHandle:
-    """Control of a run from outside: ``cancel()`` or ``pause()`` it, and read its ``result``
-    when done."""
-
-    def __init__(self) -> None:
-        self._ctx: RunContext | None = None
-        self._cancel_requested = False
-        self._pause_requested = False
-        self.result: RunResult | None = None
-
-    @property
-    def pause_requested(self) -> bool:
-        """``pause()`` was called and the run has not suspended for it yet."""
-        return self._pause_requested
-
-    def pause(self) -> None:
-        """Suspend the run at the next safe point: before the next tool call starts. The run
-        returns with stop reason ``suspended`` and a resume handle (no decisions needed); a run
-        that finishes first just finishes."""
-        self._pause_requested = True
-
-    @property
-    def cancel_requested(self) -> bool:
-        """``cancel()`` was called."""
-        return self._cancel_requested
-
-    def cancel(self) -> None:
-        """Stop the run: no model call or tool starts after this; an effect in flight is
-        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]."""
-        self._cancel_requested = True
-        if self._ctx is not None:
-            self._ctx.request_interrupt(Outcome.CANCEL)
-
-    def _attach(self, ctx: RunContext) -> None:
-        if self._ctx is not None:
-            if self._ctx.rs is not ctx.rs:
-                raise InvalidInputError("a RunHandle controls one run; create a new one per run")
-            self._pause_requested = False  # the same run, resumed
-        self._ctx = ctx
-        if self._cancel_requested:
-            ctx.interrupt = Outcome.CANCEL
 
 
 class Agent(Generic[DepsT]):
@@ -344,10 +258,7 @@ class Agent(Generic[DepsT]):
         if handle._ctx is not None and handle._ctx.rs is not getattr(resume, "run_state", None):
             raise InvalidInputError("a RunHandle controls one run; create a new one per run")
         rs = apply_decisions(resume, decisions if decisions is not None else {})
-        ctx = RunContext(self, rs, listening=listening, handle=handle)
-        ctx.deps = deps if deps is not None else self.deps
-        handle._attach(ctx)
-        return ctx
+        return self._new_context(rs, handle, deps, listening)
 
     def _durable_resume_context(
         self,
@@ -399,12 +310,9 @@ class Agent(Generic[DepsT]):
         if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
             handle._ctx = None  # the same run, resumed from its checkpoint
             handle._pause_requested = False
-        ctx = RunContext(self, rs, listening=listening, handle=handle)
-        ctx.deps = deps if deps is not None else self.deps
-        ctx.durable = log
+        ctx = self._new_context(rs, handle, deps, listening, log)
         if rs.trace and rs.state is not State.SUSPENDED:
             ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
-        handle._attach(ctx)
         return ctx
 
     def _context(
@@ -431,21 +339,33 @@ class Agent(Generic[DepsT]):
                 raise InvalidInputError(
                     f"history must hold fsm_agent.Message values, got {type(item).__name__}"
                 )
-        handle = handle or RunHandle()
-        ctx = RunContext(
-            self, RunState(run_id=self.runtime.new_id()), listening=listening, handle=handle
-        )
-        ctx.input = message
-        ctx.history = list(history)
-        ctx.deps = deps if deps is not None else self.deps
+        rs = RunState(run_id=self.runtime.new_id())
+        log = None
         if self.checkpointer is not None:
-            ctx.durable = RunLog(
+            log = RunLog(
                 self.checkpointer,
-                ctx.rs.run_id,
+                rs.run_id,
                 version=0,
                 mode=self.durability,
                 unknown_outcome=self.unknown_outcome,
             )
+        ctx = self._new_context(rs, handle or RunHandle(), deps, listening, log)
+        ctx.input = message
+        ctx.history = list(history)
+        return ctx
+
+    def _new_context(
+        self,
+        rs: RunState,
+        handle: RunHandle,
+        deps: DepsT | None,
+        listening: bool,
+        durable: RunLog | None = None,
+    ) -> RunContext:
+        """The context of a started or resumed run, attached to its handle."""
+        ctx = RunContext(self, rs, listening=listening, handle=handle)
+        ctx.deps = deps if deps is not None else self.deps
+        ctx.durable = durable
         handle._attach(ctx)
         return ctx
 

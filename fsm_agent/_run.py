@@ -1,0 +1,108 @@
+"""The values around one run: the runtime it is given, the handle that controls it from
+outside, and the result it gives back."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .approval import ResumeHandle
+from .errors import InvalidInputError
+from .machine import Move
+from .messages import Message, ToolCall, Usage
+from .run_state import RunState
+from .table import Counters, Outcome, State, StopReason
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+
+__all__ = ["RunHandle", "RunResult", "Runtime", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A fresh run id (tests may pass their own factory in :class:`Runtime`)."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
+    a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""
+
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    random: random.Random = field(default_factory=random.Random)
+    new_id: Callable[[], str] = new_run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended: its output, why it stopped, what it cost, and everything it did."""
+
+    run_id: str
+    output: str | None
+    stop_reason: StopReason
+    state: State
+    usage: Usage
+    messages: tuple[Message, ...]
+    trace: tuple[Move, ...]
+    counters: Counters
+    model_calls: int
+    tool_executions: int
+    error: BaseException | None = None
+    pending: tuple[ToolCall, ...] = ()
+    run_state: RunState | None = None
+    resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
+
+    @property
+    def ok(self) -> bool:
+        """The run finished in ``done`` (not aborted, not suspended)."""
+        return self.state is State.DONE
+
+
+class RunHandle:
+    """Control of a run from outside: ``cancel()`` or ``pause()`` it, and read its ``result``
+    when done."""
+
+    def __init__(self) -> None:
+        self._ctx: RunContext | None = None
+        self._cancel_requested = False
+        self._pause_requested = False
+        self.result: RunResult | None = None
+
+    @property
+    def pause_requested(self) -> bool:
+        """``pause()`` was called and the run has not suspended for it yet."""
+        return self._pause_requested
+
+    def pause(self) -> None:
+        """Suspend the run at the next safe point: before the next tool call starts. The run
+        returns with stop reason ``suspended`` and a resume handle (no decisions needed); a run
+        that finishes first just finishes."""
+        self._pause_requested = True
+
+    @property
+    def cancel_requested(self) -> bool:
+        """``cancel()`` was called."""
+        return self._cancel_requested
+
+    def cancel(self) -> None:
+        """Stop the run: no model call or tool starts after this; an effect in flight is
+        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]."""
+        self._cancel_requested = True
+        if self._ctx is not None:
+            self._ctx.request_interrupt(Outcome.CANCEL)
+
+    def _attach(self, ctx: RunContext) -> None:
+        if self._ctx is not None:
+            if self._ctx.rs is not ctx.rs:
+                raise InvalidInputError("a RunHandle controls one run; create a new one per run")
+            self._pause_requested = False  # the same run, resumed
+        self._ctx = ctx
+        if self._cancel_requested:
+            ctx.interrupt = Outcome.CANCEL
