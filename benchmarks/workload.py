@@ -4,7 +4,8 @@ One run of N steps: the model calls a trivial ``add`` tool N - 1 times, then ans
 Step k calls ``add(a=k, b=1)``; its result, k + 1, tells a stateless scripted model which step
 comes next (see :func:`next_call`), so every system plays the same turns from its own history
 without a per-run script. fsm_agent and the floor replay the same turns from a
-:class:`~fsm_agent.testing.ScriptedModel` (:func:`script`).
+:class:`~fsm_agent.testing.ScriptedModel` (:func:`script`) that keeps no record of the
+requests (a test's record would dominate the memory measured).
 
 An :class:`Adapter` makes one system run the workload. Everything a run needs (agents, models)
 is built by :meth:`Adapter.prepare`, before the clock starts; the clock times only the runs.
@@ -120,7 +121,7 @@ class FsmAgentAdapter(Adapter):
     def start(self, steps: int) -> Agent[None]:
         """An agent with the ``add`` tool, a system prompt and the run's script."""
         return Agent(
-            ScriptedModel(script(steps)),
+            ScriptedModel(script(steps), keep_requests=False),
             tools=[ADD_TOOL],
             system_prompt=SYSTEM_PROMPT,
             policy=POLICY,
@@ -146,7 +147,7 @@ class FloorAdapter(Adapter):
 
     def start(self, steps: int) -> ScriptedModel:
         """The loop starts from its model alone."""
-        return ScriptedModel(script(steps))
+        return ScriptedModel(script(steps), keep_requests=False)
 
     def prepare(self, steps: int) -> Run:
         """The typed loop over a fresh scripted model."""

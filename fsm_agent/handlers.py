@@ -79,10 +79,10 @@ class Verdict:
 # -- idle ------------------------------------------------------------------------------------
 async def handle_idle(ctx: RunContext) -> AsyncIterator[Event]:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
-    prompt = ctx.agent.system_prompt
+    system = ctx.agent.system_message
     history = ctx.history
-    if prompt is not None:
-        ctx.append(Message.system(prompt))
+    if system is not None:
+        ctx.append(system)
         history = [m for m in history if m.role is not Role.SYSTEM]
     for message in history:
         ctx.append(message)

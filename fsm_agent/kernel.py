@@ -120,6 +120,8 @@ class Agent(Generic[DepsT]):
         self.model = model
         self.policy = policy or Policy()
         self.system_prompt = system_prompt
+        # Built once: messages are immutable, so every run's history may share it.
+        self.system_message = None if system_prompt is None else Message.system(system_prompt)
         tool_list = list(tools)
         if self.policy.require_done_tool and not any(
             (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done"

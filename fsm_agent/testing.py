@@ -146,6 +146,9 @@ class ScriptedModel:
 
     ``stream`` yields the answer in ``chunk_size``-character text deltas and per-call
     argument deltas, then the response, so streaming paths are exercised offline.
+    ``calls`` counts the requests; ``keep_requests=False`` counts them without keeping them
+    (``requests`` stays empty): for benchmarks and soak runs, where the record would dominate
+    memory.
     """
 
     def __init__(
@@ -155,12 +158,15 @@ class ScriptedModel:
         name: str = "scripted",
         context_window: int | None = None,
         chunk_size: int = 8,
+        keep_requests: bool = True,
     ) -> None:
         self.turns = list(turns)
         self._name = name
         self._context_window = context_window
         self.chunk_size = chunk_size
+        self.keep_requests = keep_requests
         self.requests: list[ModelRequest] = []
+        self.calls = 0
 
     @property
     def name(self) -> str:
@@ -175,11 +181,13 @@ class ScriptedModel:
     @property
     def remaining(self) -> int:
         """Turns not yet played."""
-        return len(self.turns) - len(self.requests)
+        return len(self.turns) - self.calls
 
     def _next(self, request: ModelRequest) -> ModelResponse:
-        index = len(self.requests)
-        self.requests.append(request)
+        index = self.calls
+        self.calls += 1
+        if self.keep_requests:
+            self.requests.append(request)
         if index >= len(self.turns):
             raise ScriptExhaustedError(
                 f"the script has {len(self.turns)} turn(s) but the model was called "

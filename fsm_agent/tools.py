@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_m
 from pydantic_core import to_json
 
 from .errors import ToolDefinitionError
-from .messages import ToolCall, ToolDefinition, ToolResult
+from .messages import ToolCall, ToolDefinition, ToolResult, trusted
 
 __all__ = [
     "HumanInputRequired",
@@ -202,11 +202,18 @@ class Tool:
             return _failure(call, message, exc, started)
         except Exception as exc:
             return _failure(call, f"Error: {type(exc).__name__}: {exc}", exc, started)
-        content = serialise_result(value)
-        return ToolExecution(
-            ToolResult(call_id=call.id, name=call.name, content=content),
-            duration_s=time.perf_counter() - started,
+        result = trusted(  # every value below is already a valid field value
+            ToolResult,
+            {
+                "type": "tool_result",
+                "call_id": call.id,
+                "name": call.name,
+                "content": serialise_result(value),
+                "is_error": False,
+                "metadata": {},
+            },
         )
+        return ToolExecution(result, duration_s=time.perf_counter() - started)
 
     def _arguments(self, call: ToolCall) -> dict[str, Any]:
         if self._raw_param is not None:
