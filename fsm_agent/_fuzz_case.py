@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypeAlias
@@ -429,7 +430,11 @@ def _run_once(
     agent = make_agent(model) if make_agent is not None else _default_agent(case, model, deps)
     if not isinstance(agent, Agent):
         raise TypeError(f"the agent factory returned {type(agent).__name__}, not an Agent")
-    agent.runtime = Runtime(sleep=clock.sleep, clock=clock.now, new_id=lambda: "run_fuzz")
+    # A seeded jitter: the paused-and-resumed run and its reference must draw the same backoff
+    # delays, or a deadline falls between different retries (invariant 10).
+    agent.runtime = Runtime(
+        sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
+    )
     computed = bounds(agent.policy, verification=agent.limits.verification)
     calls, turns = computed.max_model_calls, computed.max_tool_turns
     cap = (

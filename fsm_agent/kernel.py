@@ -397,12 +397,17 @@ class Agent(Generic[DepsT]):
         decide = self.machine.decide
         limits = self.limits
         listening = ctx.listening
+        # max_wall_clock_s bounds the run's active time over all its invocations (a suspended
+        # run's wait for a human does not count): a resumed run continues the same budget.
         wall = self.policy.max_wall_clock_s
-        deadline = ctx.deadline = None if wall is None else self.runtime.clock() + wall
+        clock = self.runtime.clock
+        started = clock()
+        spent = rs.active_s
+        deadline = ctx.deadline = None if wall is None else started + wall - spent
         timer = None
-        if wall is not None:
+        if deadline is not None:
             timer = asyncio.get_running_loop().call_later(
-                wall, ctx.request_interrupt, Outcome.DEADLINE
+                max(0.0, deadline - started), ctx.request_interrupt, Outcome.DEADLINE
             )
         hooks = self.hooks
         # Without a deadline, usage limits or stop conditions only ctx.interrupt can interrupt.
@@ -444,6 +449,8 @@ class Agent(Generic[DepsT]):
                     ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
                 if dest is State.ABORTED and ctx.error is not None:
                     rs.error = str(ctx.error)
+                if deadline is not None:
+                    rs.active_s = spent + (clock() - started)
                 if durable is not None:
                     durable.moved(rs)  # the checkpoint, before anyone hears of the move
                 if on_transition:

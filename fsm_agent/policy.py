@@ -222,7 +222,13 @@ class Policy(_PolicyModel):
     tool_failure_mode: ToolFailureMode = ToolFailureMode.CONTINUE
     parallel_tool_calls: bool = True
     max_tool_calls: int | None = Field(None, gt=0, description="tool executions per run")
-    max_wall_clock_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_wall_clock_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds of active running per run, summed over resumes (a suspended "
+        "run's wait does not count)",
+    )
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     summarize_on_max_steps: bool = True

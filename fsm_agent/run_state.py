@@ -54,6 +54,7 @@ class RunState(BaseModel):
     feedback: str | None = None  # verifier feedback waiting to be injected
     done_message: str | None = None  # what the done tool asked to be the output
     model_calls: int = 0  # attempts, failed ones included
+    active_s: float = 0.0  # seconds spent running over all invocations (max_wall_clock_s)
     tool_executions: int = 0
     stop_reason: StopReason | None = None
     output: str | None = None

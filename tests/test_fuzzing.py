@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from fsm_agent import Agent, Policy, RateLimitError, State, StopReason, UsageLimits
+from fsm_agent import (
+    Agent,
+    MalformedResponseError,
+    Policy,
+    RateLimitError,
+    RetryPolicy,
+    State,
+    StopReason,
+    UsageLimits,
+)
 from fsm_agent.cli import main
 from fsm_agent.fuzzing import (
     DEFAULT_TOOLS,
@@ -211,3 +220,29 @@ def test_request_limit_bounds_retried_attempts() -> None:
     record = check_case(case)
     assert record.result.model_calls == 1
     assert record.result.stop_reason is StopReason.USAGE_LIMIT
+
+
+def test_wall_clock_budget_is_kept_across_a_pause() -> None:
+    """Invariant 10 (found by the fuzzer): a run paused and resumed from its JSON checkpoint
+    spends the same wall-clock budget as the uninterrupted run, so the deadline falls at the
+    same retry (the budget counts active time over all invocations)."""
+    case = FuzzCase(
+        script=(
+            tool_calls(("wait", {"seconds": 0.5}, "c2"), ("guarded", {"x": -3}, "c2"), text="x y"),
+            fail(MalformedResponseError("garbled")),
+        ),
+        stream=False,
+        policy=Policy(
+            max_steps=None,
+            retry=RetryPolicy(max_retries=3, base_delay_s=0.5, max_delay_s=4.0),
+            max_wall_clock_s=1.0,
+            usage_limits=UsageLimits(max_requests=3),
+        ),
+        decisions=(True, False),
+        pause_after=38,
+    )
+    record = check_case(case)
+    assert record.reference is not None
+    assert record.result.stop_reason is record.reference.stop_reason is StopReason.TIMEOUT
+    assert record.result.run_state is not None
+    assert record.result.run_state.active_s == pytest.approx(1.0)

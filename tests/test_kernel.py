@@ -19,6 +19,8 @@ from fsm_agent import (
     RetryPolicy,
     Role,
     RunHandle,
+    RunResult,
+    Runtime,
     State,
     StopReason,
     TaskComplete,
@@ -28,7 +30,15 @@ from fsm_agent import (
 )
 from fsm_agent._compacting import FEEDBACK_PREFIX
 from fsm_agent.handlers import DONE_REMINDER, SUMMARY_FALLBACK, SUMMARY_PROMPT
-from fsm_agent.testing import fail, finish, text, tool_call, tool_calls
+from fsm_agent.testing import (
+    ScriptedModel,
+    VirtualClock,
+    fail,
+    finish,
+    text,
+    tool_call,
+    tool_calls,
+)
 from helpers import make_agent, stream
 
 
@@ -561,3 +571,39 @@ def test_history_continues_a_conversation_with_one_system_prompt() -> None:
         Role.USER,
     ]
     assert isinstance(messages[0], Message)
+
+
+def test_wall_clock_budget_counts_active_time_over_resumes() -> None:
+    """max_wall_clock_s bounds the time a run spends running, summed over resumes: the hours
+    a suspended run waits for a human do not count, and a resume does not refill the budget."""
+    clock = VirtualClock()
+
+    @tool(needs_approval=True)
+    async def slow(seconds: float) -> str:
+        """Work for ``seconds``."""
+        await clock.sleep(seconds)
+        return "worked"
+
+    model = ScriptedModel(
+        [tool_call("slow", {"seconds": 0.6}), tool_call("slow", {"seconds": 0.6}), text("done")]
+    )
+    agent = Agent(
+        model,
+        tools=[slow],
+        policy=Policy(max_wall_clock_s=1.0),
+        runtime=Runtime(sleep=clock.sleep, clock=clock.now),
+    )
+
+    async def main() -> RunResult:
+        result = await agent.run("Work twice.")
+        while result.resume_handle is not None:
+            clock.time += 3600.0  # the human answers an hour later
+            decisions = {call.id: True for call in result.pending}
+            result = await agent.resume(result.resume_handle, decisions)
+        return result
+
+    result = asyncio.run(main())
+    assert result.stop_reason is StopReason.TIMEOUT
+    assert result.tool_executions == 2  # 1.2 s of work: the deadline falls before the answer
+    assert result.run_state is not None
+    assert result.run_state.active_s == pytest.approx(1.2)
