@@ -344,3 +344,32 @@ def test_a_failing_after_run_hook_cannot_change_a_finished_run() -> None:
     assert result.ok
     assert events[-1].type == "final"
     assert [e.type for e in events].count("hook_error") == 1
+
+
+def test_the_step_limit_summary_call_goes_through_the_model_call_hooks() -> None:
+    """The tools-off summary call is a model call like any other: before_model_call may answer
+    it (the model is not called) and after_model_call observes what answered it."""
+    seen: list[str] = []
+
+    class Cache:
+        def before_model_call(self, *, request: ModelRequest, **kw: Any) -> ModelResponse | None:
+            if request.tool_choice == "none":  # the summary call
+                return ModelResponse(
+                    message=Message.assistant("cached summary"), finish_reason=FinishReason.STOP
+                )
+            return None
+
+        def after_model_call(self, *, response: ModelResponse, **kw: Any) -> None:
+            seen.append(response.message.text)
+
+    agent, model, _ = make_agent(
+        [tool_call("add", {"a": 1, "b": 1}), text("never")],
+        tools=[add],
+        policy=Policy(max_steps=1),
+        hooks=[Cache()],
+    )
+    result = agent.run_sync("go")
+    assert (result.output, result.stop_reason) == ("cached summary", StopReason.MAX_STEPS)
+    assert len(model.requests) == 1  # the summary never reached the model
+    assert result.model_calls == 1
+    assert seen == ["", "cached summary"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, ConfigurationError, Message, RunState, Runtime, State, tool
+from fsm_agent import Agent, ConfigurationError, Message, Policy, RunState, Runtime, State, tool
 from fsm_agent._sql import MIGRATIONS
 from fsm_agent.errors import (
     CheckpointConflictError,
@@ -241,3 +241,15 @@ def test_open_checkpointer_understands_urls_and_paths(tmp_path: Path) -> None:
     assert (tmp_path / "b.db").exists()
     with pytest.raises(ConfigurationError, match="unknown checkpoint store"):
         open_checkpointer("redis://localhost")
+
+
+def test_the_step_limit_summary_call_is_journaled(store: Checkpointer) -> None:
+    """The tools-off summary call at the step limit is recorded like any model call, so a
+    resumed run reuses its answer instead of calling the model again."""
+    model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("the summary")])
+    agent = Agent(model, tools=[add], checkpointer=store, policy=Policy(max_steps=1))
+    result = agent.run_sync("1 + 2?")
+    assert result.output == "the summary"
+    effects = store.effects(result.run_id)
+    assert sorted(effects) == ["1/model/1", "1/tool/call_0_0", "2/model/2"]
+    assert "the summary" in (effects["2/model/2"].result or "")
