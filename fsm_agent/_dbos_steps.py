@@ -15,10 +15,15 @@ model is told that its outcome is unknown. To know, a non-idempotent call first 
 *intent* step holding the nonce of the workflow execution that made it; when the tool step
 itself must run and the intent was made by an earlier execution, that execution died inside
 the tool.
+
+DBOS numbers a workflow's steps in the order they start and replays a recorded outcome by that
+number. Parallel tool calls start their steps from concurrent tasks, so :class:`StepOrder`
+makes them start in the order the calls were made, whatever order the earlier steps finish in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import uuid
@@ -76,17 +81,61 @@ class StepModel:
         return outcome
 
 
+class StepOrder:
+    """Lets concurrent tool calls start their steps in the order the calls reached it: each
+    call takes its tickets on arrival and starts a step only when that step's ticket is next.
+    A call that waits holds up only the steps behind it; steps already started run on. A call
+    that ends without using a ticket (cancelled) releases it, so no one waits for it."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.started = 0
+        self.waiting: dict[int, asyncio.Future[None]] = {}
+        self.released: set[int] = set()
+
+    def tickets(self, count: int) -> list[int]:
+        """Reserve the next ``count`` step starts (synchronously: arrival order)."""
+        first = self.issued
+        self.issued += count
+        return list(range(first, first + count))
+
+    async def start(self, ticket: int) -> None:
+        """Wait for ``ticket``'s turn and take it. The caller then starts its step without
+        yielding to the loop (DBOS numbers a step in its first, synchronous part), and only
+        then does the next ticket's holder wake."""
+        if self.started != ticket:
+            turn = asyncio.get_running_loop().create_future()
+            self.waiting[ticket] = turn
+            try:
+                await turn
+            finally:
+                self.waiting.pop(ticket, None)
+        self.release(ticket)
+
+    def release(self, ticket: int) -> None:
+        """Give ``ticket``'s turn up (taken or not), waking the next holder when it is due."""
+        self.released.add(ticket)
+        while self.started in self.released:
+            self.released.discard(self.started)
+            self.started += 1
+        following = self.waiting.get(self.started)
+        if following is not None and not following.done():
+            following.set_result(None)
+
+
 class StepTool(Tool):
     """A tool whose every execution is a DBOS step (validation, the timeout and the tool's
     exceptions included, so a replay sees exactly what the first execution saw).
 
-    ``attempt`` is the nonce of the current workflow execution (see the module docstring)."""
+    ``attempt`` is the nonce of the current workflow execution and ``order`` the run's step
+    order (see the module docstring)."""
 
-    def __init__(self, inner: Tool, attempt: str) -> None:
+    def __init__(self, inner: Tool, attempt: str, order: StepOrder) -> None:
         # A view of a built tool: its schema, name and flags are copied, not rebuilt.
         self.__dict__.update(inner.__dict__)
         self.inner = inner
         self.attempt = attempt
+        self.order = order
         self._step: StepOptions = {"name": f"fsm_agent.tool.{inner.name}", "retries_allowed": False}
         self._intent: StepOptions = {"name": f"fsm_agent.intent.{inner.name}"}
 
@@ -94,8 +143,26 @@ class StepTool(Tool):
         self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
     ) -> ToolExecution:
         """Run the tool in a step, or replay the step's recorded outcome."""
+        intent = not self.inner.idempotent
+        tickets = self.order.tickets(2 if intent else 1)
+        try:
+            return await self._execute(call, context, default_timeout_s, intent, tickets)
+        finally:
+            for unused in tickets:
+                self.order.release(unused)
+
+    async def _execute(
+        self,
+        call: ToolCall,
+        context: ToolContext[Any],
+        default_timeout_s: float,
+        intent: bool,
+        tickets: list[int],
+    ) -> ToolExecution:
         started_by = self.attempt
-        if not self.inner.idempotent:
+        if intent:
+            await self.order.start(tickets[0])
+            tickets.pop(0)
             started_by = await DBOS.run_step_async(self._intent, _same, self.attempt)
         fresh: list[ToolExecution] = []
 
@@ -111,6 +178,8 @@ class StepTool(Tool):
             fresh.append(execution)
             return _encode_tool(execution)
 
+        await self.order.start(tickets[0])
+        tickets.pop(0)
         recorded = await DBOS.run_step_async(self._step, run)
         return fresh[0] if fresh else _decode_tool(recorded, call)
 
@@ -144,11 +213,12 @@ def on_dbos(agent: Agent[Any], run_id: str) -> Agent[Any]:
             "an agent that runs on DBOS must not have a checkpointer: DBOS records the run"
         )
     attempt = uuid.uuid4().hex
+    order = StepOrder()
     agent.model = StepModel(agent.model)
     agent.streams = False
-    agent.tools = ToolRegistry(StepTool(t, attempt) for t in agent.tools.values())
+    agent.tools = ToolRegistry(StepTool(t, attempt, order) for t in agent.tools.values())
     if agent.pager is not None:
-        agent.pager = StepTool(agent.pager, attempt)
+        agent.pager = StepTool(agent.pager, attempt, order)
     agent.runtime = Runtime(
         sleep=DBOS.sleep_async,
         clock=agent.runtime.clock,
