@@ -28,7 +28,7 @@ from .events import AbortedEvent, Event, FinalEvent, StateChangedEvent, Suspende
 from .handlers import FAST_PATHS, HANDLERS, RunContext, Verdict
 from .hooks import HookSet
 from .machine import AgentMachine, default_machine
-from .messages import Message, ToolDefinition, Usage
+from .messages import Message, Role, TextPart, ToolDefinition, Usage, trusted
 from .models import Model
 from .persistence import Checkpointer, Durability
 from .policy import Policy, limits_of
@@ -329,7 +329,9 @@ class Agent(Generic[DepsT]):
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidInputError("the prompt is empty; pass the task as text")
-            message = Message.user(prompt)
+            # The prompt is checked text: build the message without validating it again.
+            part = trusted(TextPart, {"type": "text", "text": prompt})
+            message = trusted(Message, {"role": Role.USER, "parts": (part,)})
         elif isinstance(prompt, Message):
             message = prompt
         else:

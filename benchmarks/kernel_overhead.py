@@ -1,0 +1,130 @@
+"""Kernel overhead: µs per loop step of fsm_agent against the hand-written typed loop (the
+floor) doing the same work, in one run, and the ratio.
+
+Both play the workload of ``benchmarks/workload.py`` (N - 1 ``add`` tool calls, then an answer)
+on the same scripted model. Rounds interleave the two systems; the ratio reported is the median
+of the ratios taken within each round, which cancels most of the noise of a shared machine.
+``--instructions`` counts CPU instructions under valgrind's callgrind instead of timing: slow,
+but the same figure on a loaded machine.
+
+    python benchmarks/kernel_overhead.py [--steps 10,50] [--rounds 7] [--instructions]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workload import Adapter, FloorAdapter, FsmAgentAdapter
+
+SYSTEMS: dict[str, type[Adapter]] = {"floor": FloorAdapter, "fsm_agent": FsmAgentAdapter}
+
+
+async def _time_runs(adapter: Adapter, steps: int, runs: int) -> float:
+    prepared = [adapter.prepare(steps) for _ in range(runs)]
+    gc.collect()
+    started = time.perf_counter()
+    for run in prepared:
+        await run()
+    return (time.perf_counter() - started) / (runs * steps) * 1e6
+
+
+def timed(steps: int, rounds: int) -> None:
+    """Interleaved rounds; medians, ranges and the median same-round ratio."""
+    runs = max(20, 3_000 // steps)
+    per_step: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+    for system in SYSTEMS.values():  # warm-up
+        asyncio.run(_time_runs(system(), steps, 5))
+    for _ in range(rounds):
+        for name, system in SYSTEMS.items():
+            per_step[name].append(asyncio.run(_time_runs(system(), steps, runs)))
+    ratios = [k / f for k, f in zip(per_step["fsm_agent"], per_step["floor"], strict=True)]
+    for name, values in per_step.items():
+        print(
+            f"N = {steps:>5}  {name:<9} {statistics.median(values):7.1f} µs/step "
+            f"({min(values):.1f}–{max(values):.1f})"
+        )
+    print(
+        f"N = {steps:>5}  fsm_agent / floor: {statistics.median(ratios):.2f}× "
+        f"({min(ratios):.2f}–{max(ratios):.2f}; target ≤ 2×)"
+    )
+
+
+def _instructions(system: str, steps: int, runs: int) -> int:
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--play",
+        system,
+        str(steps),
+        str(runs),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def counted(steps: int) -> None:
+    """Instructions per step under callgrind (runs minus a start-up-only baseline)."""
+    runs = max(20, 3_000 // steps)
+    per_step = {}
+    for name in SYSTEMS:
+        total = _instructions(name, steps, runs) - _instructions(name, steps, 0)
+        per_step[name] = total / (runs * steps)
+        print(f"N = {steps:>5}  {name:<9} {per_step[name]:,.0f} instructions/step")
+    print(f"N = {steps:>5}  fsm_agent / floor: {per_step['fsm_agent'] / per_step['floor']:.2f}×")
+
+
+def play(system: str, steps: int, runs: int) -> None:
+    """Warm up, then play ``runs`` runs (what callgrind counts)."""
+    adapter = SYSTEMS[system]()
+
+    async def main() -> None:
+        for _ in range(3):
+            await adapter.prepare(steps)()
+        for run in [adapter.prepare(steps) for _ in range(runs)]:
+            await run()
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    """Parse the options and measure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="10,50", help="comma-separated run lengths")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--instructions", action="store_true", help="count with callgrind")
+    parser.add_argument(
+        "--play", nargs=3, metavar=("SYSTEM", "STEPS", "RUNS"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.play:
+        play(args.play[0], int(args.play[1]), int(args.play[2]))
+        return
+    if args.instructions and shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind on PATH")
+    for steps in (int(s) for s in args.steps.split(",")):
+        if args.instructions:
+            counted(steps)
+        else:
+            timed(steps, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
