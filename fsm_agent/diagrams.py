@@ -133,7 +133,13 @@ _GUARD_LABELS: dict[str, _Label] = {
 
 # The outcomes the driver reports between states (the table's last rows); drawn lighter.
 _INTERRUPTS = frozenset(
-    {Outcome.CANCEL, Outcome.DEADLINE, Outcome.USAGE_EXCEEDED, Outcome.STOP_CONDITION}
+    {
+        Outcome.CANCEL,
+        Outcome.HOOK_ERROR,
+        Outcome.DEADLINE,
+        Outcome.USAGE_EXCEEDED,
+        Outcome.STOP_CONDITION,
+    }
 )
 
 
