@@ -40,9 +40,13 @@ class Runtime:
     new_id: Callable[[], str] = new_run_id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class RunResult:
-    """How a run ended: its output, why it stopped, what it cost, and everything it did."""
+    """How a run ended: its output, why it stopped, what it cost, and everything it did.
+
+    Its ``repr`` is a one-line summary (the history and trace by their lengths): a result is
+    printed in logs and debuggers, and asyncio formats it when a task ends.
+    """
 
     run_id: str
     output: str | None
@@ -63,6 +67,28 @@ class RunResult:
     def ok(self) -> bool:
         """The run finished in ``done`` (not aborted, not suspended)."""
         return self.state is State.DONE
+
+    def __repr__(self) -> str:
+        output = (
+            self.output
+            if self.output is None or len(self.output) <= 60
+            else (self.output[:57] + "...")
+        )
+        parts = [
+            f"run_id={self.run_id!r}",
+            f"state={self.state.value}",
+            f"stop_reason={self.stop_reason.value}",
+            f"output={output!r}",
+            f"messages={len(self.messages)}",
+            f"moves={len(self.trace)}",
+            f"model_calls={self.model_calls}",
+            f"tool_executions={self.tool_executions}",
+        ]
+        if self.error is not None:
+            parts.append(f"error={type(self.error).__name__}({str(self.error)[:80]!r})")
+        if self.pending:
+            parts.append(f"pending={[call.id for call in self.pending]!r}")
+        return f"RunResult({', '.join(parts)})"
 
 
 class RunHandle:

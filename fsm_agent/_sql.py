@@ -91,6 +91,8 @@ def _changed_from(saved: list[Message], current: list[Message]) -> int:
     """The first index where ``current`` differs from what was saved (messages are immutable
     values: an unchanged message is the same object)."""
     limit = min(len(saved), len(current))
+    if current[:limit] == saved[:limit]:  # the common case (appends only), compared in C
+        return limit
     for index in range(limit):
         if saved[index] is not current[index]:
             return index

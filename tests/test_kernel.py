@@ -607,3 +607,16 @@ def test_wall_clock_budget_counts_active_time_over_resumes() -> None:
     assert result.tool_executions == 2  # 1.2 s of work: the deadline falls before the answer
     assert result.run_state is not None
     assert result.run_state.active_s == pytest.approx(1.2)
+
+
+def test_a_result_prints_as_one_short_line() -> None:
+    """A RunResult's repr summarises it (history and trace by their lengths), however long the
+    run: results land in logs, and asyncio formats the result of every task it ends."""
+    turns = [tool_call("add", {"a": i, "b": 1}) for i in range(30)] + [text("x" * 500)]
+    agent, _, _ = make_agent(turns, tools=[add], policy=Policy(max_steps=50))
+    result = agent.run_sync("count")
+    shown = repr(result)
+    assert shown.startswith("RunResult(run_id=")
+    assert "state=done" in shown and "stop_reason=completed" in shown
+    assert f"messages={len(result.messages)}" in shown and f"moves={len(result.trace)}" in shown
+    assert len(shown) < 400
