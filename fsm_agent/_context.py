@@ -84,6 +84,16 @@ class RunContext:
         if self.in_effect and task is not None and task is not asyncio.current_task():
             task.cancel()
 
+    def deadline_passed(self) -> bool:
+        """Whether the wall-clock budget is spent, by the runtime's clock; records the deadline
+        interrupt when it is (the timer does the same in real time; this sees a virtual clock
+        too, so a run and its resumed copy stop at the same point)."""
+        deadline = self.deadline
+        if deadline is None or self.agent.runtime.clock() < deadline:
+            return False
+        self.request_interrupt(Outcome.DEADLINE)
+        return True
+
     async def effect(self, awaitable: Awaitable[T]) -> T:
         """Await an effect so that the run's interrupt can cut it short."""
         self.task = asyncio.current_task()

@@ -286,7 +286,7 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
                 raise Interrupted
         else:
             for call in to_run:
-                if ctx.interrupt is not None:
+                if ctx.interrupt is not None or ctx.deadline_passed():
                     raise Interrupted
                 if ctx.handle.pause_requested:
                     paused = True

@@ -1,10 +1,10 @@
 """``fsm-agent fuzz``: the command line of :mod:`fsm_agent.fuzzing`.
 
-This module does not import hypothesis (the ``[testing]`` extra): ``fsm-agent --help`` works
-without it, and ``fsm-agent fuzz`` says how to install it.
+Neither this module nor the fuzzer imports hypothesis (the ``[testing]`` extra, needed only by
+the strategies for your own property tests): ``fsm-agent fuzz`` works without it.
 
 Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test);
-2 a usage error (a bad target, an unknown profile, hypothesis missing).
+2 a usage error (a bad target, an unknown profile, a factory that does not build an agent).
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-seconds", metavar="S", type=float, help="stop after S seconds (default: profile's)"
     )
+    parser.add_argument(
+        "--jobs",
+        metavar="N",
+        type=_positive_int,
+        default=1,
+        help="run in N processes, the examples split between them (default: 1)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -78,11 +85,9 @@ def load_factory(target: str) -> Any:
 
 def run_fuzz_command(args: argparse.Namespace) -> int:
     """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
-    try:
-        from . import fuzzing
-    except ImportError as exc:
-        print(f"fsm-agent fuzz: {exc}", file=sys.stderr)
-        return 2
+    from . import fuzzing
+    from ._fuzz_jobs import fuzz_in_processes
+
     profile = fuzzing.PROFILES[args.profile]
     factory = None
     if args.target is not None:
@@ -106,16 +111,29 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    examples = args.examples or profile.examples
+    seed = args.seed if args.seed is not None else profile.seed
+    max_seconds = args.max_seconds if args.max_seconds is not None else profile.max_seconds
     try:
-        report = fuzzing.fuzz(
-            factory,
-            examples=args.examples or profile.examples,
-            seed=args.seed if args.seed is not None else profile.seed,
-            max_seconds=args.max_seconds if args.max_seconds is not None else profile.max_seconds,
-            target=args.target,
-            progress=progress,
-        )
-    except Exception as exc:  # the factory could not build an agent
+        if args.jobs > 1:
+            report = fuzz_in_processes(
+                args.target,
+                jobs=args.jobs,
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+                progress=progress,
+            )
+        else:
+            report = fuzzing.fuzz(
+                factory,
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+                target=args.target,
+                progress=progress,
+            )
+    except Exception as exc:  # the factory could not build an agent, or a process failed
         print(
             f"fsm-agent fuzz: cannot fuzz the target: {type(exc).__name__}: {exc}", file=sys.stderr
         )

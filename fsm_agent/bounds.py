@@ -3,18 +3,20 @@
 The numbers follow the built-in table of :mod:`fsm_agent.table` (the checker in
 :mod:`fsm_agent.checker` proves them, and that they are reached, per policy):
 
-- Every successful model turn spends a step. Entering ``compacting`` from ``dispatching`` or
-  ``verifying`` needs a step left *after* the turn, but the forced-compaction row
-  (``calling --length--> compacting``) reads the counters *before* its own step, so a ``length``
-  turn at step ``max_steps`` still buys one more turn: at most ``max_steps + 1`` successful turns
-  whenever a compaction attempt is allowed.
+- Every successful model turn spends a step, and every way back to ``calling`` needs a step
+  left (the forced-compaction row after a ``length`` turn counts that turn's own step), so a
+  run makes at most ``max_steps`` successful turns.
 - Failed calls are retried at most ``max_retries`` times between two successful turns (retries
   reset only on success) and, with ``max_total_errors``, at most ``max_total_errors - 1`` times in
   all; the failure that is not retried aborts the run, which then makes no summary call.
 - Finalizing with stop reason ``max_steps`` makes one tools-off summary call when
   ``summarize_on_max_steps`` is set.
-- Compaction attempts and verifier rejections never reset, and each rejection sent back spends a
-  step, so neither adds a model call of its own.
+- Verifier rejections never reset, and each rejection sent back spends a step, so they add no
+  model call of their own.
+- With the ``summarize`` compaction strategy each compaction makes one model call. Compaction
+  attempts reset on a turn that fits the context, so before each turn at most
+  ``max_compaction_attempts`` compactions run: at most ``turns × max_compaction_attempts``
+  summary calls in all.
 - With ``max_steps=None`` only ``usage_limits.max_requests`` bounds the calls (counting every
   attempt, failed or not, as a request); a wall-clock limit alone ends a run in time but does not
   bound its work.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .policy import Policy, RetryPolicy
+from .policy import CompactionStrategyName, Policy, RetryPolicy
 
 __all__ = ["Bounds", "bounds"]
 
@@ -81,12 +83,18 @@ def bounds(
             else min(turns * retry.max_retries, errors - 1)
         )
         summary = 1 if policy.summarize_on_max_steps else 0
-        calls: int | None = turns + retried + summary
+        compaction = turns * _summaries_per_turn(policy)
+        calls: int | None = turns + retried + summary + compaction
         turns_text = f"{turns} turns (max_steps={steps})"
         verifier = "; verifier rejections spend steps" if verification else ""
+        compaction_text = (
+            f" + {turns} × {policy.max_compaction_attempts} compaction summaries"
+            if compaction
+            else ""
+        )
         calls_text = (
             f"{turns_text} + {_retried_text(turns, retry.max_retries, errors)} + "
-            f"{summary} summary call = {calls}{verifier}"
+            f"{summary} summary call{compaction_text} = {calls}{verifier}"
         )
         tool_turns: int | None = steps
         tool_turns_text = f"one per tool_calls turn, at most max_steps={steps}"
@@ -134,6 +142,13 @@ def bounds(
         max_wall_clock_s=wall,
         wall_clock_derivation=wall_text,
     )
+
+
+def _summaries_per_turn(policy: Policy) -> int:
+    """Model calls the compaction before one turn can make (``summarize`` makes one each)."""
+    if CompactionStrategyName.SUMMARIZE not in policy.compaction.strategies:
+        return 0
+    return policy.max_compaction_attempts
 
 
 def _retried_text(turns: int, max_retries: int, errors: int | None) -> str:

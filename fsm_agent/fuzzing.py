@@ -1,4 +1,4 @@
-"""Fuzzing: hypothesis generates runs, the real kernel plays them, DESIGN §8 judges each one.
+"""Fuzzing: seeded bytes decode into runs, the real kernel plays them, DESIGN §8 judges each.
 
 A generated :class:`FuzzCase` is a model script (text, tool calls with malformed arguments,
 unknown tools and repeated ids, every finish reason, retryable and fatal errors with
@@ -10,33 +10,25 @@ built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeo
 :func:`fuzz` runs cases on the real kernel with a virtual clock (retry backoff takes no time),
 resumes suspended runs, and checks every invariant of DESIGN §8 after every run (invariant 2
 against :func:`fsm_agent.bounds.bounds`). A run that does not end by itself is stopped and
-reported. On a violation hypothesis shrinks the case, and the report carries it as a
-ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
+reported. Cases are decoded from seeded random bytes (the same seed, the same examples); on a
+violation the bytes are shrunk (:mod:`._fuzz_shrink`), and the report carries the shrunk case
+as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
 Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
 replaces the agent's runtime with its virtual clock.
 
-This module needs hypothesis (``pip install 'fsm_agent[testing]'``); ``import fsm_agent``
-does not.
+:func:`fuzz` does not need hypothesis; the strategies for your own property tests
+(:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans`, :func:`verifiers`) do
+(``pip install 'fsm_agent[testing]'``), and import it when first used.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-try:
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import seed as hypothesis_seed
-    from hypothesis.strategies import SearchStrategy
-except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    raise ImportError(
-        "fsm_agent.fuzzing needs hypothesis; install it with: pip install 'fsm_agent[testing]'"
-    ) from exc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ._fuzz_case import (
     DEFAULT_TOOLS,
@@ -50,6 +42,8 @@ from ._fuzz_case import (
     run_case,
     turn_source,
 )
+from ._fuzz_decoding import Choices, read_case, read_hook_plan, read_policy, read_script
+from ._fuzz_engine import Engine, Found, Session
 from ._fuzz_invariants import (
     ABORT_REASONS,
     DONE_REASONS,
@@ -59,18 +53,9 @@ from ._fuzz_invariants import (
     check_history,
     check_invariants,
 )
-from ._fuzz_strategies import (
-    Choices,
-    cases,
-    hook_plans,
-    policies,
-    read_case,
-    read_hook_plan,
-    read_policy,
-    read_script,
-    scripts,
-    verifiers,
-)
+
+if TYPE_CHECKING:
+    from ._fuzz_strategies import cases, hook_plans, policies, scripts, verifiers
 
 __all__ = [
     "ABORT_REASONS",
@@ -110,8 +95,21 @@ __all__ = [
     "verifiers",
 ]
 
-BATCH = 250
-"""Examples per hypothesis run; progress is reported and the time limit checked between."""
+_STRATEGIES = frozenset({"cases", "hook_plans", "policies", "scripts", "verifiers"})
+
+
+def __getattr__(name: str) -> Any:
+    """The hypothesis strategies, imported on first use (``fuzz`` runs without hypothesis)."""
+    if name in _STRATEGIES:
+        try:
+            from . import _fuzz_strategies
+        except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+            raise ImportError(
+                f"fsm_agent.fuzzing.{name} needs hypothesis; install it with: "
+                "pip install 'fsm_agent[testing]'"
+            ) from exc
+        return getattr(_fuzz_strategies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +194,6 @@ class FuzzReport:
         return "\n".join(lines)
 
 
-@dataclass
-class _Stats:
-    examples: int = 0
-    invariants: int = 0
-    paths: set[int] = field(default_factory=set)
-    slowest_s: float = 0.0
-    slowest_case: FuzzCase | None = None
-    last_failed: FuzzCase | None = None
-
-
 def check_case(case: FuzzCase, make_agent: AgentFactory | None = None) -> RunRecord:
     """Run ``case`` (on the built-in agent, or ``make_agent``'s) and check every invariant;
     raises :class:`InvariantViolation` at the first broken one."""
@@ -228,106 +216,45 @@ def fuzz(
     ``make_agent`` in the reproducing test; by default it is taken from the factory."""
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
-    definitions = None
-    if make_agent is not None:
-        probe = make_agent(FuzzModel(()))
-        definitions = probe.tool_definitions
-    strategy = cases(definitions)
-    stats = _Stats()
-    failure: FuzzFailure | None = None
-    end = None if max_seconds is None else started + max_seconds
-    # A plain loop, not asyncio.Runner: in 3.11 its SIGINT check formats the repr of every
-    # run's result (milliseconds per example).
-    with contextlib.closing(asyncio.new_event_loop()) as loop:
-        batch = 0
-        while stats.examples < examples and (end is None or time.perf_counter() < end):
-            count = min(BATCH, examples - stats.examples)
-            test = _batch(strategy, make_agent, loop, stats, count, end)
-            try:
-                hypothesis_seed(base + batch)(test)()
-            except Exception as exc:  # the shrunk example's error
-                if stats.last_failed is None:
-                    raise  # not a run's failure: a bug in the fuzzer or the factory
-                failure = _failure(stats.last_failed, exc, make_agent, target)
-                break
-            batch += 1
-            if progress is not None:
-                progress(
-                    FuzzProgress(
-                        stats.examples,
-                        len(stats.paths),
-                        stats.invariants,
-                        time.perf_counter() - started,
-                        stats.slowest_s,
-                    )
-                )
+    end = None if max_seconds is None else time.time() + max_seconds
+
+    def report_progress(session: Session) -> None:
+        if progress is not None:
+            elapsed = time.perf_counter() - started
+            paths, invariants = len(session.paths), session.invariants
+            progress(FuzzProgress(session.examples, paths, invariants, elapsed, session.slowest_s))
+
+    engine = Engine(make_agent, base)
+    try:
+        session = engine.run(range(examples), end, report_progress)
+        found = None if session.found is None else engine.shrink(session.found)
+    finally:
+        engine.close()
+    slowest = None if session.slowest_data is None else engine.case(session.slowest_data)
     return FuzzReport(
-        examples=stats.examples,
-        distinct_paths=len(stats.paths),
-        invariants_checked=stats.invariants,
+        examples=session.examples,
+        distinct_paths=len(session.paths),
+        invariants_checked=session.invariants,
         elapsed_s=time.perf_counter() - started,
         seed=base,
-        slowest_s=stats.slowest_s,
-        slowest_case=stats.slowest_case,
-        failure=failure,
+        slowest_s=session.slowest_s,
+        slowest_case=slowest,
+        failure=None if found is None else fuzz_failure(found, make_agent, target),
     )
 
 
-def _batch(
-    strategy: SearchStrategy[FuzzCase],
-    make_agent: AgentFactory | None,
-    loop: asyncio.AbstractEventLoop,
-    stats: _Stats,
-    count: int,
-    end: float | None,
-) -> Callable[[], None]:
-    """One hypothesis run of ``count`` examples that records into ``stats``."""
-
-    @settings(
-        max_examples=count,
-        database=None,
-        deadline=None,
-        derandomize=False,
-        print_blob=False,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        phases=(Phase.generate, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(strategy)
-    def test(case: FuzzCase) -> None:
-        if end is not None and time.perf_counter() >= end and stats.last_failed is None:
-            return  # time is up: let the batch run out without work
-        began = time.perf_counter()
-        try:
-            record = run_case(case, make_agent, loop=loop)
-            checked = check_invariants(record)
-        except Exception:
-            stats.last_failed = case
-            raise
-        took = time.perf_counter() - began
-        stats.examples += 1
-        stats.invariants += checked
-        stats.paths.add(hash(tuple(m.row for m in record.result.trace)))
-        if took > stats.slowest_s:
-            stats.slowest_s, stats.slowest_case = took, case
-
-    return test
-
-
-def _failure(
-    case: FuzzCase, exc: Exception, make_agent: AgentFactory | None, target: str | None
+def fuzz_failure(
+    found: Found, make_agent: AgentFactory | None = None, target: str | None = None
 ) -> FuzzFailure:
-    if isinstance(exc, InvariantViolation):
-        error, number = str(exc), exc.number
-    else:
-        error, number = f"the run raised {type(exc).__name__}: {exc}", None
+    """The report of a (shrunk) failing example, with its reproducing test; ``target`` is taken
+    from ``make_agent`` when not given."""
     if make_agent is not None and target is None:
         module = getattr(make_agent, "__module__", None)
         name = getattr(make_agent, "__qualname__", "")
         if module and name and "<" not in name:
             target = f"{module}:{name}"
-    return FuzzFailure(case, error, number, regression_test(case, error, target, number))
+    test = regression_test(found.case, found.error, target, found.invariant)
+    return FuzzFailure(found.case, found.error, found.invariant, test)
 
 
 _IMPORTS = {

@@ -257,10 +257,11 @@ def fuzz_agent(
 
     ``make_agent(model)`` builds your agent (tools, hooks, verifier, policy) around the model
     it is given. Generated scripts run on the real kernel and every DESIGN §8 invariant is
-    checked after every run (see :mod:`fsm_agent.fuzzing`, which needs hypothesis). Raises
-    ``AssertionError`` with the shrunk case, as a ready-to-paste test, on a violation.
-    ``examples`` defaults to the loaded hypothesis profile's ``max_examples``; ``seed`` to 0
-    when that profile is derandomized (as hypothesis's ``ci`` profile is), else random.
+    checked after every run (see :mod:`fsm_agent.fuzzing`). Raises ``AssertionError`` with
+    the shrunk case, as a ready-to-paste test, on a violation. ``examples`` defaults to the
+    loaded hypothesis profile's ``max_examples``; ``seed`` to 0 when that profile is
+    derandomized (as hypothesis's ``ci`` profile is), else random: this helper follows your
+    suite's hypothesis profile, so it needs the ``[testing]`` extra.
     """
     from hypothesis import settings
 

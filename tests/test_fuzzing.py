@@ -12,6 +12,7 @@ from hypothesis import given
 
 from fsm_agent import (
     Agent,
+    CompactionSettings,
     MalformedResponseError,
     Policy,
     RateLimitError,
@@ -246,3 +247,43 @@ def test_wall_clock_budget_is_kept_across_a_pause() -> None:
     assert record.result.stop_reason is record.reference.stop_reason is StopReason.TIMEOUT
     assert record.result.run_state is not None
     assert record.result.run_state.active_s == pytest.approx(1.0)
+
+
+def test_summarize_compaction_calls_are_within_the_bound() -> None:
+    """Invariant 2 (found by the fuzzer): with the ``summarize`` strategy every compaction makes
+    a model call, and bounds() counts them (turns × max_compaction_attempts)."""
+    case = FuzzCase(
+        script=(tool_calls(("add", {"a": -3, "b": -3})), text(""), text(""), text("")),
+        policy=Policy(
+            max_steps=3,
+            retry=RetryPolicy(max_retries=0),
+            max_consecutive_errors=1,
+            max_compaction_attempts=1,
+            max_verifications=2,
+            require_done_tool=True,
+            compaction=CompactionSettings(
+                keep_recent_messages=1, strategies=("summarize", "sliding_window"), max_messages=4
+            ),
+        ),
+    )
+    record = check_case(case)
+    assert record.result.model_calls == 5
+
+
+def test_the_deadline_is_checked_between_tool_calls() -> None:
+    """Invariant 10 (found by the fuzzer): a deadline that passes during one tool call stops
+    the turn before the next call starts, in a run and in its paused-and-resumed copy alike."""
+    case = FuzzCase(
+        script=(tool_calls(("wait", {"seconds": 2.0}), ("add", {"a": -3, "b": -3})),),
+        stream=False,
+        policy=Policy(
+            max_steps=1,
+            retry=RetryPolicy(max_retries=0),
+            parallel_tool_calls=False,
+            max_wall_clock_s=1.0,
+        ),
+        pause_after=7,
+    )
+    record = check_case(case)
+    assert record.result.stop_reason is StopReason.TIMEOUT
+    assert record.result.tool_executions == 1
