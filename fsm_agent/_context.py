@@ -95,8 +95,9 @@ class RunContext:
         return True
 
     async def effect(self, awaitable: Awaitable[T]) -> T:
-        """Await an effect so that the run's interrupt can cut it short."""
-        self.task = asyncio.current_task()
+        """Await an effect so that the run's interrupt can cut it short. ``task`` is the task
+        driving the run: the driver records it when it starts and after every event it yields
+        (a stream may be resumed from another task), not here, on every effect."""
         self.in_effect = True
         try:
             return await awaitable

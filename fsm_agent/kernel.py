@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from asyncio import current_task
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -416,11 +417,13 @@ class Agent(Generic[DepsT]):
         unlimited = deadline is None and not self._usage_limited and not self.stop_conditions
         on_transition = hooks.on_transition
         durable = ctx.durable
+        ctx.task = current_task()
         try:
             if hooks.before_run:
                 await _notify(ctx, hooks.before_run, run_state=rs)
                 for event in ctx.take_events():
                     yield event
+                    ctx.task = current_task()
             while True:
                 state = rs.state
                 if state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None):
@@ -435,6 +438,7 @@ class Agent(Generic[DepsT]):
                     ctx.outcome = None
                     async for event in HANDLERS[state](ctx):
                         yield event
+                        ctx.task = current_task()
                     outcome = ctx.outcome
                     assert outcome is not None, f"the {state.value} handler reported no outcome"
                     if ctx.interrupt is Outcome.CANCEL:
@@ -466,6 +470,7 @@ class Agent(Generic[DepsT]):
                         row=move.row,
                         stop_reason=move.stop,
                     )
+                    ctx.task = current_task()
                 if dest in TERMINAL or dest is State.SUSPENDED:
                     result = self._result(ctx)
                     if hooks.after_run:
@@ -473,6 +478,7 @@ class Agent(Generic[DepsT]):
                 if listening:
                     for event in ctx.take_events():
                         yield event
+                        ctx.task = current_task()
                     if dest is State.DONE:
                         assert rs.stop_reason is not None
                         yield FinalEvent(
