@@ -37,7 +37,7 @@ from .errors import ConfigurationError, ModelError
 from .kernel import Agent, Runtime
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from .models import Model
-from .tools import Tool, ToolContext, ToolExecution, ToolRegistry
+from .tools import Tool, ToolContext, ToolExecution
 
 __all__ = ["StepModel", "StepTool", "on_dbos"]
 
@@ -207,22 +207,21 @@ def _encode_model_error(exc: Exception) -> str:
 def on_dbos(agent: Agent[Any], run_id: str) -> Agent[Any]:
     """Make a freshly built agent run inside the DBOS workflow ``run_id``: model and tool calls
     become steps, backoff sleeps become durable sleeps, and the run's id and randomness are
-    fixed by the workflow id, so a replay takes the same path. Changes ``agent`` in place."""
+    fixed by the workflow id, so a replay takes the same path (a copy of ``agent``)."""
     if agent.checkpointer is not None:
         raise ConfigurationError(
             "an agent that runs on DBOS must not have a checkpointer: DBOS records the run"
         )
     attempt = uuid.uuid4().hex
     order = StepOrder()
-    agent.model = StepModel(agent.model)
-    agent.streams = False
-    agent.tools = ToolRegistry(StepTool(t, attempt, order) for t in agent.tools.values())
-    if agent.pager is not None:
-        agent.pager = StepTool(agent.pager, attempt, order)
-    agent.runtime = Runtime(
-        sleep=DBOS.sleep_async,
-        clock=agent.runtime.clock,
-        random=random.Random(run_id),
-        new_id=lambda: run_id,
+    return agent.with_effects(
+        model=StepModel(agent.model),
+        streams=False,  # a step returns the whole answer
+        wrap_tool=lambda tool: StepTool(tool, attempt, order),
+        runtime=Runtime(
+            sleep=DBOS.sleep_async,
+            clock=agent.runtime.clock,
+            random=random.Random(run_id),
+            new_id=lambda: run_id,
+        ),
     )
-    return agent

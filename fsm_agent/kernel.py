@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from asyncio import current_task
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -156,6 +157,35 @@ class Agent(Generic[DepsT]):
         )
 
     # -- public API -------------------------------------------------------------------------
+    def with_effects(
+        self,
+        *,
+        model: Model | None = None,
+        wrap_tool: Callable[[Tool], Tool] | None = None,
+        runtime: Runtime | None = None,
+        streams: bool | None = None,
+    ) -> Agent[DepsT]:
+        """A copy of this agent whose model calls, tools or runtime go through adapters (the
+        recorded steps of a durable-execution engine, say); the policy, hooks, verifier and
+        machine are shared. ``wrap_tool`` must keep each tool's name, schema and approval
+        flag. ``streams`` (default: whether ``model`` has ``stream``) says whether listened
+        runs stream the model's answer."""
+        clone = copy.copy(self)
+        if model is not None:
+            clone.model = model
+            clone.streams = callable(getattr(model, "stream", None)) if streams is None else streams
+        elif streams is not None:
+            clone.streams = streams
+        if wrap_tool is not None:
+            clone.tools = ToolRegistry(wrap_tool(t) for t in self.tools.values())
+            clone.tool_definitions = clone.tools.definitions
+            clone.approval_needed = any(t.needs_approval for t in clone.tools.values())
+            if self.pager is not None:
+                clone.pager = wrap_tool(self.pager)
+        if runtime is not None:
+            clone.runtime = runtime
+        return clone
+
     async def run(
         self,
         prompt: str | Message,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,8 @@ from fsm_agent import (
     InvalidRequestError,
     Message,
     ModelError,
+    ModelRequest,
+    ModelResponse,
     Policy,
     RateLimitError,
     RetryPolicy,
@@ -24,6 +27,8 @@ from fsm_agent import (
     State,
     StopReason,
     TaskComplete,
+    Tool,
+    ToolCall,
     UsageLimits,
     Verdict,
     tool,
@@ -620,3 +625,37 @@ def test_a_result_prints_as_one_short_line() -> None:
     assert "state=done" in shown and "stop_reason=completed" in shown
     assert f"messages={len(result.messages)}" in shown and f"moves={len(result.trace)}" in shown
     assert len(shown) < 400
+
+
+def test_with_effects_routes_model_and_tools_through_adapters() -> None:
+    """with_effects gives a copy whose model calls and tool runs go through the adapters (as a
+    durable-execution engine's steps do); the original agent is untouched."""
+    seen: list[str] = []
+
+    class Recording:
+        def __init__(self, inner: ScriptedModel) -> None:
+            self.inner = inner
+
+        @property
+        def name(self) -> str:
+            return "recording"
+
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            seen.append("model")
+            return await self.inner.complete(request)
+
+    class Logged(Tool):
+        def __init__(self, inner: Tool) -> None:
+            super().__init__(inner.fn, name=inner.name)
+
+        async def execute(self, call: ToolCall, context: Any, **kw: Any) -> Any:
+            seen.append(f"tool {call.name}")
+            return await super().execute(call, context, **kw)
+
+    agent, model, _ = make_agent([tool_call("add", {"a": 1, "b": 2}), text("3")], tools=[add])
+    adapted = agent.with_effects(model=Recording(model), wrap_tool=Logged)
+    result = adapted.run_sync("1 + 2?")
+    assert result.output == "3"
+    assert seen == ["model", "tool add", "model"]
+    assert agent.model is model and not isinstance(agent.tools["add"], Logged)
+    assert adapted.tool_definitions == agent.tool_definitions
