@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 from ._context import ONE_REQUEST, Interrupted, RunContext
 from .errors import (
@@ -35,13 +36,14 @@ from .messages import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    Usage,
     trusted,
 )
 from .policy import backoff_delay
 from .table import Outcome, State
 from .tool_output import trim_old_outputs
 
-__all__ = ["handle_calling"]
+__all__ = ["Answer", "answer_quietly", "call_model", "handle_calling", "notify_answered"]
 
 _FINISH_OUTCOMES = {
     FinishReason.STOP: Outcome.STOP,
@@ -141,56 +143,25 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
                 "reasoning_budget_tokens": None,
             },
         )
-        supplied: ModelResponse | None = None  # by a hook, instead of calling the model
-        if agent.hooks.before_model_call:
-            changed = await ctx.effect(agent.hooks.run_before_model_call(ctx, request))
-            if ctx.listening:
-                for event in ctx.take_events():
-                    yield event
-            if ctx.interrupt is not None:
-                raise Interrupted
-            if isinstance(changed, ModelResponse):
-                supplied = changed
-            else:
-                request = changed
-        if ctx.listening and supplied is None:
-            yield ModelRequestEvent(
-                run_id=run_id,
-                step=rs.counters.steps + 1,
-                attempt=rs.counters.retries + 1,
-                request=request,
-            )
-            if ctx.interrupt is not None:
-                raise Interrupted
-        if supplied is None:
-            rs.model_calls += 1
-        response: ModelResponse | None = supplied
-        key: str | None = None  # the call's journal key, when a checkpointer records it
-        recorded: ModelResponse | ModelError | None = None  # its outcome in an earlier process
-        if supplied is None and ctx.durable is not None:
-            key, recorded = ctx.durable.begin_model_call(rs)
+        answer: Answer | None = None
         try:
-            if recorded is not None:
-                if isinstance(recorded, ModelError):
-                    raise recorded
-                response = recorded
-            elif supplied is None and ctx.listening and agent.streams:
-                async for item in _stream(ctx, request):
-                    if isinstance(item, ModelResponse):
-                        response = item
+            if ctx.listening or agent.hooks.before_model_call:
+                async for item in call_model(
+                    ctx,
+                    request,
+                    step=rs.counters.steps + 1,
+                    attempt=rs.counters.retries + 1,
+                    stream=True,
+                ):
+                    if isinstance(item, Answer):
+                        answer = item
                     else:
                         yield item
-            elif supplied is None:
-                response = await ctx.effect(agent.model.complete(request))
-            if not isinstance(response, ModelResponse):
-                raise MalformedResponseError(
-                    f"the model returned {type(response).__name__}, not a ModelResponse"
-                )
+            else:  # nothing to observe: the same work without the generator (hot path)
+                answer = await answer_quietly(ctx, request)
         except (Interrupted, asyncio.CancelledError):
             raise
         except Exception as exc:
-            if key is not None and ctx.durable is not None:
-                ctx.durable.model_failed(key, exc)
             ctx.outcome = _classify(ctx, exc)
             ctx.last_error = ctx.error = (
                 exc
@@ -201,12 +172,9 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
     except Interrupted:
         ctx.outcome = ctx.interrupt
         return
-    if key is not None and ctx.durable is not None:
-        ctx.durable.model_answered(key, response)
+    assert answer is not None, "call_model ends with the answer"
+    response = answer.response
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
-    # A provider that reports no request count made one all the same (a hook's answer made none).
-    unreported = 0 if response.usage.requests or supplied is not None else 1
-    rs.usage = rs.usage.plus(response.usage, requests=unreported)
     # Context budget: the provider's count of the request replaces the estimate (compaction).
     if response.usage.input_tokens and agent.policy.compaction.use_reported_usage:
         rs.context_tokens = response.usage.input_tokens
@@ -240,8 +208,7 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
     ctx.outcome = outcome
     if ctx.listening:
         yield ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
-        call_usage = response.usage + ONE_REQUEST if unreported else response.usage
-        yield UsageEvent(run_id=run_id, call=call_usage, total=rs.usage)
+        yield UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage)
         for part in message.reasoning:
             yield ReasoningEvent(run_id=run_id, text=part.text)
         if rs.last_text and (
@@ -249,20 +216,146 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
         ):
             yield TextEvent(run_id=run_id, text=rs.last_text)
     if agent.hooks.after_model_call:
-        # On an interrupt the outcome stands; the driver takes it before the next handler.
-        with contextlib.suppress(Interrupted):
-            await ctx.effect(
-                agent.hooks.notify(
-                    ctx,
-                    agent.hooks.after_model_call,
-                    request=request,
-                    response=response,
-                    run_state=rs,
-                )
-            )
+        await notify_answered(ctx, answer)
         if ctx.listening:
             for event in ctx.take_events():
                 yield event
+
+
+# -- one model call, for the calling state and the step-limit summary -------------------------
+class Answer(NamedTuple):
+    """What answered a model call: the request as the hooks left it, and the response (a
+    tuple: built once per call on the kernel's hot path)."""
+
+    request: ModelRequest
+    response: ModelResponse
+    unreported: int  # 1 when a call was made but its usage counts no request
+
+    @property
+    def call_usage(self) -> Usage:
+        """The call's usage, counting the request the provider did not report."""
+        return self.response.usage + ONE_REQUEST if self.unreported else self.response.usage
+
+
+async def call_model(
+    ctx: RunContext, request: ModelRequest, *, step: int, attempt: int, stream: bool
+) -> AsyncIterator[Event | Answer]:
+    """The seams every model call goes through: the ``before_model_call`` hooks (which may
+    change the request or answer it), the request event, the effect journal (an outcome an
+    earlier process recorded is reused), the call itself (streamed when ``stream`` and someone
+    listens) and the run's usage. Yields events, then the :class:`Answer`; raises
+    :class:`Interrupted`, or the call's error once the journal has it. With no hook and no
+    listener nothing is yielded but the answer: :func:`answer_quietly` does the same work
+    without this generator."""
+    rs = ctx.rs
+    agent = ctx.agent
+    if agent.hooks.before_model_call:
+        changed = await ctx.effect(agent.hooks.run_before_model_call(ctx, request))
+        if ctx.listening:
+            for event in ctx.take_events():
+                yield event
+        if ctx.interrupt is not None:
+            raise Interrupted
+        if isinstance(changed, ModelResponse):  # a hook's answer: no request is made
+            rs.usage = rs.usage.plus(changed.usage)
+            yield Answer(request, changed, 0)
+            return
+        request = changed
+    if ctx.listening:
+        yield ModelRequestEvent(run_id=rs.run_id, step=step, attempt=attempt, request=request)
+        if ctx.interrupt is not None:  # the listener may have cancelled
+            raise Interrupted
+    if not (stream and ctx.listening and agent.streams):
+        yield await answer_quietly(ctx, request)
+        return
+    key, recorded = _begin(ctx)
+    response: ModelResponse | None = None
+    try:
+        if recorded is not None:
+            response = _replayed(recorded)
+        else:
+            async for item in _stream(ctx, request):
+                if isinstance(item, ModelResponse):
+                    response = item
+                else:
+                    yield item
+            if not isinstance(response, ModelResponse):
+                raise _not_a_response(response)
+    except (Interrupted, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        _failed(ctx, key, exc)
+        raise
+    yield _answered(ctx, key, request, response)
+
+
+async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
+    """The call itself, with its journal entry and usage (see :func:`call_model`)."""
+    key, recorded = _begin(ctx)
+    try:
+        if recorded is not None:
+            response = _replayed(recorded)
+        else:
+            response = await ctx.effect(ctx.agent.model.complete(request))
+            if not isinstance(response, ModelResponse):
+                raise _not_a_response(response)
+    except (Interrupted, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        _failed(ctx, key, exc)
+        raise
+    return _answered(ctx, key, request, response)
+
+
+def _begin(ctx: RunContext) -> tuple[str | None, ModelResponse | ModelError | None]:
+    """Count the call; its journal key, and what an earlier process recorded for it."""
+    ctx.rs.model_calls += 1
+    if ctx.durable is None:
+        return None, None
+    return ctx.durable.begin_model_call(ctx.rs)
+
+
+def _replayed(recorded: ModelResponse | ModelError) -> ModelResponse:
+    if isinstance(recorded, ModelError):
+        raise recorded
+    return recorded
+
+
+def _not_a_response(value: object) -> MalformedResponseError:
+    return MalformedResponseError(f"the model returned {type(value).__name__}, not a ModelResponse")
+
+
+def _failed(ctx: RunContext, key: str | None, exc: Exception) -> None:
+    if key is not None and ctx.durable is not None:
+        ctx.durable.model_failed(key, exc)
+
+
+def _answered(
+    ctx: RunContext, key: str | None, request: ModelRequest, response: ModelResponse
+) -> Answer:
+    """Journal the response and add its usage to the run's."""
+    if key is not None and ctx.durable is not None:
+        ctx.durable.model_answered(key, response)
+    # A provider that reports no request count made one all the same.
+    unreported = 0 if response.usage.requests else 1
+    ctx.rs.usage = ctx.rs.usage.plus(response.usage, requests=unreported)
+    return Answer(request, response, unreported)
+
+
+async def notify_answered(ctx: RunContext, answer: Answer) -> None:
+    """The ``after_model_call`` hooks. On an interrupt the answer stands: the driver takes the
+    interrupt before the next handler."""
+    hooks = ctx.agent.hooks
+    with contextlib.suppress(Interrupted):
+        await ctx.effect(
+            hooks.notify(
+                ctx,
+                hooks.after_model_call,
+                request=answer.request,
+                response=answer.response,
+                run_state=ctx.rs,
+            )
+        )
 
 
 async def _stream(ctx: RunContext, request: ModelRequest) -> AsyncIterator[Event | ModelResponse]:

@@ -24,16 +24,21 @@ makes them start in the order the calls were made, whatever order the earlier st
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import uuid
 from typing import Any
 
 from dbos import DBOS, StepOptions
-from pydantic import JsonValue
 
-from ._durable import UNKNOWN_RESULT, RecordedToolError, _decode_model, _decode_tool, _encode_tool
-from .errors import ConfigurationError, ModelError
+from ._durable import (
+    UNKNOWN_RESULT,
+    RecordedToolError,
+    _decode_model,
+    _decode_tool,
+    _encode_tool,
+    encode_model_outcome,
+)
+from .errors import ConfigurationError
 from .kernel import Agent, Runtime
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from .models import Model
@@ -70,9 +75,9 @@ class StepModel:
                 response = await self.inner.complete(request)
             except Exception as exc:  # recorded as the call's outcome; the kernel classifies it
                 fresh.append(exc)
-                return _encode_model_error(exc)
+                return encode_model_outcome(exc)
             fresh.append(response)
-            return '{"response":' + response.model_dump_json() + "}"
+            return encode_model_outcome(response)
 
         recorded = await DBOS.run_step_async(_MODEL_STEP, call)
         outcome = fresh[0] if fresh else _decode_model(recorded)
@@ -186,22 +191,6 @@ class StepTool(Tool):
 
 async def _same(value: str) -> str:
     return value
-
-
-def _encode_model_error(exc: Exception) -> str:
-    """The error in the journal's format (which :func:`_decode_model` reads back)."""
-    error: dict[str, JsonValue] = {"type": "ModelError", "message": str(exc)}
-    if isinstance(exc, ModelError):
-        error.update(
-            type=type(exc).__name__,
-            retryable=exc.retryable,
-            retry_after=exc.retry_after,
-            status_code=exc.status_code,
-            provider=exc.provider,
-        )
-    else:
-        error["message"] = f"the model raised {type(exc).__name__}: {exc}"
-    return json.dumps({"error": error})
 
 
 def on_dbos(agent: Agent[Any], run_id: str) -> Agent[Any]:

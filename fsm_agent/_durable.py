@@ -24,7 +24,7 @@ from .run_state import RunState
 from .table import TERMINAL, State
 from .tools import Tool, ToolContext, ToolExecution
 
-__all__ = ["RecordedToolError", "RunLog", "UnknownOutcome"]
+__all__ = ["RecordedToolError", "RunLog", "UnknownOutcome", "encode_model_outcome"]
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -156,22 +156,11 @@ class RunLog:
 
     def model_answered(self, key: str, response: ModelResponse) -> None:
         """Record the response of the call ``key``."""
-        self._result(key, '{"response":' + response.model_dump_json() + "}")
+        self._result(key, encode_model_outcome(response))
 
     def model_failed(self, key: str, exc: Exception) -> None:
         """Record the error of the call ``key``."""
-        error: dict[str, JsonValue] = {"type": "ModelError", "message": str(exc)}
-        if isinstance(exc, ModelError):
-            error.update(
-                type=type(exc).__name__,
-                retryable=exc.retryable,
-                retry_after=exc.retry_after,
-                status_code=exc.status_code,
-                provider=exc.provider,
-            )
-        else:
-            error["message"] = f"the model raised {type(exc).__name__}: {exc}"
-        self._result(key, json.dumps({"error": error}))
+        self._result(key, encode_model_outcome(exc))
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
@@ -222,6 +211,25 @@ def _snapshot(rs: RunState) -> RunState:
             "recent_turns": list(rs.recent_turns),
         }
     )
+
+
+def encode_model_outcome(outcome: ModelResponse | Exception) -> str:
+    """A model call's outcome as the journal stores it (:func:`_decode_model` reads it back):
+    the response, or the error with what classifying it needs."""
+    if isinstance(outcome, ModelResponse):
+        return '{"response":' + outcome.model_dump_json() + "}"
+    error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
+    if isinstance(outcome, ModelError):
+        error.update(
+            type=type(outcome).__name__,
+            retryable=outcome.retryable,
+            retry_after=outcome.retry_after,
+            status_code=outcome.status_code,
+            provider=outcome.provider,
+        )
+    else:
+        error["message"] = f"the model raised {type(outcome).__name__}: {outcome}"
+    return json.dumps({"error": error})
 
 
 def _decode_model(text: str) -> ModelResponse | ModelError:

@@ -11,27 +11,23 @@ the interrupt cancels that await, which the handler turns into the interrupt's o
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ._calling import handle_calling
+from ._calling import Answer, call_model, handle_calling, notify_answered
 from ._compacting import compacting_needs_nothing, handle_compacting
-from ._context import ONE_REQUEST, Interrupted, RunContext
+from ._context import Interrupted, RunContext
 from ._dispatching import handle_dispatching
-from .errors import MalformedResponseError, ModelError
 from .events import (
     Event,
     HookErrorEvent,
-    ModelRequestEvent,
     UsageEvent,
     VerificationFailedEvent,
 )
 from .messages import (
     Message,
     ModelRequest,
-    ModelResponse,
     Role,
 )
 from .table import Outcome, State, StopReason
@@ -150,68 +146,26 @@ async def handle_finalizing(ctx: RunContext) -> AsyncIterator[Event]:
             reasoning_budget_tokens=None,
         )
         # The same seams as any model call: the model-call hooks and the effect journal.
-        supplied: ModelResponse | None = None  # by a before_model_call hook
-        hooks = agent.hooks
+        answer: Answer | None = None
         try:
-            if hooks.before_model_call:
-                changed = await ctx.effect(hooks.run_before_model_call(ctx, request))
-                if ctx.listening:
-                    for event in ctx.take_events():
-                        yield event
-                if ctx.interrupt is not None:
-                    raise Interrupted
-                if isinstance(changed, ModelResponse):
-                    supplied = changed
+            async for item in call_model(
+                ctx, request, step=rs.counters.steps, attempt=1, stream=False
+            ):
+                if isinstance(item, Answer):
+                    answer = item
                 else:
-                    request = changed
-            if ctx.listening and supplied is None:
-                yield ModelRequestEvent(
-                    run_id=rs.run_id, step=rs.counters.steps, attempt=1, request=request
-                )
-                if ctx.interrupt is not None:  # the listener may have cancelled
-                    raise Interrupted
+                    yield item
         except Interrupted:
             ctx.outcome = ctx.interrupt
             return
-        key: str | None = None
-        recorded: ModelResponse | ModelError | None = None
-        if supplied is None:
-            rs.model_calls += 1
-            if ctx.durable is not None:
-                key, recorded = ctx.durable.begin_model_call(rs)
-        try:
-            if isinstance(recorded, ModelError):
-                raise recorded
-            response = recorded or supplied or await ctx.effect(agent.model.complete(request))
-            if not isinstance(response, ModelResponse):
-                raise MalformedResponseError("the summary call returned no ModelResponse")
-        except Interrupted:
-            ctx.outcome = ctx.interrupt
-            return
-        except Exception as exc:
-            if key is not None and ctx.durable is not None:
-                ctx.durable.model_failed(key, exc)
+        except Exception:
             rs.output = SUMMARY_FALLBACK
-        else:
-            if key is not None and ctx.durable is not None:
-                ctx.durable.model_answered(key, response)
-            unreported = 0 if response.usage.requests or supplied is not None else 1
-            rs.usage = rs.usage.plus(response.usage, requests=unreported)
-            rs.output = response.message.text.strip() or SUMMARY_FALLBACK
+        if answer is not None:
+            rs.output = answer.response.message.text.strip() or SUMMARY_FALLBACK
             if ctx.listening:
-                call_usage = response.usage + ONE_REQUEST if unreported else response.usage
-                yield UsageEvent(run_id=rs.run_id, call=call_usage, total=rs.usage)
-            if hooks.after_model_call:
-                with contextlib.suppress(Interrupted):  # the output stands
-                    await ctx.effect(
-                        hooks.notify(
-                            ctx,
-                            hooks.after_model_call,
-                            request=request,
-                            response=response,
-                            run_state=rs,
-                        )
-                    )
+                yield UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage)
+            if agent.hooks.after_model_call:
+                await notify_answered(ctx, answer)
                 if ctx.listening:
                     for event in ctx.take_events():
                         yield event
