@@ -21,7 +21,7 @@ from dbos import DBOS
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from ._dbos_steps import on_dbos
-from .approval import Approval, Decision, HumanDecision, ResumeHandle
+from .approval import Approval, Decision, HumanDecision
 from .errors import DurableRunError, ResumeError
 from .events import Event, StateChangedEvent
 from .kernel import Agent, RunHandle, RunResult
@@ -198,21 +198,5 @@ async def _publish(events: AsyncIterator[Event]) -> None:
 
 def result_of(rs: RunState) -> RunResult:
     """The :class:`RunResult` of a run state that came back from a worker."""
-    assert rs.stop_reason is not None, "a workflow returns a run that rests"
-    suspended = rs.state is State.SUSPENDED and rs.resume_token is not None
-    return RunResult(
-        run_id=rs.run_id,
-        output=rs.output,
-        stop_reason=rs.stop_reason,
-        state=rs.state,
-        usage=rs.usage,
-        messages=tuple(rs.messages),
-        trace=tuple(rs.trace),
-        counters=rs.counters,
-        model_calls=rs.model_calls,
-        tool_executions=rs.tool_executions,
-        error=DurableRunError(rs.error, run_id=rs.run_id) if rs.error is not None else None,
-        pending=tuple(r.call for r in rs.human_requests),
-        run_state=rs,
-        resume_handle=ResumeHandle.of(rs) if suspended else None,
-    )
+    error = DurableRunError(rs.error, run_id=rs.run_id) if rs.error is not None else None
+    return RunResult.of(rs, error)

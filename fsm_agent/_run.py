@@ -63,6 +63,29 @@ class RunResult:
     run_state: RunState | None = None
     resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
 
+    @classmethod
+    def of(cls, rs: RunState, error: BaseException | None = None) -> RunResult:
+        """The result of a run state at rest (ended, or suspended), with the error that ended
+        an aborted run."""
+        assert rs.stop_reason is not None, "a run at rest has a stop reason"
+        suspended = rs.state is State.SUSPENDED and rs.resume_token is not None
+        return cls(
+            run_id=rs.run_id,
+            output=rs.output,
+            stop_reason=rs.stop_reason,
+            state=rs.state,
+            usage=rs.usage,
+            messages=tuple(rs.messages),
+            trace=tuple(rs.trace),
+            counters=rs.counters,
+            model_calls=rs.model_calls,
+            tool_executions=rs.tool_executions,
+            error=error if rs.state is State.ABORTED else None,
+            pending=tuple(r.call for r in rs.human_requests),
+            run_state=rs,
+            resume_handle=ResumeHandle.of(rs) if suspended else None,
+        )
+
     @property
     def ok(self) -> bool:
         """The run finished in ``done`` (not aborted, not suspended)."""

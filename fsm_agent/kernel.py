@@ -30,7 +30,7 @@ from .events import AbortedEvent, Event, FinalEvent, StateChangedEvent, Suspende
 from .handlers import FAST_PATHS, HANDLERS, RunContext, Verdict
 from .hooks import HookSet
 from .machine import AgentMachine, default_machine
-from .messages import Message, Role, TextPart, ToolDefinition, Usage, trusted
+from .messages import Message, ToolDefinition, Usage
 from .models import Model
 from .persistence import Checkpointer, Durability
 from .policy import Policy, limits_of
@@ -360,9 +360,7 @@ class Agent(Generic[DepsT]):
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidInputError("the prompt is empty; pass the task as text")
-            # The prompt is checked text: build the message without validating it again.
-            part = trusted(TextPart, {"type": "text", "text": prompt})
-            message = trusted(Message, {"role": Role.USER, "parts": (part,)})
+            message = Message.user(prompt)
         elif isinstance(prompt, Message):
             message = prompt
         else:
@@ -550,25 +548,7 @@ class Agent(Generic[DepsT]):
                 durable.close()
 
     def _result(self, ctx: RunContext) -> RunResult:
-        rs = ctx.rs
-        assert rs.stop_reason is not None
-        result = RunResult(
-            run_id=rs.run_id,
-            output=rs.output,
-            stop_reason=rs.stop_reason,
-            state=rs.state,
-            usage=rs.usage,
-            messages=tuple(rs.messages),
-            trace=tuple(rs.trace),
-            counters=rs.counters,
-            model_calls=rs.model_calls,
-            tool_executions=rs.tool_executions,
-            error=ctx.error if rs.state is State.ABORTED else None,
-            pending=tuple(r.call for r in rs.human_requests),
-            run_state=rs,
-            resume_handle=ResumeHandle.of(rs) if rs.state is State.SUSPENDED else None,
-        )
-        ctx.handle.result = result
+        result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
         return result
 
 

@@ -193,6 +193,9 @@ class Message(_Frozen):
     @classmethod
     def user(cls, text: str, *images: ImagePart) -> Message:
         """A user message with text and optional images."""
+        if type(text) is str and not images:  # every run starts with one: skip re-validating
+            part = trusted(TextPart, {"type": "text", "text": text})
+            return trusted(cls, {"role": Role.USER, "parts": (part,)})
         return cls(role=Role.USER, parts=(TextPart(text=text), *images))
 
     @classmethod

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from ._run import RunResult
 from .errors import CheckpointConflictError, ConfigurationError, UnknownRunError
 from .messages import ToolResult
 from .run_state import RunState
@@ -40,7 +41,7 @@ from .table import State, StopReason
 if TYPE_CHECKING:
     from ._postgres import PostgresCheckpointer
     from ._sqlite import SQLiteCheckpointer
-    from .kernel import Agent, RunResult
+    from .kernel import Agent
 
 __all__ = [
     "Checkpoint",
@@ -364,28 +365,9 @@ async def crash_and_resume(
         try:
             return await agent.resume(run_id), True
         except RunFinishedError:
-            return _stored_result(inner.load(run_id).state), True
+            return RunResult.of(inner.load(run_id).state), True
     finally:
         agent.checkpointer = saved
-
-
-def _stored_result(state: RunState) -> RunResult:
-    from .kernel import RunResult
-
-    assert state.stop_reason is not None
-    return RunResult(
-        run_id=state.run_id,
-        output=state.output,
-        stop_reason=state.stop_reason,
-        state=state.state,
-        usage=state.usage,
-        messages=tuple(state.messages),
-        trace=tuple(state.trace),
-        counters=state.counters,
-        model_calls=state.model_calls,
-        tool_executions=state.tool_executions,
-        run_state=state,
-    )
 
 
 UNKNOWN_OUTCOME_PREFIX = "Error: outcome unknown"
