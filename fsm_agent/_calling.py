@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 from ._context import ONE_REQUEST, Interrupted, RunContext
@@ -16,7 +15,6 @@ from .errors import (
     ModelError,
 )
 from .events import (
-    Event,
     ModelRequestEvent,
     ModelResponseEvent,
     ReasoningDeltaEvent,
@@ -94,7 +92,7 @@ def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
     return message.model_copy(update={"parts": tuple(parts)})
 
 
-async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_calling(ctx: RunContext) -> Outcome:
     """One model call (after the backoff when this is a retry)."""
     rs = ctx.rs
     agent = ctx.agent
@@ -108,11 +106,13 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
                 agent.policy.retry, rs.counters.retries, after, agent.runtime.random
             )
             if ctx.listening:
-                yield RetryingEvent(
-                    run_id=run_id,
-                    attempt=rs.counters.retries,
-                    delay_s=delay or 0.0,
-                    error=str(error),
+                await ctx.emit(
+                    RetryingEvent(
+                        run_id=run_id,
+                        attempt=rs.counters.retries,
+                        delay_s=delay or 0.0,
+                        error=str(error),
+                    )
                 )
                 if ctx.interrupt is not None:  # the listener may have cancelled
                     raise Interrupted
@@ -121,8 +121,7 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
                 delay = min(delay or 0.0, max(0.0, deadline - agent.runtime.clock()))
             await ctx.effect(agent.runtime.sleep(delay or 0.0))
             if deadline is not None and agent.runtime.clock() >= deadline:
-                ctx.outcome = Outcome.DEADLINE
-                return
+                return Outcome.DEADLINE
         output_limits = agent.policy.tool_output
         if output_limits.keep_recent is not None:
             trim_old_outputs(ctx, output_limits.keep_recent, output_limits.old_max_chars)
@@ -143,36 +142,28 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
                 "reasoning_budget_tokens": None,
             },
         )
-        answer: Answer | None = None
         try:
             if ctx.listening or agent.hooks.before_model_call:
-                async for item in call_model(
+                answer = await call_model(
                     ctx,
                     request,
                     step=rs.counters.steps + 1,
                     attempt=rs.counters.retries + 1,
                     stream=True,
-                ):
-                    if isinstance(item, Answer):
-                        answer = item
-                    else:
-                        yield item
-            else:  # nothing to observe: the same work without the generator (hot path)
+                )
+            else:  # nothing to observe: the call itself (hot path)
                 answer = await answer_quietly(ctx, request)
         except (Interrupted, asyncio.CancelledError):
             raise
         except Exception as exc:
-            ctx.outcome = _classify(ctx, exc)
             ctx.last_error = ctx.error = (
                 exc
                 if isinstance(exc, FsmAgentError)
                 else ModelError(f"the model raised {type(exc).__name__}: {exc}")
             )
-            return
+            return _classify(ctx, exc)
     except Interrupted:
-        ctx.outcome = ctx.interrupt
-        return
-    assert answer is not None, "call_model ends with the answer"
+        return ctx.interrupted
     response = answer.response
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
     # Context budget: the provider's count of the request replaces the estimate (compaction).
@@ -205,21 +196,21 @@ async def handle_calling(ctx: RunContext) -> AsyncIterator[Event]:
             f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
         )
         ctx.error = ctx.last_error
-    ctx.outcome = outcome
     if ctx.listening:
-        yield ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
-        yield UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage)
+        await ctx.emit(
+            ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
+        )
+        await ctx.emit(UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage))
         for part in message.reasoning:
-            yield ReasoningEvent(run_id=run_id, text=part.text)
+            await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
         if rs.last_text and (
             outcome is Outcome.TOOL_CALLS or (outcome is Outcome.STOP and agent.limits.verification)
         ):
-            yield TextEvent(run_id=run_id, text=rs.last_text)
+            await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
     if agent.hooks.after_model_call:
         await notify_answered(ctx, answer)
-        if ctx.listening:
-            for event in ctx.take_events():
-                yield event
+        await ctx.emit_all(ctx.take_events())
+    return outcome
 
 
 # -- one model call, for the calling state and the step-limit summary -------------------------
@@ -239,54 +230,41 @@ class Answer(NamedTuple):
 
 async def call_model(
     ctx: RunContext, request: ModelRequest, *, step: int, attempt: int, stream: bool
-) -> AsyncIterator[Event | Answer]:
+) -> Answer:
     """The seams every model call goes through: the ``before_model_call`` hooks (which may
     change the request or answer it), the request event, the effect journal (an outcome an
     earlier process recorded is reused), the call itself (streamed when ``stream`` and someone
-    listens) and the run's usage. Yields events, then the :class:`Answer`; raises
-    :class:`Interrupted`, or the call's error once the journal has it. With no hook and no
-    listener nothing is yielded but the answer: :func:`answer_quietly` does the same work
-    without this generator."""
+    listens) and the run's usage. Emits the events; raises :class:`Interrupted`, or the call's
+    error once the journal has it. With no hook and no listener this is
+    :func:`answer_quietly`."""
     rs = ctx.rs
     agent = ctx.agent
     if agent.hooks.before_model_call:
         changed = await ctx.effect(agent.hooks.run_before_model_call(ctx, request))
-        if ctx.listening:
-            for event in ctx.take_events():
-                yield event
+        await ctx.emit_all(ctx.take_events())
         if ctx.interrupt is not None:
             raise Interrupted
         if isinstance(changed, ModelResponse):  # a hook's answer: no request is made
             rs.usage = rs.usage.plus(changed.usage)
-            yield Answer(request, changed, 0)
-            return
+            return Answer(request, changed, 0)
         request = changed
     if ctx.listening:
-        yield ModelRequestEvent(run_id=rs.run_id, step=step, attempt=attempt, request=request)
+        await ctx.emit(
+            ModelRequestEvent(run_id=rs.run_id, step=step, attempt=attempt, request=request)
+        )
         if ctx.interrupt is not None:  # the listener may have cancelled
             raise Interrupted
     if not (stream and ctx.listening and agent.streams):
-        yield await answer_quietly(ctx, request)
-        return
+        return await answer_quietly(ctx, request)
     key, recorded = _begin(ctx)
-    response: ModelResponse | None = None
     try:
-        if recorded is not None:
-            response = _replayed(recorded)
-        else:
-            async for item in _stream(ctx, request):
-                if isinstance(item, ModelResponse):
-                    response = item
-                else:
-                    yield item
-            if not isinstance(response, ModelResponse):
-                raise _not_a_response(response)
+        response = _replayed(recorded) if recorded is not None else await _stream(ctx, request)
     except (Interrupted, asyncio.CancelledError):
         raise
     except Exception as exc:
         _failed(ctx, key, exc)
         raise
-    yield _answered(ctx, key, request, response)
+    return _answered(ctx, key, request, response)
 
 
 async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
@@ -358,8 +336,8 @@ async def notify_answered(ctx: RunContext, answer: Answer) -> None:
         )
 
 
-async def _stream(ctx: RunContext, request: ModelRequest) -> AsyncIterator[Event | ModelResponse]:
-    """Stream a call: delta events as they arrive, then the response as the last item."""
+async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
+    """Stream a call: a delta event as each delta arrives; the response at the end."""
     run_id = ctx.rs.run_id
     stream = ctx.agent.model.stream(request).__aiter__()  # type: ignore[attr-defined]
     response: ModelResponse | None = None
@@ -372,16 +350,18 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> AsyncIterator[Event
             if isinstance(item, ModelResponse):
                 response = item
             elif isinstance(item, TextDelta):
-                yield TextDeltaEvent(run_id=run_id, text=item.text)
+                await ctx.emit(TextDeltaEvent(run_id=run_id, text=item.text))
             elif isinstance(item, ReasoningDelta):
-                yield ReasoningDeltaEvent(run_id=run_id, text=item.text)
+                await ctx.emit(ReasoningDeltaEvent(run_id=run_id, text=item.text))
             elif isinstance(item, ToolCallDelta):
-                yield ToolCallDeltaEvent(
-                    run_id=run_id,
-                    index=item.index,
-                    call_id=item.id,
-                    name=item.name,
-                    arguments_fragment=item.arguments_fragment,
+                await ctx.emit(
+                    ToolCallDeltaEvent(
+                        run_id=run_id,
+                        index=item.index,
+                        call_id=item.id,
+                        name=item.name,
+                        arguments_fragment=item.arguments_fragment,
+                    )
                 )
             if ctx.interrupt is not None:
                 raise Interrupted
@@ -391,4 +371,4 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> AsyncIterator[Event
             await close()
     if response is None:
         raise MalformedResponseError("the stream ended without a final response")
-    yield response
+    return response

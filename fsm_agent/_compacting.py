@@ -17,8 +17,6 @@ context-window error [S001 §6, §8]. Its outcome:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 from ._context import ONE_REQUEST, Interrupted, RunContext
 from .compaction import CompactionJob
 from .errors import MalformedResponseError
@@ -52,7 +50,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     return Outcome.PROCEED
 
 
-async def handle_compacting(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_compacting(ctx: RunContext) -> Outcome:
     """Inject pending feedback, then compact when over budget, over the message window, or
     forced by ``length``."""
     rs = ctx.rs
@@ -70,12 +68,10 @@ async def handle_compacting(ctx: RunContext) -> AsyncIterator[Event]:
     max_messages = settings.max_messages
     crowded = max_messages is not None and len(rs.messages) > max_messages
     if not (forced or over or crowded):
-        ctx.outcome = Outcome.PROCEED
-        return
+        return Outcome.PROCEED
     needed = forced or over
     if rs.counters.compactions >= agent.policy.max_compaction_attempts:
-        ctx.outcome = Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
-        return
+        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
 
     goal: int | None = None
     if needed:
@@ -117,26 +113,24 @@ async def handle_compacting(ctx: RunContext) -> AsyncIterator[Event]:
     try:
         result = await compactor.compact(thread, job)
     except Interrupted:
-        ctx.outcome = ctx.interrupt
-        for event in events:
-            yield event
-        return
-    for event in events:
-        yield event
+        await ctx.emit_all(events)
+        return ctx.interrupted
+    await ctx.emit_all(events)
     if not result.changed:
-        ctx.outcome = Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
-        return
+        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
     rs.messages = list(result.messages)
     rs.context_tokens = int(result.tokens_after * scale)
     fits = limit is None or rs.context_tokens <= limit
-    ctx.outcome = Outcome.COMPACTED if fits or not needed else Outcome.CANNOT_COMPACT
     if ctx.listening:
-        yield CompactedEvent(
-            run_id=rs.run_id,
-            strategy=result.strategy,
-            forced=forced,
-            tokens_before=tokens,
-            tokens_after=rs.context_tokens,
-            messages_removed=result.removed,
-            errors=result.errors,
+        await ctx.emit(
+            CompactedEvent(
+                run_id=rs.run_id,
+                strategy=result.strategy,
+                forced=forced,
+                tokens_before=tokens,
+                tokens_after=rs.context_tokens,
+                messages_removed=result.removed,
+                errors=result.errors,
+            )
         )
+    return Outcome.COMPACTED if fits or not needed else Outcome.CANNOT_COMPACT

@@ -1,4 +1,5 @@
-"""What the state handlers of one run share: the run context, and the interrupt mechanism.
+"""What the state handlers of one run share: the run context, the interrupt mechanism, and the
+way a handler hands an event to whoever listens.
 
 Interruptions (the caller's cancel, the wall-clock deadline) reach a handler in two ways: the
 driver checks them before every handler, and while a handler awaits an effect
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .events import Event
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ._durable import RunLog
     from .kernel import Agent, RunHandle
 
-__all__ = ["ONE_REQUEST", "Interrupted", "RunContext", "maybe_await", "tool_message"]
+__all__ = ["ONE_REQUEST", "Emitted", "Interrupted", "RunContext", "maybe_await", "tool_message"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,39 @@ class Interrupted(Exception):
     """An effect was cut short by the run's interrupt (cancel or deadline)."""
 
 
+class Emitted:
+    """An event on its way out of a handler: awaiting it suspends the handler's coroutine
+    (through every coroutine that awaits it) up to the driver, which yields the event to the
+    listener and resumes the handler once the listener asks for the next one.
+
+    Handlers are plain coroutines that return their outcome, so a run nobody listens to pays
+    for no generator; only a listened run's driver steps them and sees these. The driver must
+    be the one stepping the coroutine: awaited anywhere else, this reaches the asyncio task,
+    which rejects it ("Task got bad yield"). :meth:`RunContext.emit` therefore hands one out
+    only when someone listens."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+
+    def __await__(self) -> Generator[Emitted, None, None]:
+        yield self
+
+
+class _Nothing:
+    """An awaitable that completes at once (an event nobody listens to)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Emitted, None, None]:
+        return
+        yield
+
+
+_NOTHING = _Nothing()
+
+
 class RunContext:
     """What the handlers of one run share: the agent, the run state, the interrupt."""
 
@@ -61,7 +95,6 @@ class RunContext:
         self.deps: object = None
         self.input: Message | None = None
         self.history: list[Message] = []
-        self.outcome: Outcome | None = None
         self.last_move: Move | None = None
         self.last_error: BaseException | None = None
         self.error: BaseException | None = None
@@ -83,6 +116,13 @@ class RunContext:
         # would land in the caller's code. From inside the run's own task, the flag suffices.
         if self.in_effect and task is not None and task is not asyncio.current_task():
             task.cancel()
+
+    @property
+    def interrupted(self) -> Outcome:
+        """The outcome of the interrupt that cut an effect short (a handler's answer to
+        :class:`Interrupted`)."""
+        assert self.interrupt is not None, "Interrupted is raised only once an interrupt is set"
+        return self.interrupt
 
     def deadline_passed(self) -> bool:
         """Whether the wall-clock budget is spent, by the runtime's clock; records the deadline
@@ -134,6 +174,17 @@ class RunContext:
             rs.approved_calls = []
         if rs.human_requests:
             rs.human_requests = []
+
+    def emit(self, event: Event) -> Awaitable[None]:
+        """Hand ``event`` to the listener (``await ctx.emit(event)``); the handler goes on when
+        the listener takes the next event. Does nothing when nobody listens (build the event
+        only ``if ctx.listening`` where it costs anything)."""
+        return Emitted(event) if self.listening else _NOTHING
+
+    async def emit_all(self, events: Iterable[Event]) -> None:
+        """:meth:`emit` each of ``events``, in order."""
+        for event in events:
+            await self.emit(event)
 
     def take_events(self) -> list[Event]:
         """The events built since the last call (hook errors), to be yielded now."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 
 from ._context import Interrupted, RunContext
 from .approval import Decision, suspend
@@ -187,7 +187,7 @@ def _settled_events(
 
 
 # -- the handler -------------------------------------------------------------------------------
-async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_dispatching(ctx: RunContext) -> Outcome:
     """Run the pending tool calls; every call ends with exactly one result in the history."""
     rs = ctx.rs
     agent = ctx.agent
@@ -216,8 +216,9 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
             result = _error(call, f"Error: not approved: {request.reply}")
         settled[call.id] = result
         if listening:
-            for event in _settled_events(ctx, call, result, started=request.kind == "question"):
-                yield event
+            await ctx.emit_all(
+                _settled_events(ctx, call, result, started=request.kind == "question")
+            )
     if rs.human_requests:
         rs.human_requests = []
 
@@ -234,15 +235,12 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
                 if isinstance(verdict, ToolResult):
                     settled[call.id] = verdict
                     if listening:
-                        for event in _settled_events(ctx, call, verdict):
-                            yield event
+                        await ctx.emit_all(_settled_events(ctx, call, verdict))
                 elif isinstance(verdict, HumanRequest):
                     requests.append(verdict)
                 else:
                     approved.add(call.id)
-            if listening:
-                for event in ctx.take_events():
-                    yield event
+            await ctx.emit_all(ctx.take_events())
             if ctx.interrupt is not None:
                 raise Interrupted
 
@@ -253,8 +251,7 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
         elif to_run and agent.policy.parallel_tool_calls and len(to_run) > 1:
             if listening:
                 for call in to_run:
-                    for event in _start_events(ctx, call):
-                        yield event
+                    await ctx.emit_all(_start_events(ctx, call))
                 if ctx.interrupt is not None:  # the listener may cancel on an event
                     raise Interrupted
             tasks = [asyncio.ensure_future(_run(ctx, call)) for call in to_run]
@@ -273,15 +270,12 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
                     continue
                 settled[call.id] = execution.result
                 if listening:
-                    for event in _result_events(ctx, execution.result, execution.duration_s):
-                        yield event
+                    await ctx.emit_all(_result_events(ctx, execution.result, execution.duration_s))
                 if execution.done and done is None:
                     done = execution
                 if execution.error is not None and failure is None:
                     failure = execution
-            if listening:
-                for event in ctx.take_events():
-                    yield event
+            await ctx.emit_all(ctx.take_events())
             if interrupted:
                 raise Interrupted
         else:
@@ -292,14 +286,12 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
                     paused = True
                     break
                 if listening:
-                    for event in _start_events(ctx, call):
-                        yield event
+                    await ctx.emit_all(_start_events(ctx, call))
                     if ctx.interrupt is not None:  # the listener may cancel on an event
                         raise Interrupted
                 execution = await ctx.effect(_run(ctx, call))
                 if listening:
-                    for event in ctx.take_events():
-                        yield event
+                    await ctx.emit_all(ctx.take_events())
                 if execution.question is not None:
                     requests.append(
                         HumanRequest(kind="question", call=call, question=execution.question)
@@ -307,8 +299,7 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
                     break
                 settled[call.id] = execution.result
                 if listening:
-                    for event in _result_events(ctx, execution.result, execution.duration_s):
-                        yield event
+                    await ctx.emit_all(_result_events(ctx, execution.result, execution.duration_s))
                 if execution.done:
                     done = execution
                     break
@@ -325,12 +316,12 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
     rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
     if interrupted:
         ctx.close_pending_calls("the run was interrupted")
-        ctx.outcome = ctx.interrupt
-    elif done is not None:
+        return ctx.interrupted
+    if done is not None:
         ctx.close_pending_calls("the task was completed by an earlier call")
         rs.done_message = done.final_message or rs.last_text
-        ctx.outcome = Outcome.DONE_TOOL
-    elif failure is not None and fail_fast:
+        return Outcome.DONE_TOOL
+    if failure is not None and fail_fast:
         ctx.close_pending_calls("an earlier call failed")
         result = failure.result
         ctx.error = ToolExecutionError(
@@ -339,23 +330,22 @@ async def handle_dispatching(ctx: RunContext) -> AsyncIterator[Event]:
             call_id=result.call_id,
         )
         ctx.error.__cause__ = failure.error
-        ctx.outcome = Outcome.TOOL_ABORT
-    elif requests or paused:
+        return Outcome.TOOL_ABORT
+    if requests or paused:
         rs.approved_calls = sorted(approved)
         rs.human_requests = requests
         suspend(rs)
-        ctx.outcome = Outcome.NEEDS_HUMAN
-    else:
-        outcome = Outcome.TOOLS_DONE
-        if all(r.is_error for r in rs.tool_results):
-            outcome = Outcome.TOOLS_FAILED
-        elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
-            outcome = Outcome.TOOLS_REPEATED
-            detected = _loop_guard(ctx)
-            if listening and detected is not None:
-                yield detected
-        ctx.close_pending_calls("")  # every call has its result: this records them
-        ctx.outcome = outcome
+        return Outcome.NEEDS_HUMAN
+    outcome = Outcome.TOOLS_DONE
+    if all(r.is_error for r in rs.tool_results):
+        outcome = Outcome.TOOLS_FAILED
+    elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
+        outcome = Outcome.TOOLS_REPEATED
+        detected = _loop_guard(ctx)
+        if listening and detected is not None:
+            await ctx.emit(detected)
+    ctx.close_pending_calls("")  # every call has its result: this records them
+    return outcome
 
 
 def _repeats(ctx: RunContext, calls: list[ToolCall]) -> bool:

@@ -1,8 +1,9 @@
 """One async handler per state: the only place where effects happen.
 
-A handler is an async generator: it yields the events its work produces (only when someone
-listens) and leaves its :class:`~fsm_agent.table.Outcome` in ``ctx.outcome``. It never chooses
-the next state; the driver in :mod:`fsm_agent.kernel` asks the table.
+A handler is a coroutine that returns its :class:`~fsm_agent.table.Outcome`; it hands the
+events its work produces to the listener with ``await ctx.emit(event)`` (see
+:class:`~fsm_agent._context.Emitted`), building them only when someone listens. It never
+chooses the next state; the driver in :mod:`fsm_agent.kernel` asks the table.
 
 Interruptions (the caller's cancel, the wall-clock deadline) reach a handler in two ways: the
 driver checks them before every handler, and while a handler awaits an effect (``ctx.effect``)
@@ -11,7 +12,7 @@ the interrupt cancels that await, which the handler turns into the interrupt's o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -20,7 +21,6 @@ from ._compacting import compacting_needs_nothing, handle_compacting
 from ._context import Interrupted, RunContext
 from ._dispatching import handle_dispatching
 from .events import (
-    Event,
     HookErrorEvent,
     UsageEvent,
     VerificationFailedEvent,
@@ -72,7 +72,7 @@ class Verdict:
 
 
 # -- idle ------------------------------------------------------------------------------------
-async def handle_idle(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
     system = ctx.agent.system_message
     history = ctx.history
@@ -83,9 +83,7 @@ async def handle_idle(ctx: RunContext) -> AsyncIterator[Event]:
         ctx.append(message)
     assert ctx.input is not None
     ctx.append(ctx.input)
-    ctx.outcome = Outcome.START
-    return
-    yield
+    return Outcome.START
 
 
 # -- verifying -------------------------------------------------------------------------------
@@ -93,7 +91,7 @@ async def _awaited(answer: Awaitable[Verdict | bool]) -> Verdict | bool:
     return await answer
 
 
-async def handle_verifying(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_verifying(ctx: RunContext) -> Outcome:
     """Ask the verifier (or apply the done-tool requirement) about the last answer."""
     rs = ctx.rs
     agent = ctx.agent
@@ -107,27 +105,25 @@ async def handle_verifying(ctx: RunContext) -> AsyncIterator[Event]:
                 answer if isinstance(answer, Verdict | bool) else await ctx.effect(_awaited(answer))
             )
         except Interrupted:
-            ctx.outcome = ctx.interrupt
-            return
+            return ctx.interrupted
         except Exception as exc:
             if ctx.listening:
-                yield HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc))
+                await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc)))
             verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
         if isinstance(verdict, bool):
             verdict = Verdict(verdict, None if verdict else "The answer was not accepted.")
         if not verdict.complete:
             feedback = verdict.feedback or "The answer was not accepted."
     if feedback is None:
-        ctx.outcome = Outcome.VERIFIED
-        return
+        return Outcome.VERIFIED
     rs.feedback = feedback
-    ctx.outcome = Outcome.REJECTED
     if ctx.listening:
-        yield VerificationFailedEvent(run_id=rs.run_id, feedback=feedback)
+        await ctx.emit(VerificationFailedEvent(run_id=rs.run_id, feedback=feedback))
+    return Outcome.REJECTED
 
 
 # -- finalizing ------------------------------------------------------------------------------
-async def handle_finalizing(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_finalizing(ctx: RunContext) -> Outcome:
     """Produce the output: the tools-off summary call at the step limit [S000 §6], else the
     last answer (or the done tool's message)."""
     rs = ctx.rs
@@ -148,42 +144,31 @@ async def handle_finalizing(ctx: RunContext) -> AsyncIterator[Event]:
         # The same seams as any model call: the model-call hooks and the effect journal.
         answer: Answer | None = None
         try:
-            async for item in call_model(
-                ctx, request, step=rs.counters.steps, attempt=1, stream=False
-            ):
-                if isinstance(item, Answer):
-                    answer = item
-                else:
-                    yield item
+            answer = await call_model(ctx, request, step=rs.counters.steps, attempt=1, stream=False)
         except Interrupted:
-            ctx.outcome = ctx.interrupt
-            return
+            return ctx.interrupted
         except Exception:
             rs.output = SUMMARY_FALLBACK
         if answer is not None:
             rs.output = answer.response.message.text.strip() or SUMMARY_FALLBACK
             if ctx.listening:
-                yield UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage)
+                await ctx.emit(UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage))
             if agent.hooks.after_model_call:
                 await notify_answered(ctx, answer)
-                if ctx.listening:
-                    for event in ctx.take_events():
-                        yield event
+                await ctx.emit_all(ctx.take_events())
     elif reason is StopReason.DONE_TOOL:
         rs.output = rs.done_message or rs.last_text
     else:
         rs.output = rs.last_text or (_FALLBACK_OUTPUT.get(reason, "") if reason else "")
-    ctx.outcome = Outcome.FINALIZED
+    return Outcome.FINALIZED
 
 
-async def handle_suspended(ctx: RunContext) -> AsyncIterator[Event]:
+async def handle_suspended(ctx: RunContext) -> Outcome:
     """A resumed run: the human's decisions are applied by dispatching."""
-    ctx.outcome = Outcome.RESUME
-    return
-    yield
+    return Outcome.RESUME
 
 
-Handler = Callable[[RunContext], AsyncIterator[Event]]
+Handler = Callable[[RunContext], Coroutine[object, object, Outcome]]
 HANDLERS: dict[State, Handler] = {
     State.IDLE: handle_idle,
     State.COMPACTING: handle_compacting,

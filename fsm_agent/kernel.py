@@ -11,10 +11,20 @@ import asyncio
 import contextlib
 import copy
 from asyncio import current_task
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Generic, TypeVar
 
-from ._context import Interrupted
+from ._context import Emitted, Interrupted
 from ._durable import RunLog, UnknownOutcome
 from ._run import RunHandle, RunResult, Runtime
 from .approval import HumanDecision, ResumeHandle, apply_decisions
@@ -211,8 +221,9 @@ class Agent(Generic[DepsT]):
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
         ctx = self._context(prompt, history, handle, deps, listening=True)
-        async for event in self._drive(ctx):
-            yield event
+        async with contextlib.aclosing(self._drive(ctx)) as events:  # closed with this stream
+            async for event in events:
+                yield event
 
     def run_sync(
         self,
@@ -267,8 +278,9 @@ class Agent(Generic[DepsT]):
     ) -> AsyncIterator[Event]:
         """``resume``, yielding every event as it happens (like ``run_stream``)."""
         ctx = self._resume_context(resume, decisions, handle, deps, listening=True)
-        async for event in self._drive(ctx):
-            yield event
+        async with contextlib.aclosing(self._drive(ctx)) as events:  # closed with this stream
+            async for event in events:
+                yield event
 
     # -- the driver -------------------------------------------------------------------------
     def _resume_context(
@@ -423,7 +435,7 @@ class Agent(Generic[DepsT]):
                     return Outcome.STOP_CONDITION
         return None
 
-    async def _drive(self, ctx: RunContext) -> AsyncIterator[Event]:
+    async def _drive(self, ctx: RunContext) -> AsyncGenerator[Event, None]:
         rs = ctx.rs
         decide = self.machine.decide
         limits = self.limits
@@ -463,12 +475,19 @@ class Agent(Generic[DepsT]):
                 if outcome is None and (fast := FAST_PATHS.get(state)) is not None:
                     outcome = fast(ctx)
                 if outcome is None:
-                    ctx.outcome = None
-                    async for event in HANDLERS[state](ctx):
-                        yield event
-                        ctx.task = current_task()
-                    outcome = ctx.outcome
-                    assert outcome is not None, f"the {state.value} handler reported no outcome"
+                    if listening:
+                        # Closed with the stream: a listener that stops reading ends the
+                        # handler's effects (an open model stream, say) there and then.
+                        async with contextlib.aclosing(_listened(HANDLERS[state](ctx))) as items:
+                            async for item in items:
+                                if isinstance(item, Outcome):
+                                    outcome = item
+                                else:
+                                    yield item
+                                    ctx.task = current_task()
+                        assert outcome is not None, f"the {state.value} handler returned nothing"
+                    else:
+                        outcome = await HANDLERS[state](ctx)
                     if ctx.interrupt is Outcome.CANCEL:
                         outcome = Outcome.CANCEL  # cancelled while the handler's events went out
                 move = decide(state, outcome, rs.counters, limits)
@@ -550,6 +569,58 @@ class Agent(Generic[DepsT]):
     def _result(self, ctx: RunContext) -> RunResult:
         result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
         return result
+
+
+class _Suspension:
+    """Awaiting it suspends the awaiting coroutine with ``signal`` (what a handler's coroutine
+    suspended with: an asyncio future, or ``None`` for a bare yield), so the task sees it as
+    if the handler had suspended there itself."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self, signal: object) -> None:
+        self.signal = signal
+
+    def __await__(self) -> Generator[object, None, None]:
+        yield self.signal
+
+
+class _ListenerLeft(BaseException):
+    """Thrown into a handler whose listener closed the stream. GeneratorExit would close every
+    coroutine it passes, forbidding the awaits of their cleanup (closing an HTTP stream
+    awaits); this one unwinds them like any exception."""
+
+
+async def _listened(
+    handler: Coroutine[object, object, Outcome],
+) -> AsyncGenerator[Event | Outcome, None]:
+    """Step a handler's coroutine for a listened run: yield each event it emits (see
+    :class:`~fsm_agent._context.Emitted`), hand every other suspension to the task, and yield
+    the handler's outcome last. What is thrown in here (a cancel) is thrown into the handler;
+    when the listener closes the stream, the handler unwinds and its events are dropped."""
+    thrown: BaseException | None = None
+    closing = False
+    try:
+        while True:
+            signal = handler.send(None) if thrown is None else handler.throw(thrown)
+            thrown = None
+            if type(signal) is not Emitted:
+                try:
+                    await _Suspension(signal)
+                except BaseException as exc:
+                    thrown = exc
+            elif not closing:
+                try:
+                    yield signal.event
+                except GeneratorExit:
+                    closing, thrown = True, _ListenerLeft()
+                except BaseException as exc:
+                    thrown = exc
+    except StopIteration as stop:
+        if not closing:
+            yield stop.value
+    except _ListenerLeft:
+        pass
 
 
 def _result_of(ctx: RunContext) -> RunResult:

@@ -530,6 +530,38 @@ def test_streaming_yields_deltas_before_the_response() -> None:
     assert kinds.index("text_delta") < kinds.index("model_response")
 
 
+def test_closing_the_stream_mid_answer_closes_the_models_stream() -> None:
+    """A listener that stops reading mid-answer and closes the stream closes the model's stream
+    too, and that stream's cleanup may await (an HTTP response's does)."""
+    closed: list[str] = []
+
+    class CleanupAwaits(ScriptedModel):
+        async def stream(self, request: ModelRequest) -> Any:
+            try:
+                async for item in super().stream(request):
+                    yield item
+            finally:
+                await asyncio.sleep(0)
+                closed.append("model stream")
+
+    agent = Agent(CleanupAwaits([text("a fairly long answer")], chunk_size=2))
+
+    async def main() -> list[str]:
+        events = agent.run_stream("hi")
+        seen = []
+        async for event in events:
+            seen.append(event.type)
+            if event.type == "text_delta":
+                break
+        await events.aclose()
+        assert closed == ["model stream"], "closed with the listener's stream, not later"
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen[-1] == "text_delta"
+    assert closed == ["model stream"]
+
+
 # -- bad input -------------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt", ["", "   ", None, 42])
 def test_empty_or_non_string_input_is_refused(prompt: object) -> None:
