@@ -206,8 +206,7 @@ class Agent(Generic[DepsT]):
     ) -> RunResult:
         """Run to the end and return the :class:`RunResult` (events are not built)."""
         ctx = self._context(prompt, history, handle, deps, listening=False)
-        async for _ in self._drive(ctx):
-            pass
+        await self._drive(ctx)
         return _result_of(ctx)
 
     async def run_stream(
@@ -221,7 +220,7 @@ class Agent(Generic[DepsT]):
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
         ctx = self._context(prompt, history, handle, deps, listening=True)
-        async with contextlib.aclosing(self._drive(ctx)) as events:  # closed with this stream
+        async with contextlib.aclosing(_listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
 
@@ -263,8 +262,7 @@ class Agent(Generic[DepsT]):
         store does not hold, :class:`~fsm_agent.RunFinishedError` for one that ended, and
         :class:`~fsm_agent.CheckpointConflictError` when another worker resumed it first."""
         ctx = self._resume_context(resume, decisions, handle, deps, listening=False)
-        async for _ in self._drive(ctx):
-            pass
+        await self._drive(ctx)
         return _result_of(ctx)
 
     async def resume_stream(
@@ -278,7 +276,7 @@ class Agent(Generic[DepsT]):
     ) -> AsyncIterator[Event]:
         """``resume``, yielding every event as it happens (like ``run_stream``)."""
         ctx = self._resume_context(resume, decisions, handle, deps, listening=True)
-        async with contextlib.aclosing(self._drive(ctx)) as events:  # closed with this stream
+        async with contextlib.aclosing(_listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
 
@@ -435,7 +433,8 @@ class Agent(Generic[DepsT]):
                     return Outcome.STOP_CONDITION
         return None
 
-    async def _drive(self, ctx: RunContext) -> AsyncGenerator[Event, None]:
+    async def _drive(self, ctx: RunContext) -> None:
+        """Run ``ctx``'s run until it rests, emitting its events when someone listens."""
         rs = ctx.rs
         decide = self.machine.decide
         limits = self.limits
@@ -461,9 +460,8 @@ class Agent(Generic[DepsT]):
         try:
             if hooks.before_run:
                 await _notify(ctx, hooks.before_run, run_state=rs)
-                for event in ctx.take_events():
-                    yield event
-                    ctx.task = current_task()
+                if listening:
+                    await ctx.emit_all(ctx.take_events())
             while True:
                 state = rs.state
                 if state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None):
@@ -475,19 +473,7 @@ class Agent(Generic[DepsT]):
                 if outcome is None and (fast := FAST_PATHS.get(state)) is not None:
                     outcome = fast(ctx)
                 if outcome is None:
-                    if listening:
-                        # Closed with the stream: a listener that stops reading ends the
-                        # handler's effects (an open model stream, say) there and then.
-                        async with contextlib.aclosing(_listened(HANDLERS[state](ctx))) as items:
-                            async for item in items:
-                                if isinstance(item, Outcome):
-                                    outcome = item
-                                else:
-                                    yield item
-                                    ctx.task = current_task()
-                        assert outcome is not None, f"the {state.value} handler returned nothing"
-                    else:
-                        outcome = await HANDLERS[state](ctx)
+                    outcome = await HANDLERS[state](ctx)
                     if ctx.interrupt is Outcome.CANCEL:
                         outcome = Outcome.CANCEL  # cancelled while the handler's events went out
                 move = decide(state, outcome, rs.counters, limits)
@@ -509,42 +495,47 @@ class Agent(Generic[DepsT]):
                 if on_transition:
                     await _notify(ctx, on_transition, move=move, run_state=rs)
                 if listening:
-                    yield StateChangedEvent(
-                        run_id=rs.run_id,
-                        source=move.source,
-                        outcome=move.outcome,
-                        dest=dest,
-                        row=move.row,
-                        stop_reason=move.stop,
+                    await ctx.emit(
+                        StateChangedEvent(
+                            run_id=rs.run_id,
+                            source=move.source,
+                            outcome=move.outcome,
+                            dest=dest,
+                            row=move.row,
+                            stop_reason=move.stop,
+                        )
                     )
-                    ctx.task = current_task()
                 if dest in TERMINAL or dest is State.SUSPENDED:
                     result = self._result(ctx)
                     if hooks.after_run:
                         await _notify(ctx, hooks.after_run, result=result, run_state=rs)
                 if listening:
-                    for event in ctx.take_events():
-                        yield event
-                        ctx.task = current_task()
+                    await ctx.emit_all(ctx.take_events())
                     if dest is State.DONE:
                         assert rs.stop_reason is not None
-                        yield FinalEvent(
-                            run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason
+                        await ctx.emit(
+                            FinalEvent(
+                                run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason
+                            )
                         )
                     elif dest is State.ABORTED:
                         assert rs.stop_reason is not None
-                        yield AbortedEvent(
-                            run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error
+                        await ctx.emit(
+                            AbortedEvent(
+                                run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error
+                            )
                         )
                     elif dest is State.SUSPENDED:
-                        yield SuspendedEvent(
-                            run_id=rs.run_id,
-                            pending=tuple(r.call for r in rs.human_requests),
-                            questions={
-                                r.call.id: r.question
-                                for r in rs.human_requests
-                                if r.question is not None
-                            },
+                        await ctx.emit(
+                            SuspendedEvent(
+                                run_id=rs.run_id,
+                                pending=tuple(r.call for r in rs.human_requests),
+                                questions={
+                                    r.call.id: r.question
+                                    for r in rs.human_requests
+                                    if r.question is not None
+                                },
+                            )
                         )
         except asyncio.CancelledError:
             # The caller's task was cancelled: record the ending, then let the cancel go on.
@@ -592,17 +583,17 @@ class _ListenerLeft(BaseException):
 
 
 async def _listened(
-    handler: Coroutine[object, object, Outcome],
-) -> AsyncGenerator[Event | Outcome, None]:
-    """Step a handler's coroutine for a listened run: yield each event it emits (see
-    :class:`~fsm_agent._context.Emitted`), hand every other suspension to the task, and yield
-    the handler's outcome last. What is thrown in here (a cancel) is thrown into the handler;
-    when the listener closes the stream, the handler unwinds and its events are dropped."""
+    ctx: RunContext, drive: Coroutine[object, object, None]
+) -> AsyncGenerator[Event, None]:
+    """Step the driver's coroutine for a listened run: yield each event it (or a handler it
+    awaits) emits (see :class:`~fsm_agent._context.Emitted`) and hand every other suspension
+    to the task. What is thrown in here (a cancel) is thrown into the run; when the listener
+    closes the stream, the run unwinds where it stands and emits nothing more."""
     thrown: BaseException | None = None
     closing = False
     try:
         while True:
-            signal = handler.send(None) if thrown is None else handler.throw(thrown)
+            signal = drive.send(None) if thrown is None else drive.throw(thrown)
             thrown = None
             if type(signal) is not Emitted:
                 try:
@@ -616,11 +607,9 @@ async def _listened(
                     closing, thrown = True, _ListenerLeft()
                 except BaseException as exc:
                     thrown = exc
-    except StopIteration as stop:
-        if not closing:
-            yield stop.value
-    except _ListenerLeft:
-        pass
+                ctx.task = current_task()  # the listener may read on from another task
+    except (StopIteration, _ListenerLeft):
+        return
 
 
 def _result_of(ctx: RunContext) -> RunResult:
