@@ -382,7 +382,7 @@ class Agent(Generic[DepsT]):
                 raise InvalidInputError(
                     f"history must hold fsm_agent.Message values, got {type(item).__name__}"
                 )
-        rs = RunState(run_id=self.runtime.new_id())
+        rs = RunState.start(self.runtime.new_id())
         log = None
         if self.checkpointer is not None:
             log = RunLog(

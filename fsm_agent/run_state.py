@@ -68,3 +68,50 @@ class RunState(BaseModel):
     suspensions: int = 0
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
+
+    @classmethod
+    def start(cls, run_id: str) -> RunState:
+        """The state a new run starts from: ``RunState(run_id=run_id)`` without validating
+        the defaults (a run starts several times faster; ``tests/test_run_state.py`` checks
+        that the two are equal)."""
+        rs = _new(cls)
+        _set(
+            rs,
+            "__dict__",
+            {
+                "run_id": run_id,
+                "state": State.IDLE,
+                "counters": _NO_COUNTS,
+                "usage": _NO_USAGE,
+                "messages": [],
+                "context_tokens": 0,
+                "pending_tool_calls": [],
+                "last_text": "",
+                "feedback": None,
+                "done_message": None,
+                "model_calls": 0,
+                "active_s": 0.0,
+                "tool_executions": 0,
+                "stop_reason": None,
+                "output": None,
+                "error": None,
+                "trace": [],
+                "tool_results": [],
+                "approved_calls": [],
+                "human_requests": [],
+                "resume_token": None,
+                "suspensions": 0,
+                "tool_outputs": {},
+                "recent_turns": [],
+            },
+        )
+        _set(rs, "__pydantic_fields_set__", {"run_id"})
+        _set(rs, "__pydantic_extra__", None)
+        _set(rs, "__pydantic_private__", None)
+        return rs
+
+
+_new = object.__new__
+_set = object.__setattr__
+_NO_COUNTS = Counters()
+_NO_USAGE = Usage()
