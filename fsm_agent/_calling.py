@@ -76,9 +76,13 @@ def _classify(ctx: RunContext, exc: BaseException) -> Outcome:
 def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
     """The message with every tool call id present and unique (models do repeat them);
     ``calls`` are its tool calls."""
-    ids = [c.id for c in calls]
-    if all(ids) and len(set(ids)) == len(ids):
-        return message
+    if len(calls) == 1:
+        if calls[0].id:
+            return message
+    else:
+        ids = [c.id for c in calls]
+        if all(ids) and len(set(ids)) == len(ids):
+            return message
     seen: set[str] = set()
     parts = []
     for index, part in enumerate(message.parts):

@@ -136,8 +136,9 @@ class RunContext:
 
     async def effect(self, awaitable: Awaitable[T]) -> T:
         """Await an effect so that the run's interrupt can cut it short. ``task`` is the task
-        driving the run: the driver records it when it starts and after every event it yields
-        (a stream may be resumed from another task), not here, on every effect."""
+        driving the run: the driver records it when it starts and after every event the
+        listener takes (a stream may be read on from another task), not here, on every
+        effect."""
         self.in_effect = True
         try:
             return await awaitable
@@ -160,7 +161,7 @@ class RunContext:
         """Record the turn's finished results and give every call still waiting one, in call
         order, so the history stays valid."""
         rs = self.rs
-        finished = {r.call_id: r for r in rs.tool_results}
+        finished = {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
         for call in rs.pending_tool_calls:
             result = finished.get(call.id)
             if result is None:

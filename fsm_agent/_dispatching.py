@@ -194,7 +194,9 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     hooks = agent.hooks
     listening = ctx.listening
     calls = list(rs.pending_tool_calls)
-    settled: dict[str, ToolResult] = {r.call_id: r for r in rs.tool_results}
+    settled: dict[str, ToolResult] = (
+        {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
+    )
     approved = set(rs.approved_calls)
     requests: list[HumanRequest] = []
     done: ToolExecution | None = None
@@ -245,7 +247,10 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                 raise Interrupted
 
         # 2. Execute what is left, unless a human must approve first.
-        to_run = [c for c in calls if c.id not in settled] if not requests else []
+        if requests:
+            to_run = []
+        else:
+            to_run = [c for c in calls if c.id not in settled] if settled else calls
         if to_run and ctx.handle.pause_requested:
             paused = True
         elif to_run and agent.policy.parallel_tool_calls and len(to_run) > 1:
@@ -280,7 +285,9 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                 raise Interrupted
         else:
             for call in to_run:
-                if ctx.interrupt is not None or ctx.deadline_passed():
+                if ctx.interrupt is not None or (
+                    ctx.deadline is not None and ctx.deadline_passed()
+                ):
                     raise Interrupted
                 if ctx.handle.pause_requested:
                     paused = True

@@ -81,7 +81,7 @@ class RunResult:
             model_calls=rs.model_calls,
             tool_executions=rs.tool_executions,
             error=error if rs.state is State.ABORTED else None,
-            pending=tuple(r.call for r in rs.human_requests),
+            pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             run_state=rs,
             resume_handle=ResumeHandle.of(rs) if suspended else None,
         )
