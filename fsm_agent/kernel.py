@@ -156,6 +156,7 @@ class Agent(Generic[DepsT]):
         self.runtime = runtime or Runtime()
         self.machine = machine
         self.limits = limits_of(self.policy, verification=verifier is not None)
+        self._decide = machine.deciding(self.limits)
         self.streams = callable(getattr(model, "stream", None))
         self.context_window: int | None = getattr(model, "context_window", None)
         self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
@@ -436,8 +437,7 @@ class Agent(Generic[DepsT]):
     async def _drive(self, ctx: RunContext) -> None:
         """Run ``ctx``'s run until it rests, emitting its events when someone listens."""
         rs = ctx.rs
-        decide = self.machine.decide
-        limits = self.limits
+        decide = self._decide
         listening = ctx.listening
         # max_wall_clock_s bounds the run's active time over all its invocations (a suspended
         # run's wait for a human does not count): a resumed run continues the same budget.
@@ -476,7 +476,7 @@ class Agent(Generic[DepsT]):
                     outcome = await HANDLERS[state](ctx)
                     if ctx.interrupt is Outcome.CANCEL:
                         outcome = Outcome.CANCEL  # cancelled while the handler's events went out
-                move = decide(state, outcome, rs.counters, limits)
+                move = decide(state, outcome, rs.counters)
                 rs.counters = move.counters
                 rs.state = move.dest
                 rs.trace.append(move)
@@ -540,7 +540,7 @@ class Agent(Generic[DepsT]):
         except asyncio.CancelledError:
             # The caller's task was cancelled: record the ending, then let the cancel go on.
             if rs.state not in TERMINAL:
-                move = decide(rs.state, Outcome.CANCEL, rs.counters, limits)
+                move = decide(rs.state, Outcome.CANCEL, rs.counters)
                 rs.state = move.dest
                 rs.stop_reason = move.stop
                 rs.trace.append(move)

@@ -35,6 +35,10 @@ __all__ = ["AgentMachine", "IllegalMoveError", "Move", "decide", "default_machin
 
 _INTO_WITH_STOP = frozenset({State.ABORTED, State.SUSPENDED})
 
+MEMO_SIZE = 4096
+"""The most moves :meth:`AgentMachine.deciding` remembers per set of limits (a few hundred
+KiB)."""
+
 
 class IllegalMoveError(FsmAgentError):
     """An outcome was reported in a state that has no row for it (a bug in a handler)."""
@@ -115,6 +119,7 @@ class AgentMachine:
                 self._index[State(source_name), outcome] = tuple(
                     _compile(row_of[t], self.rows[row_of[t]]) for t in transitions
                 )
+        self._moves: dict[Limits, dict[tuple[State, Outcome, Counters], Move]] = {}
         self.outcomes_by_state: dict[State, frozenset[Outcome]] = {
             state: frozenset(o for (s, o) in self._index if s is state) for state in State
         }
@@ -132,6 +137,26 @@ class AgentMachine:
         raise IllegalMoveError(  # unreachable for a validated table: each group ends unguarded
             f"no guard held for {state.value!r} on {outcome.value!r}"
         )
+
+    def deciding(self, limits: Limits) -> Callable[[State, Outcome, Counters], Move]:
+        """:meth:`decide` for these limits, remembering its moves: runs under the same limits
+        take the same moves at the same counters, so most moves of a run are looked up instead
+        of decided again, and the traces of all those runs share them (a ``Move`` is
+        immutable). The memory is shared by every agent whose limits are equal, and bounded:
+        it starts over once it holds ``MEMO_SIZE`` moves."""
+        moves = self._moves.setdefault(limits, {})
+        decide = self.decide
+
+        def decide_remembered(state: State, outcome: Outcome, counters: Counters) -> Move:
+            key = (state, outcome, counters)
+            move = moves.get(key)
+            if move is None:
+                if len(moves) >= MEMO_SIZE:
+                    moves.clear()
+                move = moves[key] = decide(state, outcome, counters, limits)
+            return move
+
+        return decide_remembered
 
     def decide_with_transitions(
         self, state: State, outcome: Outcome, counters: Counters, limits: Limits

@@ -46,6 +46,34 @@ def test_compiled_lookup_agrees_with_transitions_machine(limits: Limits) -> None
     assert checked >= 2 * len(pairs)
 
 
+@pytest.mark.parametrize("limits", LIMIT_SETS)
+def test_remembered_moves_are_the_decided_moves(limits: Limits) -> None:
+    """deciding(limits) gives decide()'s move for every (state, outcome, guard values)
+    combination, the first time and when it remembers it; equal limits share the memory."""
+    machine = AgentMachine()
+    remembered = machine.deciding(limits)
+    pairs = {(r.source, r.outcome) for r in TABLE}
+    for counters in guard_value_combinations(limits):
+        for state, outcome in pairs:
+            first = remembered(state, outcome, counters)
+            assert first == machine.decide(state, outcome, counters, limits)
+            assert remembered(state, outcome, counters) is first
+            again = machine.deciding(Limits(**{f: getattr(limits, f) for f in limits.__slots__}))
+            assert again(state, outcome, counters) is first
+
+
+def test_remembered_moves_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory of moves starts over when full, and still answers right."""
+    monkeypatch.setattr("fsm_agent.machine.MEMO_SIZE", 3)
+    machine = AgentMachine()
+    remembered = machine.deciding(Limits())
+    for steps in range(10):
+        counters = Counters(steps=steps)
+        move = remembered(State.CALLING, Outcome.TOOL_CALLS, counters)
+        assert move == machine.decide(State.CALLING, Outcome.TOOL_CALLS, counters, Limits())
+        assert len(machine._moves[Limits()]) <= 3
+
+
 def test_every_non_terminal_state_can_be_cancelled() -> None:
     """`* cancel → aborted/cancelled` holds for every non-terminal state [S000 §2.3]."""
     for state in NON_TERMINAL:
