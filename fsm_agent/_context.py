@@ -107,6 +107,10 @@ class RunContext:
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
 
     # -- interrupts -------------------------------------------------------------------------
+    def cancel_requested(self) -> bool:
+        """Whether the run was asked to cancel (what ``ToolContext.cancelled`` asks)."""
+        return self.interrupt is Outcome.CANCEL
+
     def request_interrupt(self, outcome: Outcome) -> None:
         """Ask the run to stop with ``outcome`` (cancel wins over a deadline)."""
         if self.interrupt is None or outcome is Outcome.CANCEL:

@@ -114,7 +114,7 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
         call_id=call.id,
         step=rs.counters.steps,
         deps=ctx.deps,
-        cancel_requested=lambda: ctx.interrupt is Outcome.CANCEL,
+        cancel_requested=ctx.cancel_requested,
         tool_outputs=rs.tool_outputs,
     )
     durable = ctx.durable
@@ -193,7 +193,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     agent = ctx.agent
     hooks = agent.hooks
     listening = ctx.listening
-    calls = list(rs.pending_tool_calls)
+    calls = rs.pending_tool_calls  # copied before the hooks may change a call
     settled: dict[str, ToolResult] = (
         {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
     )
@@ -227,6 +227,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     try:
         # 1. Prepare: before_tool hooks and the permission check.
         if hooks.before_tool or hooks.approve_tool or agent.approval_needed:
+            calls = list(calls)
             for index, call in enumerate(calls):
                 if call.id in settled or call.id in approved:
                     continue
