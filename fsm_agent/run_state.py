@@ -74,37 +74,18 @@ class RunState(BaseModel):
         """The state a new run starts from: ``RunState(run_id=run_id)`` without validating
         the defaults (a run starts several times faster; ``tests/test_run_state.py`` checks
         that the two are equal)."""
+        fields = _START.copy()  # the immutable defaults; fresh containers below
+        fields["run_id"] = run_id
+        fields["messages"] = []
+        fields["pending_tool_calls"] = []
+        fields["trace"] = []
+        fields["tool_results"] = []
+        fields["approved_calls"] = []
+        fields["human_requests"] = []
+        fields["tool_outputs"] = {}
+        fields["recent_turns"] = []
         rs = _new(cls)
-        _set(
-            rs,
-            "__dict__",
-            {
-                "run_id": run_id,
-                "state": State.IDLE,
-                "counters": _NO_COUNTS,
-                "usage": _NO_USAGE,
-                "messages": [],
-                "context_tokens": 0,
-                "pending_tool_calls": [],
-                "last_text": "",
-                "feedback": None,
-                "done_message": None,
-                "model_calls": 0,
-                "active_s": 0.0,
-                "tool_executions": 0,
-                "stop_reason": None,
-                "output": None,
-                "error": None,
-                "trace": [],
-                "tool_results": [],
-                "approved_calls": [],
-                "human_requests": [],
-                "resume_token": None,
-                "suspensions": 0,
-                "tool_outputs": {},
-                "recent_turns": [],
-            },
-        )
+        _set(rs, "__dict__", fields)
         _set(rs, "__pydantic_fields_set__", {"run_id"})
         _set(rs, "__pydantic_extra__", None)
         _set(rs, "__pydantic_private__", None)
@@ -113,5 +94,6 @@ class RunState(BaseModel):
 
 _new = object.__new__
 _set = object.__setattr__
-_NO_COUNTS = Counters()
-_NO_USAGE = Usage()
+_START: dict[str, object] = dict(RunState.model_construct(run_id="").__dict__)
+"""A new run's fields in declaration order (``RunState.start`` replaces the run id and the
+mutable containers)."""
