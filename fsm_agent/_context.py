@@ -165,13 +165,17 @@ class RunContext:
         """Record the turn's finished results and give every call still waiting one, in call
         order, so the history stays valid."""
         rs = self.rs
-        finished = {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
-        for call in rs.pending_tool_calls:
-            result = finished.get(call.id)
-            if result is None:
-                self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
-            else:
-                self.append(trusted(Message, {"role": Role.TOOL, "parts": (result,)}))
+        calls, results = rs.pending_tool_calls, rs.tool_results
+        if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
+            self.append(trusted(Message, {"role": Role.TOOL, "parts": (results[0],)}))
+        else:  # the common turn above: one call, finished
+            finished = {r.call_id: r for r in results} if results else {}
+            for call in calls:
+                result = finished.get(call.id)
+                if result is None:
+                    self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
+                else:
+                    self.append(trusted(Message, {"role": Role.TOOL, "parts": (result,)}))
         rs.pending_tool_calls = []
         if rs.tool_results:
             rs.tool_results = []

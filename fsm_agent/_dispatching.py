@@ -56,7 +56,7 @@ def _error(call: ToolCall, content: str) -> ToolResult:
 
 
 def _find(ctx: RunContext, name: str) -> Tool | None:
-    found = ctx.agent.tools.get(name)
+    found = ctx.agent.tools.find(name)
     if found is None and name == PAGER_NAME and ctx.rs.tool_outputs:
         return ctx.agent.pager
     return found
@@ -138,7 +138,7 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
 
 
 def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
-    max_chars = ctx.agent.policy.tool_output.max_chars
+    max_chars = ctx.agent.max_output_chars
     if max_chars is None or len(result.content) <= max_chars:
         return result
     return cut_result(ctx.rs.tool_outputs, result, max_chars)

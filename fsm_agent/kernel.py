@@ -145,6 +145,7 @@ class Agent(Generic[DepsT]):
         self.hooks = HookSet(hooks)
         self.approval_needed = any(t.needs_approval for t in self.tools.values())
         output = self.policy.tool_output
+        self.max_output_chars = output.max_chars  # read on every tool result
         self.pager: Tool | None = None  # offered to the model once an output was cut
         if (output.max_chars is not None or output.keep_recent is not None) and (
             PAGER_NAME not in self.tools

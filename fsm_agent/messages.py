@@ -212,7 +212,11 @@ class Message(_Frozen):
     @property
     def text(self) -> str:
         """The text parts joined with newlines."""
-        return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+        parts = self.parts
+        if len(parts) == 1:  # most messages: one text, or one tool call or result
+            part = parts[0]
+            return part.text if isinstance(part, TextPart) else ""
+        return "\n".join(p.text for p in parts if isinstance(p, TextPart))
 
     @property
     def reasoning(self) -> list[ReasoningPart]:

@@ -322,6 +322,11 @@ class ToolRegistry(Mapping[str, Tool]):
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
 
+    def find(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None`` (``Mapping.get`` without its extra call: the
+        kernel looks up every tool call)."""
+        return self._tools.get(name)
+
     def __iter__(self) -> typing.Iterator[str]:
         return iter(self._tools)
 
