@@ -53,6 +53,15 @@ _FINISH_OUTCOMES = {
 }
 
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_CALLING = State.CALLING
+_TOOL_CALLS, _STOP, _FINISH_ERROR = Outcome.TOOL_CALLS, Outcome.STOP, Outcome.FINISH_ERROR
+_ANSWERS = frozenset({Outcome.STOP, Outcome.OTHER})  # answers that tool calls override
+_KEPT = frozenset({Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER})
+"""Outcomes whose message joins the history."""
+
+
 # -- calling ---------------------------------------------------------------------------------
 def _classify(ctx: RunContext, exc: BaseException) -> Outcome:
     """Retryable or fatal, by the error and the retry policy."""
@@ -103,7 +112,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     run_id = rs.run_id
     move = ctx.last_move
     try:
-        if move is not None and move.source is State.CALLING:
+        if move is not None and move.source is _CALLING:
             error = ctx.last_error
             after = error.retry_after if isinstance(error, ModelError) else None
             delay = backoff_delay(
@@ -176,13 +185,13 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     message = response.message
     calls = message.tool_calls
     outcome = _FINISH_OUTCOMES[response.finish_reason]
-    if calls and outcome in (Outcome.STOP, Outcome.OTHER):
-        outcome = Outcome.TOOL_CALLS  # tool calls present: they are what the model wants
-    elif outcome is Outcome.TOOL_CALLS and not calls:
-        outcome = Outcome.FINISH_ERROR  # says tool_calls, made none
+    if calls and outcome in _ANSWERS:
+        outcome = _TOOL_CALLS  # tool calls present: they are what the model wants
+    elif outcome is _TOOL_CALLS and not calls:
+        outcome = _FINISH_ERROR  # says tool_calls, made none
     rs.last_text = message.text.strip()
-    if outcome in (Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER):
-        if outcome is not Outcome.TOOL_CALLS and calls:
+    if outcome in _KEPT:
+        if outcome is not _TOOL_CALLS and calls:
             message = Message.model_construct(
                 role=message.role,
                 parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
@@ -195,7 +204,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         if message.parts:
             ctx.append(message)
         rs.pending_tool_calls = calls
-    elif outcome is Outcome.FINISH_ERROR:
+    elif outcome is _FINISH_ERROR:
         ctx.last_error = MalformedResponseError(
             f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
         )
@@ -208,7 +217,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         for part in message.reasoning:
             await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
         if rs.last_text and (
-            outcome is Outcome.TOOL_CALLS or (outcome is Outcome.STOP and agent.limits.verification)
+            outcome is _TOOL_CALLS or (outcome is _STOP and agent.limits.verification)
         ):
             await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
     if agent.hooks.after_model_call:

@@ -51,6 +51,12 @@ LOOP_WARNING = (
 )
 
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_FAIL = ToolFailureMode.FAIL
+_TOOLS_DONE, _TOOLS_FAILED = Outcome.TOOLS_DONE, Outcome.TOOLS_FAILED
+
+
 def _error(call: ToolCall, content: str) -> ToolResult:
     return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
 
@@ -202,7 +208,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     done: ToolExecution | None = None
     failure: ToolExecution | None = None
     interrupted = paused = False
-    fail_fast = agent.policy.tool_failure_mode is ToolFailureMode.FAIL
+    fail_fast = agent.policy.tool_failure_mode is _FAIL
 
     # 0. A resumed turn: apply the human's decisions.
     for request in rs.human_requests:
@@ -344,9 +350,9 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
         rs.human_requests = requests
         suspend(rs)
         return Outcome.NEEDS_HUMAN
-    outcome = Outcome.TOOLS_DONE
+    outcome = _TOOLS_DONE
     if all(r.is_error for r in rs.tool_results):
-        outcome = Outcome.TOOLS_FAILED
+        outcome = _TOOLS_FAILED
     elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)

@@ -54,6 +54,16 @@ __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verif
 
 DepsT = TypeVar("DepsT")
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_SUSPENDED, _FINALIZING, _ABORTED, _DONE = (
+    State.SUSPENDED,
+    State.FINALIZING,
+    State.ABORTED,
+    State.DONE,
+)
+_CANCEL = Outcome.CANCEL
+
 Verifier = Callable[..., Verdict | bool | Awaitable[Verdict | bool]]
 """Called as ``verifier(output=..., run_state=...)``; returns a :class:`Verdict` or a bool."""
 
@@ -465,7 +475,7 @@ class Agent(Generic[DepsT]):
                     await ctx.emit_all(ctx.take_events())
             while True:
                 state = rs.state
-                if state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None):
+                if state in TERMINAL or (state is _SUSPENDED and ctx.last_move is not None):
                     return
                 if unlimited and ctx.interrupt is None:
                     outcome = None
@@ -475,8 +485,8 @@ class Agent(Generic[DepsT]):
                     outcome = fast(ctx)
                 if outcome is None:
                     outcome = await HANDLERS[state](ctx)
-                    if ctx.interrupt is Outcome.CANCEL:
-                        outcome = Outcome.CANCEL  # cancelled while the handler's events went out
+                    if ctx.interrupt is _CANCEL:
+                        outcome = _CANCEL  # cancelled while the handler's events went out
                 move = decide(state, outcome, rs.counters)
                 rs.counters = move.counters
                 rs.state = move.dest
@@ -485,9 +495,9 @@ class Agent(Generic[DepsT]):
                 if move.stop is not None:
                     rs.stop_reason = move.stop
                 dest = move.dest
-                if (dest is State.FINALIZING or dest is State.ABORTED) and rs.pending_tool_calls:
+                if (dest is _FINALIZING or dest is _ABORTED) and rs.pending_tool_calls:
                     ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
-                if dest is State.ABORTED and ctx.error is not None:
+                if dest is _ABORTED and ctx.error is not None:
                     rs.error = str(ctx.error)
                 if deadline is not None:
                     rs.active_s = spent + (clock() - started)
@@ -506,27 +516,27 @@ class Agent(Generic[DepsT]):
                             stop_reason=move.stop,
                         )
                     )
-                if dest in TERMINAL or dest is State.SUSPENDED:
+                if dest in TERMINAL or dest is _SUSPENDED:
                     result = self._result(ctx)
                     if hooks.after_run:
                         await _notify(ctx, hooks.after_run, result=result, run_state=rs)
                 if listening:
                     await ctx.emit_all(ctx.take_events())
-                    if dest is State.DONE:
+                    if dest is _DONE:
                         assert rs.stop_reason is not None
                         await ctx.emit(
                             FinalEvent(
                                 run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason
                             )
                         )
-                    elif dest is State.ABORTED:
+                    elif dest is _ABORTED:
                         assert rs.stop_reason is not None
                         await ctx.emit(
                             AbortedEvent(
                                 run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error
                             )
                         )
-                    elif dest is State.SUSPENDED:
+                    elif dest is _SUSPENDED:
                         await ctx.emit(
                             SuspendedEvent(
                                 run_id=rs.run_id,
@@ -541,7 +551,7 @@ class Agent(Generic[DepsT]):
         except asyncio.CancelledError:
             # The caller's task was cancelled: record the ending, then let the cancel go on.
             if rs.state not in TERMINAL:
-                move = decide(rs.state, Outcome.CANCEL, rs.counters)
+                move = decide(rs.state, _CANCEL, rs.counters)
                 rs.state = move.dest
                 rs.stop_reason = move.stop
                 rs.trace.append(move)
