@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from .approval import ResumeHandle
@@ -68,23 +68,30 @@ class RunResult:
         """The result of a run state at rest (ended, or suspended), with the error that ended
         an aborted run."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
-        suspended = rs.state is State.SUSPENDED and rs.resume_token is not None
-        return cls(
-            run_id=rs.run_id,
-            output=rs.output,
-            stop_reason=rs.stop_reason,
-            state=rs.state,
-            usage=rs.usage,
-            messages=tuple(rs.messages),
-            trace=tuple(rs.trace),
-            counters=rs.counters,
-            model_calls=rs.model_calls,
-            tool_executions=rs.tool_executions,
-            error=error if rs.state is State.ABORTED else None,
-            pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
-            run_state=rs,
-            resume_handle=ResumeHandle.of(rs) if suspended else None,
+        state = rs.state
+        suspended = state is _SUSPENDED and rs.resume_token is not None
+        values = (
+            rs.run_id,
+            rs.output,
+            rs.stop_reason,
+            state,
+            rs.usage,
+            tuple(rs.messages),
+            tuple(rs.trace),
+            rs.counters,
+            rs.model_calls,
+            rs.tool_executions,
+            error if state is _ABORTED else None,
+            tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
+            rs,
+            ResumeHandle.of(rs) if suspended else None,
         )
+        # Every run ends here: set the slots directly (the frozen dataclass's __init__ costs
+        # twice as much); tests/test_kernel.py checks the result equals the constructed one.
+        result = _new(cls)
+        for set_field, value in zip(_FIELD_SETTERS, values, strict=True):
+            set_field(result, value)
+        return result
 
     @property
     def ok(self) -> bool:
@@ -112,6 +119,12 @@ class RunResult:
         if self.pending:
             parts.append(f"pending={[call.id for call in self.pending]!r}")
         return f"RunResult({', '.join(parts)})"
+
+
+_new = object.__new__
+_FIELD_SETTERS = tuple(getattr(RunResult, f.name).__set__ for f in fields(RunResult))
+"""The slot setters of :class:`RunResult`, in field order (what ``RunResult.of`` fills)."""
+_SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
 
 
 class RunHandle:

@@ -53,6 +53,12 @@ _FALLBACK_OUTPUT = {
 }
 
 
+# Enum members read by every run, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_START, _FINALIZED = Outcome.START, Outcome.FINALIZED
+_MAX_STEPS, _DONE_TOOL = StopReason.MAX_STEPS, StopReason.DONE_TOOL
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A verifier's answer: accepted, or rejected with feedback for the model [S002]."""
@@ -83,7 +89,7 @@ async def handle_idle(ctx: RunContext) -> Outcome:
         ctx.append(message)
     assert ctx.input is not None
     ctx.append(ctx.input)
-    return Outcome.START
+    return _START
 
 
 # -- verifying -------------------------------------------------------------------------------
@@ -129,7 +135,7 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
     rs = ctx.rs
     agent = ctx.agent
     reason = rs.stop_reason
-    if reason is StopReason.MAX_STEPS and agent.policy.summarize_on_max_steps:
+    if reason is _MAX_STEPS and agent.policy.summarize_on_max_steps:
         request = ModelRequest.model_construct(
             messages=(*rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
             tools=(),
@@ -156,11 +162,11 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
             if agent.hooks.after_model_call:
                 await notify_answered(ctx, answer)
                 await ctx.emit_all(ctx.take_events())
-    elif reason is StopReason.DONE_TOOL:
+    elif reason is _DONE_TOOL:
         rs.output = rs.done_message or rs.last_text
     else:
         rs.output = rs.last_text or (_FALLBACK_OUTPUT.get(reason, "") if reason else "")
-    return Outcome.FINALIZED
+    return _FINALIZED
 
 
 async def handle_suspended(ctx: RunContext) -> Outcome:

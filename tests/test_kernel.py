@@ -646,6 +646,41 @@ def test_wall_clock_budget_counts_active_time_over_resumes() -> None:
     assert result.run_state.active_s == pytest.approx(1.2)
 
 
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [tool_call("add", {"a": 1, "b": 2}), text("3")],  # done
+        [fail(AuthenticationError("bad key"))],  # aborted, with the error
+    ],
+)
+def test_result_of_a_run_state_equals_the_constructed_result(turns: list[Any]) -> None:
+    """RunResult.of (which fills the slots directly) gives what the dataclass's own
+    constructor gives from the same run state, field for field."""
+    agent, _, _ = make_agent(turns, tools=[add])
+    result = agent.run_sync("go")
+    rs = result.run_state
+    assert rs is not None
+    expected = RunResult(
+        run_id=rs.run_id,
+        output=rs.output,
+        stop_reason=result.stop_reason,
+        state=rs.state,
+        usage=rs.usage,
+        messages=tuple(rs.messages),
+        trace=tuple(rs.trace),
+        counters=rs.counters,
+        model_calls=rs.model_calls,
+        tool_executions=rs.tool_executions,
+        error=result.error,
+        pending=(),
+        run_state=rs,
+        resume_handle=None,
+    )
+    assert RunResult.of(rs, result.error) == expected
+    assert result == expected
+    assert (result.error is None) == (rs.state is State.DONE)
+
+
 def test_a_result_prints_as_one_short_line() -> None:
     """A RunResult's repr summarises it (history and trace by their lengths), however long the
     run: results land in logs, and asyncio formats the result of every task it ends."""
