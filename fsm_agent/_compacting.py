@@ -44,11 +44,10 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     if move is not None and move.outcome is _LENGTH:
         return None
     agent = ctx.agent
-    settings = agent.policy.compaction
-    window = settings.context_window or agent.context_window
-    if window is not None and rs.context_tokens > int(settings.threshold * window):
+    limit = agent.compact_above
+    if limit is not None and rs.context_tokens > limit:
         return None
-    max_messages = settings.max_messages
+    max_messages = agent.max_messages
     if max_messages is not None and len(rs.messages) > max_messages:
         return None
     return _PROCEED
@@ -65,11 +64,10 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
     move = ctx.last_move
     forced = move is not None and move.outcome is Outcome.LENGTH
     settings = agent.policy.compaction
-    window = settings.context_window or agent.context_window
-    limit = None if window is None else int(settings.threshold * window)
+    limit = agent.compact_above
     tokens = rs.context_tokens
     over = limit is not None and tokens > limit
-    max_messages = settings.max_messages
+    max_messages = agent.max_messages
     crowded = max_messages is not None and len(rs.messages) > max_messages
     if not (forced or over or crowded):
         return Outcome.PROCEED

@@ -170,6 +170,12 @@ class Agent(Generic[DepsT]):
         self._decide = machine.deciding(self.limits)
         self.streams = callable(getattr(model, "stream", None))
         self.context_window: int | None = getattr(model, "context_window", None)
+        compaction = self.policy.compaction
+        window = compaction.context_window or self.context_window
+        # Read by compacting on every step: the context size above which it compacts, and the
+        # message window.
+        self.compact_above = None if window is None else int(compaction.threshold * window)
+        self.max_messages = compaction.max_messages
         self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
         self._usage_limited = any(
             value is not None for value in self.policy.usage_limits.model_dump().values()
