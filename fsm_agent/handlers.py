@@ -80,6 +80,11 @@ class Verdict:
 # -- idle ------------------------------------------------------------------------------------
 async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
+    return enqueue_input(ctx)
+
+
+def enqueue_input(ctx: RunContext) -> Outcome:
+    """``idle``'s work, which needs no await (its fast path)."""
     system = ctx.agent.system_message
     history = ctx.history
     if system is not None:
@@ -129,43 +134,54 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
 
 
 # -- finalizing ------------------------------------------------------------------------------
-async def handle_finalizing(ctx: RunContext) -> Outcome:
-    """Produce the output: the tools-off summary call at the step limit [S000 §6], else the
-    last answer (or the done tool's message)."""
+def finalizing_needs_no_call(ctx: RunContext) -> Outcome | None:
+    """The fast path of ``finalizing``: the output is the last answer (or the done tool's
+    message); ``None`` when the step limit asks for the summary call."""
     rs = ctx.rs
-    agent = ctx.agent
     reason = rs.stop_reason
-    if reason is _MAX_STEPS and agent.policy.summarize_on_max_steps:
-        request = ModelRequest.model_construct(
-            messages=(*rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
-            tools=(),
-            tool_choice="none",
-            parallel_tool_calls=None,
-            max_tokens=None,
-            temperature=None,
-            stop_sequences=(),
-            reasoning_effort=None,
-            reasoning_budget_tokens=None,
-        )
-        # The same seams as any model call: the model-call hooks and the effect journal.
-        answer: Answer | None = None
-        try:
-            answer = await call_model(ctx, request, step=rs.counters.steps, attempt=1, stream=False)
-        except Interrupted:
-            return ctx.interrupted
-        except Exception:
-            rs.output = SUMMARY_FALLBACK
-        if answer is not None:
-            rs.output = answer.response.message.text.strip() or SUMMARY_FALLBACK
-            if ctx.listening:
-                await ctx.emit(UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage))
-            if agent.hooks.after_model_call:
-                await notify_answered(ctx, answer)
-                await ctx.emit_all(ctx.take_events())
-    elif reason is _DONE_TOOL:
+    if reason is _MAX_STEPS and ctx.agent.policy.summarize_on_max_steps:
+        return None
+    if reason is _DONE_TOOL:
         rs.output = rs.done_message or rs.last_text
     else:
         rs.output = rs.last_text or (_FALLBACK_OUTPUT.get(reason, "") if reason else "")
+    return _FINALIZED
+
+
+async def handle_finalizing(ctx: RunContext) -> Outcome:
+    """Produce the output: the tools-off summary call at the step limit [S000 §6], else the
+    last answer (or the done tool's message)."""
+    without_call = finalizing_needs_no_call(ctx)
+    if without_call is not None:
+        return without_call
+    rs = ctx.rs
+    agent = ctx.agent
+    request = ModelRequest.model_construct(
+        messages=(*rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
+        tools=(),
+        tool_choice="none",
+        parallel_tool_calls=None,
+        max_tokens=None,
+        temperature=None,
+        stop_sequences=(),
+        reasoning_effort=None,
+        reasoning_budget_tokens=None,
+    )
+    # The same seams as any model call: the model-call hooks and the effect journal.
+    answer: Answer | None = None
+    try:
+        answer = await call_model(ctx, request, step=rs.counters.steps, attempt=1, stream=False)
+    except Interrupted:
+        return ctx.interrupted
+    except Exception:
+        rs.output = SUMMARY_FALLBACK
+    if answer is not None:
+        rs.output = answer.response.message.text.strip() or SUMMARY_FALLBACK
+        if ctx.listening:
+            await ctx.emit(UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage))
+        if agent.hooks.after_model_call:
+            await notify_answered(ctx, answer)
+            await ctx.emit_all(ctx.take_events())
     return _FINALIZED
 
 
@@ -187,7 +203,9 @@ HANDLERS: dict[State, Handler] = {
 """The handler of every non-terminal state."""
 
 FAST_PATHS: dict[State, Callable[[RunContext], Outcome | None]] = {
+    State.IDLE: enqueue_input,
     State.COMPACTING: compacting_needs_nothing,
+    State.FINALIZING: finalizing_needs_no_call,
 }
-"""Synchronous checks that give a state's outcome when its handler would do nothing (no
-effect, no event); ``None`` means: run the handler. Most steps take them."""
+"""Synchronous versions of a state's handler for when it needs no effect and emits no event:
+they do its work and give its outcome, or ``None``: run the handler. Most moves take them."""

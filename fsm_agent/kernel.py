@@ -386,7 +386,7 @@ class Agent(Generic[DepsT]):
         listening: bool,
     ) -> RunContext:
         if isinstance(prompt, str):
-            if not prompt.strip():
+            if not prompt or prompt.isspace():
                 raise InvalidInputError("the prompt is empty; pass the task as text")
             message = Message.user(prompt)
         elif isinstance(prompt, Message):
@@ -412,7 +412,8 @@ class Agent(Generic[DepsT]):
             )
         ctx = self._new_context(rs, handle or RunHandle(), deps, listening, log)
         ctx.input = message
-        ctx.history = list(history)
+        if history:
+            ctx.history = list(history)
         return ctx
 
     def _new_context(
