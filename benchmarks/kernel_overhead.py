@@ -61,14 +61,14 @@ def timed(steps: int, rounds: int) -> None:
     )
 
 
-def _instructions(system: str, steps: int, runs: int) -> int:
+def _instructions(system: str, steps: int, runs: int, *, play_them: bool) -> int:
     command = [
         "valgrind",
         "--tool=callgrind",
         "--callgrind-out-file=/dev/null",
         sys.executable,
         __file__,
-        "--play",
+        "--play" if play_them else "--prepare",
         system,
         str(steps),
         str(runs),
@@ -81,25 +81,31 @@ def _instructions(system: str, steps: int, runs: int) -> int:
 
 
 def counted(steps: int) -> None:
-    """Instructions per step under callgrind (runs minus a start-up-only baseline)."""
+    """Instructions per step under callgrind: a process that prepares and plays the runs,
+    minus one that only prepares them (what the timed mode keeps off the clock)."""
     runs = max(20, 3_000 // steps)
     per_step = {}
     for name in SYSTEMS:
-        total = _instructions(name, steps, runs) - _instructions(name, steps, 0)
+        total = _instructions(name, steps, runs, play_them=True) - _instructions(
+            name, steps, runs, play_them=False
+        )
         per_step[name] = total / (runs * steps)
         print(f"N = {steps:>5}  {name:<9} {per_step[name]:,.0f} instructions/step")
     print(f"N = {steps:>5}  fsm_agent / floor: {per_step['fsm_agent'] / per_step['floor']:.2f}×")
 
 
-def play(system: str, steps: int, runs: int) -> None:
-    """Warm up, then play ``runs`` runs (what callgrind counts)."""
+def play(system: str, steps: int, runs: int, *, play_them: bool = True) -> None:
+    """Warm up, prepare ``runs`` runs, and play them unless ``play_them`` is false (the
+    baseline callgrind subtracts)."""
     adapter = SYSTEMS[system]()
 
     async def main() -> None:
         for _ in range(3):
             await adapter.prepare(steps)()
-        for run in [adapter.prepare(steps) for _ in range(runs)]:
-            await run()
+        prepared = [adapter.prepare(steps) for _ in range(runs)]
+        if play_them:
+            for run in prepared:
+                await run()
 
     asyncio.run(main())
 
@@ -113,9 +119,13 @@ def main() -> None:
     parser.add_argument(
         "--play", nargs=3, metavar=("SYSTEM", "STEPS", "RUNS"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--prepare", nargs=3, metavar=("SYSTEM", "STEPS", "RUNS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
-    if args.play:
-        play(args.play[0], int(args.play[1]), int(args.play[2]))
+    if args.play or args.prepare:
+        system, steps, runs = args.play or args.prepare
+        play(system, int(steps), int(runs), play_them=bool(args.play))
         return
     if args.instructions and shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind on PATH")
