@@ -327,7 +327,10 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
 
     # 3. Record the results in call order and report the outcome.
     rs.pending_tool_calls = calls
-    rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
+    if len(calls) == 1:  # the common turn: its result, if it has one
+        rs.tool_results = list(settled.values())
+    else:
+        rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
     if interrupted:
         ctx.close_pending_calls("the run was interrupted")
         return ctx.interrupted
