@@ -35,9 +35,9 @@ __all__ = ["AgentMachine", "IllegalMoveError", "Move", "decide", "default_machin
 
 _INTO_WITH_STOP = frozenset({State.ABORTED, State.SUSPENDED})
 
-MEMO_SIZE = 4096
-"""The most moves :meth:`AgentMachine.deciding` remembers per set of limits (a few hundred
-KiB)."""
+MEMO_SIZE = 1024
+"""The most moves :meth:`AgentMachine.deciding` remembers per set of limits and (state,
+outcome): a run of up to that many steps is remembered whole."""
 
 
 class IllegalMoveError(FsmAgentError):
@@ -119,7 +119,7 @@ class AgentMachine:
                 self._index[State(source_name), outcome] = tuple(
                     _compile(row_of[t], self.rows[row_of[t]]) for t in transitions
                 )
-        self._moves: dict[Limits, dict[tuple[State, Outcome, Counters], Move]] = {}
+        self._moves: dict[Limits, dict[State, dict[Outcome, dict[Counters, Move]]]] = {}
         self.outcomes_by_state: dict[State, frozenset[Outcome]] = {
             state: frozenset(o for (s, o) in self._index if s is state) for state in State
         }
@@ -143,17 +143,23 @@ class AgentMachine:
         take the same moves at the same counters, so most moves of a run are looked up instead
         of decided again, and the traces of all those runs share them (a ``Move`` is
         immutable). The memory is shared by every agent whose limits are equal, and bounded:
-        it starts over once it holds ``MEMO_SIZE`` moves."""
-        moves = self._moves.setdefault(limits, {})
+        each (state, outcome) starts over once it holds ``MEMO_SIZE`` moves."""
+        moves = self._moves.get(limits)
+        if moves is None:  # one dict per (state, outcome) the table knows: no key to build
+            moves = self._moves[limits] = {state: {} for state in State}
+            for state, outcome in self._index:
+                moves[state][outcome] = {}
         decide = self.decide
 
         def decide_remembered(state: State, outcome: Outcome, counters: Counters) -> Move:
-            key = (state, outcome, counters)
-            move = moves.get(key)
+            by_counters = moves[state].get(outcome)
+            if by_counters is None:  # no row leaves state on outcome: decide() says so
+                return decide(state, outcome, counters, limits)
+            move = by_counters.get(counters)
             if move is None:
-                if len(moves) >= MEMO_SIZE:
-                    moves.clear()
-                move = moves[key] = decide(state, outcome, counters, limits)
+                if len(by_counters) >= MEMO_SIZE:
+                    by_counters.clear()
+                move = by_counters[counters] = decide(state, outcome, counters, limits)
             return move
 
         return decide_remembered
