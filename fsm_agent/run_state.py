@@ -40,8 +40,12 @@ class RunState(BaseModel):
     # The kernel assigns a dozen fields per step; the run state validates on the way in and out
     # (model_validate/model_dump), never on assignment, so a plain attribute write does. It
     # skips pydantic's ``model_fields_set`` bookkeeping: nothing here dumps with exclude_unset.
+    # ``__delattr__`` too: CPython writes through the C slot only when both are object's (with
+    # pydantic's ``__delattr__`` left in place, every write calls ``__setattr__`` from Python,
+    # six times slower).
     if not TYPE_CHECKING:
         __setattr__ = object.__setattr__
+        __delattr__ = object.__delattr__
 
     run_id: str
     state: State = State.IDLE
