@@ -135,9 +135,9 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             await ctx.effect(agent.runtime.sleep(delay or 0.0))
             if deadline is not None and agent.runtime.clock() >= deadline:
                 return Outcome.DEADLINE
-        output_limits = agent.policy.tool_output
-        if output_limits.keep_recent is not None:
-            trim_old_outputs(ctx, output_limits.keep_recent, output_limits.old_max_chars)
+        settings = agent.settings
+        if settings.keep_recent_outputs is not None:
+            trim_old_outputs(ctx, settings.keep_recent_outputs, settings.old_output_max_chars)
         tools = agent.tool_definitions
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)
@@ -147,7 +147,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                 "messages": tuple(rs.messages),
                 "tools": tools,
                 "tool_choice": None,
-                "parallel_tool_calls": agent.policy.parallel_tool_calls if tools else None,
+                "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
                 "max_tokens": None,
                 "temperature": None,
                 "stop_sequences": (),
@@ -180,8 +180,9 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     response = answer.response
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
     # Context budget: the provider's count of the request replaces the estimate (compaction).
-    if response.usage.input_tokens and agent.policy.compaction.use_reported_usage:
-        rs.context_tokens = response.usage.input_tokens
+    input_tokens = response.usage.input_tokens
+    if input_tokens and agent.settings.use_reported_usage:
+        rs.context_tokens = input_tokens
     message = response.message
     calls = message.tool_calls
     outcome = _FINISH_OUTCOMES[response.finish_reason]

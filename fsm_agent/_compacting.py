@@ -43,11 +43,11 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     move = ctx.last_move
     if move is not None and move.outcome is _LENGTH:
         return None
-    agent = ctx.agent
-    limit = agent.compact_above
+    settings = ctx.agent.settings
+    limit = settings.compact_above
     if limit is not None and rs.context_tokens > limit:
         return None
-    max_messages = agent.max_messages
+    max_messages = settings.max_messages
     if max_messages is not None and len(rs.messages) > max_messages:
         return None
     return _PROCEED
@@ -64,10 +64,10 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
     move = ctx.last_move
     forced = move is not None and move.outcome is Outcome.LENGTH
     settings = agent.policy.compaction
-    limit = agent.compact_above
+    limit = agent.settings.compact_above
     tokens = rs.context_tokens
     over = limit is not None and tokens > limit
-    max_messages = agent.max_messages
+    max_messages = agent.settings.max_messages
     crowded = max_messages is not None and len(rs.messages) > max_messages
     if not (forced or over or crowded):
         return Outcome.PROCEED

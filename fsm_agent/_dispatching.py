@@ -37,7 +37,6 @@ from .events import (
 )
 from .hooks import MockResult, SkipTool
 from .messages import ToolCall, ToolResult
-from .policy import ToolFailureMode
 from .run_state import HumanRequest
 from .table import Outcome, repeats_spent
 from .tool_output import PAGER_NAME, cut_result
@@ -53,7 +52,6 @@ LOOP_WARNING = (
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_FAIL = ToolFailureMode.FAIL
 _TOOLS_DONE, _TOOLS_FAILED = Outcome.TOOLS_DONE, Outcome.TOOLS_FAILED
 
 
@@ -110,7 +108,7 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
     found = _find(ctx, call.name)
     if found is None:
         return ToolExecution(_error(call, f"Error: Unknown tool '{call.name}'"))
-    limit = agent.policy.max_tool_calls
+    limit = agent.settings.max_tool_calls
     if limit is not None and rs.tool_executions >= limit:
         message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
         return ToolExecution(_error(call, message))
@@ -126,10 +124,10 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
     durable = ctx.durable
     if durable is None:
         execution = await found.execute(
-            call, context, default_timeout_s=agent.policy.tool_timeout_s
+            call, context, default_timeout_s=agent.settings.tool_timeout_s
         )
     else:  # through the write-ahead journal: a recorded outcome is reused, not run again
-        execution = await durable.execute_tool(found, call, context, agent.policy.tool_timeout_s)
+        execution = await durable.execute_tool(found, call, context, agent.settings.tool_timeout_s)
     if execution.question is not None:
         return execution
     result = execution.result
@@ -144,7 +142,7 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
 
 
 def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
-    max_chars = ctx.agent.max_output_chars
+    max_chars = ctx.agent.settings.max_output_chars
     if max_chars is None or len(result.content) <= max_chars:
         return result
     return cut_result(ctx.rs.tool_outputs, result, max_chars)
@@ -208,7 +206,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     done: ToolExecution | None = None
     failure: ToolExecution | None = None
     interrupted = paused = False
-    fail_fast = agent.policy.tool_failure_mode is _FAIL
+    fail_fast = agent.settings.fail_fast
 
     # 0. A resumed turn: apply the human's decisions.
     for request in rs.human_requests:
@@ -260,7 +258,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
             to_run = [c for c in calls if c.id not in settled] if settled else calls
         if to_run and ctx.handle.pause_requested:
             paused = True
-        elif to_run and agent.policy.parallel_tool_calls and len(to_run) > 1:
+        elif to_run and agent.settings.parallel_tool_calls and len(to_run) > 1:
             if listening:
                 for call in to_run:
                     await ctx.emit_all(_start_events(ctx, call))

@@ -24,7 +24,7 @@ from collections.abc import (
 )
 from typing import Any, Generic, TypeVar
 
-from ._context import Emitted, Interrupted
+from ._context import Emitted, Interrupted, LoopSettings
 from ._durable import RunLog, UnknownOutcome
 from ._run import RunHandle, RunResult, Runtime
 from .approval import HumanDecision, ResumeHandle, apply_decisions
@@ -159,7 +159,6 @@ class Agent(Generic[DepsT]):
         self.hooks = HookSet(hooks)
         self.approval_needed = any(t.needs_approval for t in self.tools.values())
         output = self.policy.tool_output
-        self.max_output_chars = output.max_chars  # read on every tool result
         self.pager: Tool | None = None  # offered to the model once an output was cut
         if (output.max_chars is not None or output.keep_recent is not None) and (
             PAGER_NAME not in self.tools
@@ -174,12 +173,7 @@ class Agent(Generic[DepsT]):
         self._decide = machine.deciding(self.limits)
         self.streams = callable(getattr(model, "stream", None))
         self.context_window: int | None = getattr(model, "context_window", None)
-        compaction = self.policy.compaction
-        window = compaction.context_window or self.context_window
-        # Read by compacting on every step: the context size above which it compacts, and the
-        # message window.
-        self.compact_above = None if window is None else int(compaction.threshold * window)
-        self.max_messages = compaction.max_messages
+        self.settings = LoopSettings.of(self.policy, self.context_window)
         self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
         self._usage_limited = any(
             value is not None for value in self.policy.usage_limits.model_dump().values()

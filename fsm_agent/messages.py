@@ -258,16 +258,17 @@ class Usage(_Frozen):
 
     def plus(self, other: Usage, *, requests: int = 0) -> Usage:
         """The sum of both usages, with ``requests`` more requests."""
+        a, b = self.__dict__, other.__dict__  # every call adds one: no field read via pydantic
         return trusted(
             Usage,
             {
-                "requests": self.requests + other.requests + requests,
-                "input_tokens": self.input_tokens + other.input_tokens,
-                "output_tokens": self.output_tokens + other.output_tokens,
-                "cache_read_tokens": self.cache_read_tokens + other.cache_read_tokens,
-                "cache_write_tokens": self.cache_write_tokens + other.cache_write_tokens,
-                "reasoning_tokens": self.reasoning_tokens + other.reasoning_tokens,
-                "cost_usd": self.cost_usd + other.cost_usd,
+                "requests": a["requests"] + b["requests"] + requests,
+                "input_tokens": a["input_tokens"] + b["input_tokens"],
+                "output_tokens": a["output_tokens"] + b["output_tokens"],
+                "cache_read_tokens": a["cache_read_tokens"] + b["cache_read_tokens"],
+                "cache_write_tokens": a["cache_write_tokens"] + b["cache_write_tokens"],
+                "reasoning_tokens": a["reasoning_tokens"] + b["reasoning_tokens"],
+                "cost_usd": a["cost_usd"] + b["cost_usd"],
             },
         )
 
