@@ -102,14 +102,14 @@ class Interrupted(Exception):
 
 class Emitted:
     """An event on its way out of a handler: awaiting it suspends the handler's coroutine
-    (through every coroutine that awaits it) up to the driver, which yields the event to the
-    listener and resumes the handler once the listener asks for the next one.
+    (through the driver's, which awaits it) up to the stepper of the listened run, which
+    yields the event to the listener and resumes the run once the listener asks for the next
+    one (see ``kernel._listened``).
 
-    Handlers are plain coroutines that return their outcome, so a run nobody listens to pays
-    for no generator; only a listened run's driver steps them and sees these. The driver must
-    be the one stepping the coroutine: awaited anywhere else, this reaches the asyncio task,
-    which rejects it ("Task got bad yield"). :meth:`RunContext.emit` therefore hands one out
-    only when someone listens."""
+    The driver and the handlers are plain coroutines, so a run nobody listens to pays for no
+    generator. Only a stepped run may emit: awaited anywhere else, this reaches the asyncio
+    task, which rejects it ("Task got bad yield"); :meth:`RunContext.emit` therefore hands
+    one out only when someone listens."""
 
     __slots__ = ("event",)
 
