@@ -5,7 +5,8 @@ Both play the workload of ``benchmarks/workload.py`` (N - 1 ``add`` tool calls, 
 on the same scripted model. Rounds interleave the two systems; the ratio reported is the median
 of the ratios taken within each round, which cancels most of the noise of a shared machine.
 ``--instructions`` counts CPU instructions under valgrind's callgrind instead of timing: slow,
-but the same figure on a loaded machine.
+but the same figure on a loaded machine (a different measure: it does not see cache misses, so
+its ratios run lower than the clock's). Building the agents is left out of both.
 
     python benchmarks/kernel_overhead.py [--steps 10,50] [--rounds 7] [--instructions]
 """
