@@ -258,7 +258,9 @@ class Usage(_Frozen):
 
     def plus(self, other: Usage, *, requests: int = 0) -> Usage:
         """The sum of both usages, with ``requests`` more requests."""
-        a, b = self.__dict__, other.__dict__  # every call adds one: no field read via pydantic
+        # From the fields' dicts: a pydantic field read goes through ``__getattr__``'s hook,
+        # and every model call adds a usage.
+        a, b = self.__dict__, other.__dict__
         return trusted(
             Usage,
             {
