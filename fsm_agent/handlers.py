@@ -80,11 +80,6 @@ class Verdict:
 # -- idle ------------------------------------------------------------------------------------
 async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
-    return enqueue_input(ctx)
-
-
-def enqueue_input(ctx: RunContext) -> Outcome:
-    """``idle``'s work, which needs no await (its fast path)."""
     system = ctx.agent.system_message
     history = ctx.history
     if system is not None:
@@ -203,9 +198,9 @@ HANDLERS: dict[State, Handler] = {
 """The handler of every non-terminal state."""
 
 FAST_PATHS: dict[State, Callable[[RunContext], Outcome | None]] = {
-    State.IDLE: enqueue_input,
     State.COMPACTING: compacting_needs_nothing,
     State.FINALIZING: finalizing_needs_no_call,
 }
 """Synchronous versions of a state's handler for when it needs no effect and emits no event:
-they do its work and give its outcome, or ``None``: run the handler. Most moves take them."""
+they do its work and give its outcome, or ``None`` (having done nothing): run the handler.
+Most moves take them."""
