@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fsm_agent._fuzz_engine import example_bytes
-from fsm_agent._fuzz_jobs import fuzz_in_processes
 from fsm_agent.fuzzing import Choices, FuzzReport, check_invariants, fuzz, read_case, run_case
+from fsm_agent.fuzzing.engine import example_bytes
+from fsm_agent.fuzzing.jobs import fuzz_in_processes
 
 SEED = 2
 

@@ -309,6 +309,7 @@ EXTERNAL = (
         "ours / SDK ≤ 1.0",
     ),
     External("checkpoint overhead", "checkpoint.py", (), "—"),
+    External("process start-up", "startup.py", ("--runs", "5"), "import ≤ 150 ms, demo ≤ 0.5 s"),
 )
 
 

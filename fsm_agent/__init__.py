@@ -1,6 +1,7 @@
 """fsm_agent: an LLM agent-loop kernel whose loop is an explicit finite-state machine.
 
-Every run moves through the named states of :data:`fsm_agent.table.TABLE`; the same table drives
+Every run moves through the named states of :data:`fsm_agent.machine.table.TABLE`; the same
+table drives
 the run, draws the diagram, and is explored by the checker and the fuzzer.
 """
 
@@ -34,6 +35,7 @@ from .errors import (
     InvalidInputError,
     InvalidRequestError,
     MalformedResponseError,
+    MissingExtraError,
     ModelConnectionError,
     ModelError,
     ModelTimeoutError,
@@ -50,10 +52,11 @@ from .errors import (
     UnknownRunError,
 )
 from .events import Event
-from .handlers import Verdict
 from .hooks import HookSet, MockResult, SkipTool
-from .kernel import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
-from .machine import AgentMachine, IllegalMoveError, Move, decide
+from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
+from .kernel.states import Verdict
+from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
+from .machine.table import Counters, Limits, Outcome, State, StopReason
 from .messages import (
     FinishReason,
     ImagePart,
@@ -88,36 +91,37 @@ from .policy import (
     UsageLimits,
 )
 from .run_state import HumanRequest, RunState
-from .table import Counters, Limits, Outcome, State, StopReason
 from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from ._postgres import PostgresCheckpointer
-    from ._sqlite import SQLiteCheckpointer
-    from .bounds import Bounds
-    from .checker import CheckReport, CheckVerdict, check
     from .conversation import Conversation
     from .diagrams import RenderingUnavailableError, TraceError
+    from .machine.bounds import Bounds
+    from .machine.checker import CheckReport, CheckVerdict, check
+    from .persistence.postgres import PostgresCheckpointer
+    from .persistence.sqlite import SQLiteCheckpointer
     from .providers import AnthropicModel, GeminiModel, OpenAIChatModel, infer_model
     from .replay import ReplayReport
+
+__version__: str  # the installed distribution's version, read on first use (see __getattr__)
 
 # Functions named like their module (``bounds``, ``replay``) are not re-exported here: once the
 # submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
 _LAZY = {
     "AnthropicModel": "providers",
-    "Bounds": "bounds",
-    "CheckReport": "checker",
-    "CheckVerdict": "checker",
+    "Bounds": "machine.bounds",
+    "CheckReport": "machine.checker",
+    "CheckVerdict": "machine.checker",
     "Conversation": "conversation",
     "DurableRuns": "durable",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
-    "PostgresCheckpointer": "_postgres",
+    "PostgresCheckpointer": "persistence.postgres",
     "RenderingUnavailableError": "diagrams",
     "ReplayReport": "replay",
-    "SQLiteCheckpointer": "_sqlite",
+    "SQLiteCheckpointer": "persistence.sqlite",
     "TraceError": "diagrams",
-    "check": "checker",
+    "check": "machine.checker",
     "infer_model": "providers",
 }
 
@@ -166,6 +170,7 @@ __all__ = [
     "LoopGuardAction",
     "MalformedResponseError",
     "Message",
+    "MissingExtraError",
     "MockResult",
     "Model",
     "ModelConnectionError",
@@ -246,9 +251,21 @@ del _name, _value
 def __getattr__(name: str) -> object:
     # The providers, the diagrams and the checker load on first use: `import fsm_agent` (and
     # every CLI start) stays cheap for code that needs only the kernel.
+    if name == "__version__":
+        return _installed_version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fsm_agent' has no attribute {name!r}")
     value = getattr(import_module(f"fsm_agent.{module}"), name)
     globals()[name] = value
     return value
+
+
+def _installed_version() -> str:
+    """The version of the installed distribution (``__version__``): one source, the metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fsm_agent")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"

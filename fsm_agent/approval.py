@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .errors import ResumeError
+from .machine.table import State
 from .run_state import HumanRequest, RunState
-from .table import State
 
 __all__ = ["Approval", "Decision", "HumanDecision", "ResumeHandle", "apply_decisions"]
 

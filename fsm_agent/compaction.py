@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ._context import Interrupted
 from .errors import MalformedResponseError
+from .kernel.context import Interrupted
 from .messages import (
     FinishReason,
     ImagePart,

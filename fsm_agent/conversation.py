@@ -14,9 +14,9 @@ from typing import Generic, TypeVar
 
 from .errors import ConfigurationError, InvalidInputError
 from .events import Event
-from .kernel import Agent, RunHandle, RunResult
-from .messages import Message
-from .table import State
+from .kernel.agent import Agent, RunHandle, RunResult
+from .machine.table import State
+from .messages import Message, validate_history
 
 __all__ = ["Conversation"]
 
@@ -26,7 +26,9 @@ DepsT = TypeVar("DepsT")
 class Conversation(Generic[DepsT]):
     """Runs ``agent`` turn after turn, each run starting from the messages of the one before.
 
-    ``messages`` seeds the conversation (e.g. one loaded from storage). One run at a time: a
+    ``messages`` seeds the conversation (e.g. one loaded from storage); it must be a valid
+    conversation (see :func:`~fsm_agent.messages.validate_history`), else
+    :class:`~fsm_agent.InvalidInputError` says what is wrong. One run at a time: a
     second run while one is in progress, or after a run that is suspended for a human, raises
     :class:`~fsm_agent.InvalidInputError` (resume the suspended run, then :meth:`record` its
     result).
@@ -37,6 +39,7 @@ class Conversation(Generic[DepsT]):
             raise ConfigurationError(
                 f"a Conversation needs a fsm_agent.Agent, got {type(agent).__name__}"
             )
+        validate_history(messages)
         self.agent = agent
         self._messages: tuple[Message, ...] = tuple(messages)
         self._last: RunResult | None = None

@@ -7,7 +7,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── ConfigurationError         a value given to the library is wrong (raised at construction)
     │   ├── PolicyError            a Policy / RetryPolicy value is invalid
     │   ├── ToolDefinitionError    a tool cannot be built (no type hints, duplicate name, ...)
-    │   └── InvalidInputError      run input that cannot start a run (empty prompt, ...)
+    │   ├── InvalidInputError      run input that cannot start a run (empty prompt, ...)
+    │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
     ├── ModelError                 a model call failed (kept on the RunResult, drives retries)
     │   ├── RateLimitError         429; may carry ``retry_after``
     │   ├── ProviderServerError    5xx / overloaded
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidRequestError",
     "MalformedResponseError",
+    "MissingExtraError",
     "ModelConnectionError",
     "ModelError",
     "ModelTimeoutError",
@@ -94,6 +96,19 @@ class ToolDefinitionError(ConfigurationError):
 
 class InvalidInputError(ConfigurationError):
     """The input given to a run cannot start it."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """A feature needs an optional dependency that is not installed. The message names the extra
+    that brings it and how to install it; ``extra`` is its name. Also an :class:`ImportError`,
+    so code that guards an optional import keeps working."""
+
+    def __init__(self, feature: str, *, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs {module}, which the [{extra}] extra installs: "
+            f"pip install -e '.[{extra}]' in a checkout of fsm_agent"
+        )
+        self.extra = extra
 
 
 class ModelError(FsmAgentError):

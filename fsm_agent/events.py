@@ -12,12 +12,13 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
+from .machine.table import Outcome, State, StopReason
 from .messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
-from .table import Outcome, State, StopReason
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
     "AbortedEvent",
+    "AttemptDiscardedEvent",
     "CompactedEvent",
     "Event",
     "FinalEvent",
@@ -162,6 +163,15 @@ class RetryingEvent(_Event):
     finish_reason: FinishReason | None = None
 
 
+class AttemptDiscardedEvent(_Event):
+    """A streamed model call failed and will be retried: drop the text, reasoning and tool-call
+    deltas shown since the last ``model_request`` event; the retry streams its own answer.
+    ``attempt`` counts the failed attempts so far (the ``retrying`` event follows)."""
+
+    type: Literal["attempt_discarded"] = "attempt_discarded"
+    attempt: int
+
+
 class CompactedEvent(_Event):
     """The history was compacted. ``strategy`` names the strategies that changed it (joined by
     ``+``); ``errors`` are the strategies that failed and were skipped (a failed summary)."""
@@ -247,6 +257,7 @@ Event: TypeAlias = Annotated[
     | ToolResultEvent
     | StepCompleteEvent
     | RetryingEvent
+    | AttemptDiscardedEvent
     | CompactedEvent
     | VerificationFailedEvent
     | HookErrorEvent

@@ -34,18 +34,19 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
-from ._context import RunContext
 from .approval import Approval, Decision
 from .errors import ConfigurationError, HookError
 from .events import HookErrorEvent
-from .machine import Move
+from .kernel.context import RunContext
+from .machine.agent_machine import Move
+from .machine.table import TERMINAL, Outcome
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from .policy import HookFailureMode
 from .run_state import RunState
-from .table import TERMINAL, Outcome
+from .tools import HumanInputRequired, TaskComplete
 
 if TYPE_CHECKING:
-    from .kernel import RunResult
+    from .kernel.agent import RunResult
 
 __all__ = [
     "HOOK_POINTS",
@@ -310,22 +311,31 @@ class HookSet:
 
     async def run_approve_tool(self, ctx: RunContext, call: ToolCall) -> Approval | None:
         """The first verdict that is not ``allow``, else ``allow`` if a hook said so, else
-        ``None`` (no hook had an opinion)."""
+        ``None`` (no hook had an opinion).
+
+        The gate fails closed: a hook that raises, overruns its timeout or returns something
+        that is not a verdict denies the call (whatever the hook failure mode), and so does an
+        interrupt before every hook has answered."""
         verdict: Approval | None = None
         for hook in self.approve_tool:
             ok, value = await _call(ctx, hook, {"call": call, "run_state": ctx.rs})
+            if not ok:
+                return Approval.deny(f"the approval check {hook.label} failed ({_FAILED})")
             if ctx.interrupt is not None:
-                break
-            if not ok or value is None:
+                return Approval.deny("the run stopped before the approval check finished")
+            if value is None:
                 continue
             if isinstance(value, bool):
                 value = Approval.allow() if value else Approval.deny()
-            if not isinstance(value, Approval):
+            approval = _verdict(value)
+            if approval is None:
                 _bad_return(ctx, hook, value, "an Approval, a bool or None")
-                continue
-            if value.decision is not Decision.ALLOW:
-                return value
-            verdict = value
+                return Approval.deny(
+                    f"the approval check {hook.label} gave no valid verdict ({_FAILED})"
+                )
+            if approval.decision is not Decision.ALLOW:
+                return approval
+            verdict = approval
         return verdict
 
     async def run_after_tool(
@@ -347,6 +357,22 @@ class HookSet:
         return result
 
 
+def _verdict(value: object) -> Approval | None:
+    """``value`` as a verdict, or ``None`` when it is not one (an ``Approval`` built with a
+    decision outside :class:`Decision`)."""
+    if not isinstance(value, Approval):
+        return None
+    if isinstance(value.decision, Decision):
+        return value
+    try:
+        return Approval(Decision(value.decision), value.reason)
+    except ValueError:
+        return None
+
+
+_FAILED = "the call was not run; the operator can see why in the hook_error event"
+
+
 async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tuple[bool, object]:
     """Run one hook: ``(True, its answer)``, or ``(False, None)`` after reporting a failure."""
     timeout = hook.timeout_s if hook.timeout_s is not None else ctx.agent.policy.hook_timeout_s
@@ -357,6 +383,9 @@ async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tupl
                 value = await value
     except TimeoutError:
         _report(ctx, hook.label, f"timed out after {timeout:g} s")
+        return False, None
+    except (TaskComplete, HumanInputRequired) as signal:  # a tool's signals, not a hook's
+        _report(ctx, hook.label, f"raised {type(signal).__name__}, which only a tool may raise")
         return False, None
     except Exception as exc:
         _report(ctx, hook.label, f"{type(exc).__name__}: {exc}", exc)

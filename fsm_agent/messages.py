@@ -13,7 +13,10 @@ from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from .errors import InvalidInputError
+
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "FinishReason",
     "ImagePart",
     "Message",
@@ -32,7 +35,9 @@ __all__ = [
     "ToolDefinition",
     "ToolResult",
     "Usage",
+    "arguments_too_deep",
     "parse_arguments",
+    "validate_history",
 ]
 
 
@@ -137,7 +142,10 @@ class ToolCall(_Frozen):
         arguments: dict[str, JsonValue] | str,
         provider_data: dict[str, JsonValue] | None = None,
     ) -> ToolCall:
-        """Build a call from a dict or from raw JSON text (parsed when it is a JSON object)."""
+        """Build a call from a dict or from raw JSON text (parsed when it is a JSON object no
+        deeper than :data:`MAX_ARGUMENT_DEPTH`)."""
+        if not isinstance(arguments, str) and _value_depth(arguments) > MAX_ARGUMENT_DEPTH:
+            arguments = json.dumps(arguments, separators=(",", ":"))
         if isinstance(arguments, str):
             return cls(
                 id=id,
@@ -171,15 +179,72 @@ Part: TypeAlias = Annotated[
 ]
 
 
+MAX_ARGUMENT_DEPTH = 128
+"""The deepest nesting of objects and arrays accepted in tool-call arguments. Deeper arguments
+are kept as raw text only (``arguments=None``) and answered with an error result: nested
+structures that deep would overflow the recursive parsers, validators and serialisers they pass
+through, and no tool schema needs them."""
+
+
 def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
-    """Parse tool-call arguments: ``None`` unless ``raw`` is a JSON object; empty text is ``{}``."""
+    """Parse tool-call arguments: ``None`` unless ``raw`` is a JSON object no deeper than
+    :data:`MAX_ARGUMENT_DEPTH`; empty text is ``{}``. Never raises, whatever the text."""
     if not raw.strip():
         return {}
+    if arguments_too_deep(raw):
+        return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def arguments_too_deep(raw: str) -> bool:
+    """Whether the JSON text ``raw`` nests objects and arrays deeper than
+    :data:`MAX_ARGUMENT_DEPTH` (brackets inside strings do not count). A linear scan without
+    recursion, made only when the text holds enough brackets to be that deep."""
+    if raw.count("[") + raw.count("{") <= MAX_ARGUMENT_DEPTH:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "[" or char == "{":
+            depth += 1
+            if depth > MAX_ARGUMENT_DEPTH:
+                return True
+        elif char == "]" or char == "}":
+            depth -= 1
+    return False
+
+
+def _value_depth(value: object) -> int:
+    """How deeply ``value`` nests dicts and lists (iteratively: it may be deeper than the
+    interpreter's recursion limit)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Sequence[object] = list(item.values())
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_ARGUMENT_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 class Message(_Frozen):
@@ -354,3 +419,59 @@ class ToolCallDelta(_Frozen):
 
 
 StreamDelta: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta
+
+
+_HOW = (
+    "a history must be a valid conversation, such as the messages of an earlier RunResult: the "
+    "system message first if any, and every assistant tool call followed by exactly one tool "
+    "result (Message.tool(ToolResult(call_id=..., name=..., content=...)))"
+)
+
+
+def validate_history(history: Sequence[object]) -> None:
+    """Check a history given to a run before anything is sent to a model. Raises
+    :class:`~fsm_agent.InvalidInputError` naming the first problem (an item that is not a
+    :class:`Message`, a system message that is not first, a tool call with no result, a result
+    that answers no call, a call answered twice) and how to fix it."""
+    waiting: dict[str, str] = {}  # the open tool turn's unanswered calls: id -> tool name
+    answered: set[str] = set()
+    for index, message in enumerate(history):
+        if not isinstance(message, Message):
+            raise InvalidInputError(
+                f"history[{index}] is a {type(message).__name__}, not a fsm_agent.Message; {_HOW}"
+            )
+        if message.role is Role.TOOL:
+            for result in message.tool_results:
+                if result.call_id in answered:
+                    problem = f"answers tool call {result.call_id!r} a second time"
+                elif result.call_id not in waiting:
+                    problem = (
+                        f"answers tool call {result.call_id!r}, which no message before it made"
+                    )
+                else:
+                    answered.add(result.call_id)
+                    del waiting[result.call_id]
+                    continue
+                raise InvalidInputError(f"history[{index}] {problem}; {_HOW}")
+            continue
+        if waiting:
+            raise InvalidInputError(_unanswered(f"before history[{index}]", waiting))
+        if message.role is Role.SYSTEM and index != 0:
+            raise InvalidInputError(
+                f"history[{index}] is a system message, but only the first message may be one; "
+                f"{_HOW}"
+            )
+        answered = set()
+        for call in message.tool_calls if message.role is Role.ASSISTANT else ():
+            if call.id in waiting:
+                raise InvalidInputError(
+                    f"history[{index}] makes two tool calls with the id {call.id!r}; {_HOW}"
+                )
+            waiting[call.id] = call.name
+    if waiting:
+        raise InvalidInputError(_unanswered("at the end of the history", waiting))
+
+
+def _unanswered(where: str, waiting: dict[str, str]) -> str:
+    calls = ", ".join(f"{call_id!r} ({name})" for call_id, name in waiting.items())
+    return f"the tool call(s) {calls} have no result {where}; {_HOW}"

@@ -21,7 +21,17 @@ from pydantic import (
 )
 
 from .errors import PolicyError
-from .table import Limits
+from .machine.table import Limits
+
+_COUNT = 1_000_000
+"""The largest count a policy accepts (steps, retries, errors, calls, requests): a limit past it
+bounds nothing a run could reach, and the worst cases computed from it stop meaning anything."""
+_DAY_S = 86_400.0
+"""The longest single wait a policy accepts (a timeout, a backoff delay), in seconds."""
+_MONTH_S = 30 * _DAY_S
+"""The longest wall-clock budget a policy accepts, in seconds."""
+_TOKENS = 10**12
+"""The largest token count a usage limit accepts."""
 
 __all__ = [
     "CompactionSettings",
@@ -89,10 +99,12 @@ class RetryPolicy(_PolicyModel):
     computed one; a server wait longer than ``max_delay_s`` ends the retries (the error is kept).
     """
 
-    max_retries: int = Field(5, ge=0, description="retries after the first attempt")
-    base_delay_s: float = Field(1.0, ge=0, allow_inf_nan=False)
-    max_delay_s: float = Field(60.0, ge=0, allow_inf_nan=False)
-    jitter: float = Field(0.2, ge=0, le=1, allow_inf_nan=False, description="± fraction")
+    max_retries: int = Field(
+        default=5, ge=0, le=_COUNT, description="retries after the first attempt"
+    )
+    base_delay_s: float = Field(default=1.0, ge=0, le=_DAY_S, allow_inf_nan=False)
+    max_delay_s: float = Field(default=60.0, ge=0, le=_DAY_S, allow_inf_nan=False)
+    jitter: float = Field(default=0.2, ge=0, le=1, allow_inf_nan=False, description="± fraction")
     retryable_statuses: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
     honour_retry_after: bool = True
 
@@ -127,11 +139,11 @@ class UsageLimits(_PolicyModel):
     ``max_requests`` counts model-call attempts, failed and retried ones included.
     """
 
-    max_requests: int | None = Field(None, gt=0)
-    max_input_tokens: int | None = Field(None, gt=0)
-    max_output_tokens: int | None = Field(None, gt=0)
-    max_total_tokens: int | None = Field(None, gt=0)
-    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_requests: int | None = Field(default=None, gt=0, le=_COUNT)
+    max_input_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
+    max_output_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
+    max_total_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
 
 
 class CompactionStrategyName(StrEnum):
@@ -157,18 +169,20 @@ class CompactionSettings(_PolicyModel):
     the estimate of the history it was sent.
     """
 
-    threshold: float = Field(0.8, gt=0, le=1, allow_inf_nan=False)
-    context_window: int | None = Field(None, gt=0)
-    keep_recent_messages: int = Field(2, ge=1)
-    target: float = Field(0.6, gt=0, le=1, allow_inf_nan=False, description="× the budget")
+    threshold: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
+    context_window: int | None = Field(default=None, gt=0, le=_TOKENS)
+    keep_recent_messages: int = Field(default=2, ge=1)
+    target: float = Field(default=0.6, gt=0, le=1, allow_inf_nan=False, description="× the budget")
     strategies: tuple[CompactionStrategyName, ...] = (
         CompactionStrategyName.TRIM_TOOL_OUTPUTS,
         CompactionStrategyName.SLIDING_WINDOW,
     )
-    max_messages: int | None = Field(None, ge=2, description="message-count window")
-    trim_tool_outputs_over: int = Field(200, ge=0, description="characters")
-    summary_max_tokens: int = Field(1024, gt=0)
-    summary_prompt: str | None = Field(None, description="replaces the built-in instructions")
+    max_messages: int | None = Field(default=None, ge=2, description="message-count window")
+    trim_tool_outputs_over: int = Field(default=200, ge=0, description="characters")
+    summary_max_tokens: int = Field(default=1024, gt=0, le=_TOKENS)
+    summary_prompt: str | None = Field(
+        default=None, description="replaces the built-in instructions"
+    )
     use_reported_usage: bool = True
 
     @model_validator(mode="after")
@@ -200,9 +214,9 @@ class ToolOutputSettings(_PolicyModel):
     (``trimToolOutputs``). ``max_chars=None`` keeps outputs whole.
     """
 
-    max_chars: int | None = Field(50_000, ge=1_000, description="per result in the history")
-    keep_recent: int | None = Field(None, ge=0, description="tool results kept whole")
-    old_max_chars: int = Field(1_000, ge=0, description="older results are cut to this")
+    max_chars: int | None = Field(default=50_000, ge=1_000, description="per result in the history")
+    keep_recent: int | None = Field(default=None, ge=0, description="tool results kept whole")
+    old_max_chars: int = Field(default=1_000, ge=0, description="older results are cut to this")
 
 
 class Policy(_PolicyModel):
@@ -211,20 +225,37 @@ class Policy(_PolicyModel):
     Stop conditions are code, not data, so they are given to the :class:`~fsm_agent.Agent`.
     """
 
-    max_steps: int | None = Field(200, gt=0, description="successful model turns per run")
+    max_steps: int | None = Field(
+        default=200, gt=0, le=_COUNT, description="successful model turns per run"
+    )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_consecutive_errors: int = Field(3, gt=0, description="failed tool turns in a row")
-    max_total_errors: int | None = Field(None, gt=0, description="model errors + failed turns")
-    max_compaction_attempts: int = Field(3, ge=0)
-    max_verifications: int = Field(3, ge=0, description="rejections sent back to the model")
+    max_consecutive_errors: int = Field(
+        default=3, gt=0, le=_COUNT, description="failed tool turns in a row"
+    )
+    max_total_errors: int | None = Field(
+        default=None, gt=0, le=_COUNT, description="model errors + failed turns"
+    )
+    max_compaction_attempts: int = Field(default=3, ge=0, le=_COUNT)
+    max_verifications: int = Field(
+        default=3, ge=0, le=_COUNT, description="rejections sent back to the model"
+    )
+    max_continuations: int = Field(
+        default=1,
+        ge=0,
+        le=_COUNT,
+        description="continuation turns after answers cut by the output cap",
+    )
     require_done_tool: bool = False
-    tool_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    tool_timeout_s: float = Field(default=30.0, gt=0, le=_DAY_S, allow_inf_nan=False)
     tool_failure_mode: ToolFailureMode = ToolFailureMode.CONTINUE
     parallel_tool_calls: bool = True
-    max_tool_calls: int | None = Field(None, gt=0, description="tool executions per run")
+    max_tool_calls: int | None = Field(
+        default=None, gt=0, le=_COUNT, description="tool executions per run"
+    )
     max_wall_clock_s: float | None = Field(
-        None,
+        default=None,
         gt=0,
+        le=_MONTH_S,
         allow_inf_nan=False,
         description="seconds of active running per run, summed over resumes (a suspended "
         "run's wait does not count)",
@@ -233,10 +264,15 @@ class Policy(_PolicyModel):
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     summarize_on_max_steps: bool = True
     tool_output: ToolOutputSettings = Field(default_factory=ToolOutputSettings)
-    hook_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False, description="per hook call")
+    hook_timeout_s: float = Field(
+        default=10.0, gt=0, le=_DAY_S, allow_inf_nan=False, description="per hook call"
+    )
     hook_failure_mode: HookFailureMode = HookFailureMode.CONTINUE
     max_repeated_tool_calls: int | None = Field(
-        None, ge=2, description="loop guard: the same calls this many times in a row"
+        default=None,
+        ge=2,
+        le=_COUNT,
+        description="loop guard: the same calls this many times in a row",
     )
     on_repeated_tool_calls: LoopGuardAction = LoopGuardAction.WARN
 
@@ -263,6 +299,7 @@ def limits_of(policy: Policy, *, verification: bool) -> Limits:
         max_total_errors=policy.max_total_errors,
         max_compaction_attempts=policy.max_compaction_attempts,
         max_verifications=policy.max_verifications,
+        max_continuations=policy.max_continuations,
         verification=verification or policy.require_done_tool,
         max_repeated_tool_calls=policy.max_repeated_tool_calls,
         finalize_repeated_tool_calls=policy.on_repeated_tool_calls is LoopGuardAction.FINALIZE,

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from ._durable import RecordedToolError
 from .diagrams import TraceError
 from .errors import ContextWindowExceededError, ModelError
 from .events import (
@@ -49,7 +48,8 @@ from .events import (
     VerificationFailedEvent,
     event_adapter,
 )
-from .handlers import Verdict
+from .kernel.states import Verdict
+from .machine.table import Outcome, State
 from .messages import (
     FinishReason,
     Message,
@@ -59,13 +59,13 @@ from .messages import (
     ToolDefinition,
     ToolResult,
 )
+from .persistence.run_log import RecordedToolError
 from .policy import Policy
-from .table import Outcome, State
 from .testing import VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:
-    from .kernel import Agent, RunResult
+    from .kernel.agent import Agent, RunResult
 
 __all__ = [
     "Divergence",
@@ -180,7 +180,7 @@ async def record(
     history: Sequence[Message] = (),
 ) -> RunResult:
     """Run ``agent`` on ``prompt``, writing the recording to ``path``; returns the result."""
-    from .kernel import RunHandle
+    from .kernel.agent import RunHandle
 
     handle = RunHandle()
     with Recorder(path, agent, prompt, history=history) as recorder:
@@ -423,7 +423,7 @@ class ReplayReport:
 def _agent(
     recording: Recording, policy: Policy | None, tools: Sequence[Tool] | None
 ) -> Agent[None]:
-    from .kernel import Agent, Runtime
+    from .kernel.agent import Agent, Runtime
 
     header = recording.header
     clock = VirtualClock()

@@ -7,15 +7,86 @@ or ``model_dump_json`` take a snapshot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from .machine import Move
+from .errors import SchemaVersionError
+from .machine.agent_machine import Move
+from .machine.table import Counters, State, StopReason
 from .messages import Message, ToolCall, ToolResult, Usage
-from .table import Counters, State, StopReason
 
-__all__ = ["HumanRequest", "RunState"]
+__all__ = ["HumanRequest", "RunState", "StoredCounters", "StoredMove"]
+
+# -- counters and moves by name ----------------------------------------------------------------
+# Stored positionally, a counter added or reordered would silently change what every older
+# checkpoint means; by name, a counter an older checkpoint lacks reads 0. Checkpoints written in
+# the positional format still load, through the field order it had.
+_POSITIONAL_COUNTERS = (
+    "steps",
+    "retries",
+    "total_errors",
+    "consecutive_error_turns",
+    "compactions",
+    "verifications",
+    "repeated_turns",
+)
+_POSITIONAL_MOVE = ("source", "outcome", "dest", "row", "counters", "stop")
+
+
+def _counters_in(value: object) -> object:
+    if isinstance(value, list | tuple) and not isinstance(value, Counters):
+        if len(value) != len(_POSITIONAL_COUNTERS):
+            raise ValueError(
+                f"positional counters hold {len(_POSITIONAL_COUNTERS)} values in the older "
+                f"checkpoint format, not {len(value)}"
+            )
+        return dict(zip(_POSITIONAL_COUNTERS, value, strict=True))
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(Counters._fields))
+        if unknown:  # not a ValueError: pydantic lets it through, unwrapped
+            raise SchemaVersionError(
+                f"unknown counter(s) {', '.join(unknown)}: the checkpoint was written by a "
+                "newer fsm_agent; upgrade to read it"
+            )
+    return value
+
+
+def _move_in(value: object) -> object:
+    if isinstance(value, list | tuple) and not isinstance(value, Move):
+        if len(value) not in (len(_POSITIONAL_MOVE) - 1, len(_POSITIONAL_MOVE)):
+            raise ValueError(f"a positional move holds 5 or 6 values, not {len(value)}")
+        value = dict(zip(_POSITIONAL_MOVE, value, strict=False))
+    if isinstance(value, dict) and "counters" in value:
+        value = {**value, "counters": _counters_in(value["counters"])}
+    return value
+
+
+def _counters_out(counters: Counters) -> dict[str, int]:
+    """The counters that are not 0, by name (a missing counter reads 0)."""
+    return {name: value for name, value in zip(Counters._fields, counters, strict=True) if value}
+
+
+def _move_out(move: Move) -> dict[str, Any]:
+    stored: dict[str, Any] = {
+        "source": move.source.value,
+        "outcome": move.outcome.value,
+        "dest": move.dest.value,
+        "row": move.row,
+        "counters": _counters_out(move.counters),
+    }
+    if move.stop is not None:
+        stored["stop"] = move.stop.value
+    return stored
+
+
+StoredCounters = Annotated[Counters, BeforeValidator(_counters_in), PlainSerializer(_counters_out)]
+"""The run's counters as stored: an object of the counters that are not 0, by name (older
+positional lists load)."""
+
+StoredMove = Annotated[Move, BeforeValidator(_move_in), PlainSerializer(_move_out)]
+"""One move as stored: an object by field name, its counters by name (older positional lists
+load)."""
 
 
 class HumanRequest(BaseModel):
@@ -49,7 +120,7 @@ class RunState(BaseModel):
 
     run_id: str
     state: State = State.IDLE
-    counters: Counters = Counters()
+    counters: StoredCounters = Counters()
     usage: Usage = Field(default_factory=Usage)
     messages: list[Message] = Field(default_factory=list)
     context_tokens: int = 0  # estimate for ``messages``, kept up to date as they change
@@ -63,7 +134,7 @@ class RunState(BaseModel):
     stop_reason: StopReason | None = None
     output: str | None = None
     error: str | None = None  # the error that ended the run, as text
-    trace: list[Move] = Field(default_factory=list)
+    trace: list[StoredMove] = Field(default_factory=list)
     # The current tool turn and human input (empty between turns):
     tool_results: list[ToolResult] = Field(default_factory=list)  # finished, not yet in messages
     approved_calls: list[str] = Field(default_factory=list)  # pending call ids already approved

@@ -10,13 +10,13 @@ and :func:`fail`::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from .errors import ModelError, ProviderServerError
+from .errors import MissingExtraError, ModelError, ProviderServerError
 from .messages import (
     FinishReason,
     Message,
@@ -33,7 +33,7 @@ from .messages import (
 
 if TYPE_CHECKING:
     from .fuzzing import FuzzReport
-    from .kernel import Agent
+    from .kernel.agent import Agent
     from .models import Model
 
 __all__ = [
@@ -81,7 +81,7 @@ def text(content: str, *, reasoning: str | None = None, usage: Usage = DEFAULT_U
 
 def tool_call(
     name: str,
-    args: dict[str, JsonValue] | str | None = None,
+    args: Mapping[str, Any] | str | None = None,
     *,
     id: str | None = None,
     text: str = "",
@@ -93,14 +93,13 @@ def tool_call(
 
 
 def tool_calls(
-    *calls: tuple[str, dict[str, JsonValue] | str]
-    | tuple[str, dict[str, JsonValue] | str, str | None],
+    *calls: tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str | None],
     text: str = "",
     usage: Usage = DEFAULT_USAGE,
 ) -> Turn:
     """Several tool calls in one turn: ``(name, args)`` or ``(name, args, id)`` each."""
     built = [
-        ToolCall.create(call[2] if len(call) > 2 and call[2] else "", call[0], call[1])
+        ToolCall.create(call[2] if len(call) > 2 and call[2] else "", call[0], _args(call[1]))
         for call in calls
     ]
     return ModelResponse(
@@ -111,11 +110,16 @@ def tool_calls(
     )
 
 
+def _args(args: Mapping[str, Any] | str) -> dict[str, JsonValue] | str:
+    # Scripts take any mapping (mixed literals type-check as written), calls hold a dict.
+    return args if isinstance(args, str) else dict(args)
+
+
 def finish(
     reason: FinishReason | str,
     text: str = "",
     *,
-    tool_calls: Sequence[tuple[str, dict[str, JsonValue] | str]] = (),
+    tool_calls: Sequence[tuple[str, Mapping[str, Any] | str]] = (),
     raw_reason: str | None = None,
     usage: Usage = DEFAULT_USAGE,
 ) -> Turn:
@@ -125,7 +129,7 @@ def finish(
         normalised = FinishReason(reason)
     except ValueError:
         normalised = FinishReason.OTHER
-    calls = [ToolCall.create("", name, args) for name, args in tool_calls]
+    calls = [ToolCall.create("", name, _args(args)) for name, args in tool_calls]
     return ModelResponse(
         message=Message.assistant(text, calls),
         finish_reason=normalised,
@@ -256,14 +260,17 @@ def fuzz_agent(
     """Fuzz your agent in your own test suite: one line, ``fuzz_agent(make_agent)``.
 
     ``make_agent(model)`` builds your agent (tools, hooks, verifier, policy) around the model
-    it is given. Generated scripts run on the real kernel and every DESIGN §8 invariant is
+    it is given. Generated scripts run on the real kernel and every run invariant is
     checked after every run (see :mod:`fsm_agent.fuzzing`). Raises ``AssertionError`` with
     the shrunk case, as a ready-to-paste test, on a violation. ``examples`` defaults to the
     loaded hypothesis profile's ``max_examples``; ``seed`` to 0 when that profile is
     derandomized (as hypothesis's ``ci`` profile is), else random: this helper follows your
     suite's hypothesis profile, so it needs the ``[testing]`` extra.
     """
-    from hypothesis import settings
+    try:
+        from hypothesis import settings
+    except ImportError:
+        raise MissingExtraError("fuzz_agent", extra="testing", module="hypothesis") from None
 
     from .fuzzing import fuzz
 

@@ -17,7 +17,7 @@ from .messages import Message, Role, ToolResult
 from .tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from ._context import RunContext
+    from .kernel.context import RunContext
 
 __all__ = ["PAGER_NAME", "cut_result", "pager_tool", "trim_old_outputs"]
 

@@ -7,15 +7,22 @@ A tool asks a human with :meth:`ToolContext.ask_human`: the run suspends and the
 the call's result when it is resumed.
 
 Sync tools run inline on the event loop (a thread hop costs more than a whole kernel step), so a
-sync tool must not block; mark a blocking one ``@tool(threaded=True)`` to run it in a worker
-thread, where its timeout applies too. An inline sync tool cannot be interrupted by its timeout.
+sync tool must not block; mark a blocking one ``@tool(threaded=True)`` to run it in a thread of
+its own, where its timeout applies too. An inline sync tool cannot be interrupted, so it may not
+set ``timeout_s``. A threaded tool cut off by its timeout is abandoned: its thread finishes on its
+own, and neither the run nor ``run_sync`` waits for it.
+
+:class:`TaskComplete` and :class:`HumanInputRequired` are control-flow signals: they derive from
+:class:`BaseException`, so a tool's own ``except Exception`` cannot swallow them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
+import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +33,14 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_m
 from pydantic_core import to_json
 
 from .errors import ToolDefinitionError
-from .messages import ToolCall, ToolDefinition, ToolResult, trusted
+from .messages import (
+    MAX_ARGUMENT_DEPTH,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    arguments_too_deep,
+    trusted,
+)
 
 __all__ = [
     "HumanInputRequired",
@@ -42,7 +56,7 @@ __all__ = [
 DepsT = TypeVar("DepsT")
 
 
-class TaskComplete(Exception):
+class TaskComplete(BaseException):
     """Raise from a tool to end the run; ``message`` becomes the final output when given."""
 
     def __init__(self, message: str = "") -> None:
@@ -50,7 +64,7 @@ class TaskComplete(Exception):
         self.message = message
 
 
-class HumanInputRequired(Exception):
+class HumanInputRequired(BaseException):
     """Raised by :meth:`ToolContext.ask_human`: the run suspends until a human answers
     ``question``; the answer becomes the call's result (a control-flow signal, not an error)."""
 
@@ -130,13 +144,19 @@ class Tool:
             )
         if timeout_s is not None and not timeout_s > 0:
             raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
+        self.is_async = inspect.iscoroutinefunction(fn)
+        if timeout_s is not None and not self.is_async and not threaded:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: a sync tool runs inline and cannot be cut off, so its "
+                "timeout_s would never apply; mark it @tool(threaded=True, timeout_s=...) or "
+                "make it async"
+            )
         self.description = description if description is not None else _doc_summary(fn)
         self.timeout_s = timeout_s
         self.raw_arguments = raw_arguments
         self.threaded = threaded
         self.needs_approval = needs_approval
         self.idempotent = idempotent
-        self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, params = _parameters(fn, self.name)
         if raw_arguments:
             if len(params) != 1 or params[0][1] is not str:
@@ -178,10 +198,20 @@ class Tool:
             kwargs = self._arguments(call)
         except ValidationError as exc:
             return _failure(call, _validation_message(self.name, exc), exc, started)
+        except _TooDeep as exc:
+            return _failure(call, str(exc), exc, started)
         if self._context_param is not None:
             kwargs[self._context_param] = context
+        timer: asyncio.Timeout | None = None
         try:
-            value = await self._invoke(kwargs, timeout)
+            if self.is_async:
+                async with (timer := asyncio.timeout(timeout)):
+                    value = await self.fn(**kwargs)
+            elif self.threaded:
+                async with (timer := asyncio.timeout(timeout)):
+                    value = await _in_thread(self.name, self.fn, kwargs)
+            else:
+                value = self.fn(**kwargs)
         except TaskComplete as signal:
             result = ToolResult(
                 call_id=call.id, name=call.name, content=signal.message or "Task complete."
@@ -198,10 +228,12 @@ class Tool:
                 result, question=ask.question, duration_s=time.perf_counter() - started
             )
         except TimeoutError as exc:
+            if timer is None or not timer.expired():  # the tool's own, not our limit
+                return _failure(call, _raised(exc), exc, started)
             message = f"Error: tool '{self.name}' timed out after {timeout:g} s"
             return _failure(call, message, exc, started)
         except Exception as exc:
-            return _failure(call, f"Error: {type(exc).__name__}: {exc}", exc, started)
+            return _failure(call, _raised(exc), exc, started)
         result = trusted(  # every value below is already a valid field value
             ToolResult,
             {
@@ -220,20 +252,58 @@ class Tool:
             return {self._raw_param: call.arguments_json}
         assert self._args_model is not None
         if call.arguments is None:  # unparseable JSON: let validation explain it [S000 §4.2]
+            if arguments_too_deep(call.arguments_json):
+                raise _TooDeep(
+                    f"Error: invalid arguments for tool '{self.name}': they nest objects and "
+                    f"arrays deeper than {MAX_ARGUMENT_DEPTH} levels. Send flatter arguments."
+                )
             parsed = self._args_model.model_validate_json(call.arguments_json)
         else:
             parsed = self._args_model.model_validate(call.arguments)
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
-    async def _invoke(self, kwargs: dict[str, Any], limit_s: float) -> object:
-        if self.is_async:
-            async with asyncio.timeout(limit_s):
-                result: object = await self.fn(**kwargs)
-            return result
-        if self.threaded:
-            async with asyncio.timeout(limit_s):
-                return await asyncio.to_thread(self.fn, **kwargs)
-        return self.fn(**kwargs)
+
+async def _in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
+    """``fn(**kwargs)`` in a daemon thread of its own (with the caller's context variables).
+
+    Not the loop's default executor: ``asyncio.run`` waits for every executor thread when it
+    ends, so a tool abandoned at its timeout would hold ``run_sync`` until it returned."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[object] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            value = context.run(fn, **kwargs)
+        except BaseException as exc:  # signals too: they travel to the awaiting task
+            _deliver(loop, future, None, exc)
+        else:
+            _deliver(loop, future, value, None)
+
+    threading.Thread(target=work, name=f"fsm_agent tool {name}", daemon=True).start()
+    return await future
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[object],
+    value: object,
+    exc: BaseException | None,
+) -> None:
+    """Hand a thread's outcome to its future, unless the call was abandoned meanwhile."""
+
+    def settle() -> None:
+        if future.done():  # cut off by its timeout or the run's interrupt
+            return
+        if exc is None:
+            future.set_result(value)
+        else:
+            future.set_exception(exc)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed: the run ended without this call's outcome
+        return
 
 
 @overload
@@ -345,6 +415,14 @@ def serialise_result(value: object) -> str:
         return to_json(value).decode()
     except Exception:  # pydantic_core raises several types for values it cannot serialise
         return f"{value} (note: the result was not JSON-serialisable; shown as text)"
+
+
+class _TooDeep(ValueError):
+    """The call's arguments nest deeper than any tool accepts (the message is the result)."""
+
+
+def _raised(exc: BaseException) -> str:
+    return f"Error: {type(exc).__name__}: {exc}"
 
 
 def _failure(call: ToolCall, message: str, exc: BaseException, started: float) -> ToolExecution:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from conftest_network import no_external_network
@@ -24,3 +25,13 @@ settings.register_profile(
 # Under CI=true hypothesis has already chosen its "ci" profile: reload it so the example count
 # above applies; anywhere else start from "dev" (``--hypothesis-profile`` still overrides).
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` are opt-in, as README.md says: they run when ``-m`` names them."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow tests are opt-in: run pytest -m slow")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

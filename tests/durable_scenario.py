@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fsm_agent import Agent, ModelRequest, ModelResponse, Policy, RetryPolicy, Runtime, tool
-from fsm_agent.handlers import Verdict
+from fsm_agent.kernel.states import Verdict
 from fsm_agent.persistence import Checkpointer
 from fsm_agent.testing import Failure, Turn, VirtualClock, fail, text, tool_call, tool_calls
 

@@ -46,6 +46,7 @@ __all__ = [
     "openai_json",
     "openai_sse",
     "run",
+    "schema_faults",
     "server_in_thread",
     "sse",
     "sse_reply",
@@ -134,11 +135,62 @@ Handler = Callable[[Request], Reply]
 _REASONS = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}
 
 
-class ProviderServer:
-    """An HTTP server on an ephemeral loopback port; use as ``async with ProviderServer(...)``."""
+def schema_faults(request: Request) -> list[str]:
+    """What a strict server rejects in ``request``, judged by the API its path belongs to.
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    The checks are the ones real servers enforce and that a lenient test server would let pass:
+    OpenAI-style servers with a strict request schema (llama-cpp-python's, for one) require every
+    message ``content`` to be a string (``""`` is fine, ``null`` and absence are not) and reject
+    ``tool_choice``/``parallel_tool_calls`` without ``tools``; Anthropic rejects ``tool_choice``
+    without ``tools`` and ``tool_use``/``tool_result`` blocks in a request that defines no tools;
+    Gemini rejects a ``toolConfig`` without ``tools``.
+    """
+    if request.method != "POST" or not request.body:
+        return []
+    try:
+        body = request.json
+    except ValueError:
+        return ["the body is not JSON"]
+    faults: list[str] = []
+    has_tools = bool(body.get("tools"))
+    if request.path.endswith("/chat/completions"):
+        for index, message in enumerate(body.get("messages", [])):
+            if not isinstance(message.get("content"), str | list):
+                faults.append(f"messages[{index}].content must be a string")
+        faults += [
+            f"{k} without tools"
+            for k in ("tool_choice", "parallel_tool_calls")
+            if k in body and not has_tools
+        ]
+    elif request.path.endswith("/v1/messages"):
+        if "tool_choice" in body and not has_tools:
+            faults.append("tool_choice without tools")
+        blocks = [
+            b
+            for m in body.get("messages", [])
+            if isinstance(m.get("content"), list)
+            for b in m["content"]
+        ]
+        if not has_tools and any(b.get("type") in ("tool_use", "tool_result") for b in blocks):
+            faults.append("Requests which include tool_use or tool_result blocks must define tools")
+    elif (
+        request.path.lower().endswith("generatecontent") and "toolConfig" in body and not has_tools
+    ):
+        faults.append("toolConfig without tools")
+    return faults
+
+
+class ProviderServer:
+    """An HTTP server on an ephemeral loopback port; use as ``async with ProviderServer(...)``.
+
+    Strict by default: a request that :func:`schema_faults` finds fault with is answered with
+    HTTP 400 (an ``invalid_request_error`` naming the faults), whatever was scripted, so a
+    regression in a request's shape fails the test that sent it.
+    """
+
+    def __init__(self, handler: Handler | None = None, *, strict: bool = True) -> None:
         self.handler = handler
+        self.strict = strict
         self.requests: list[Request] = []
         self.connections = 0
         self.open_connections = 0
@@ -171,6 +223,10 @@ class ProviderServer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _reply(self, request: Request) -> Reply:
+        faults = schema_faults(request) if self.strict else []
+        if faults:
+            error = {"message": "; ".join(faults), "type": "invalid_request_error"}
+            return Reply(status=400, body=[json.dumps({"error": error}).encode()])
         if self._script:
             return self._script.pop(0)
         if self.handler is not None:

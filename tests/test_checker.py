@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -10,22 +9,28 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm_agent import AgentMachine, IllegalMoveError, Policy, RetryPolicy, UsageLimits
-from fsm_agent.bounds import bounds
-from fsm_agent.checker import (
+from fsm_agent import (
+    AgentMachine,
+    DefinitionError,
+    Policy,
+    RetryPolicy,
+    UsageLimits,
+)
+from fsm_agent.cli import main
+from fsm_agent.machine.bounds import bounds
+from fsm_agent.machine.checker import (
     CheckReport,
     CheckVerdict,
     Failure,
     FailureKind,
-    add_check_arguments,
     check,
     replay,
-    run_check_command,
 )
-from fsm_agent.policy import HookFailureMode, LoopGuardAction
-from fsm_agent.table import (
+from fsm_agent.machine.table import (
+    DECLARATIONS,
     TABLE,
     Counter,
+    Declaration,
     Outcome,
     Row,
     State,
@@ -33,6 +38,7 @@ from fsm_agent.table import (
     Update,
     verifications_left,
 )
+from fsm_agent.policy import HookFailureMode, LoopGuardAction
 from strategies import policies
 
 S, On = State, Outcome
@@ -221,22 +227,17 @@ def test_rejection_past_max_steps_exceeds_the_bound() -> None:
     assert failure.path[-1][0] is S.CALLING  # the first call over the bound ends it
 
 
-def test_missing_cancel_row_is_caught() -> None:
-    """The kernel can cancel in dispatching; a table without that row fails the check."""
-    report = check(Policy(max_steps=2), machine=AgentMachine(_without(S.DISPATCHING, On.CANCEL)))
-    (failure,) = _only(report, FailureKind.MISSING_ROW)
-    assert failure.path[-1] == (S.DISPATCHING, On.CANCEL)
-    with pytest.raises(IllegalMoveError):
-        replay(failure.path, report.limits, AgentMachine(_without(S.DISPATCHING, On.CANCEL)))
-    assert "(no row)" in report.format()
+def test_missing_cancel_row_is_refused_when_built() -> None:
+    """Dispatching declares the cancel interrupt; a table without that row cannot be built."""
+    with pytest.raises(DefinitionError, match="'dispatching' declares 'cancel' but no row"):
+        AgentMachine(_without(S.DISPATCHING, On.CANCEL))
 
 
-def test_row_the_kernel_never_triggers_is_unused() -> None:
-    """A row for an outcome the kernel never reports in its state is dead and fails the check."""
+def test_row_for_an_undeclared_outcome_is_refused_when_built() -> None:
+    """A row for an outcome its state never reports is dead: building the machine refuses it."""
     rows = [*TABLE, Row(S.IDLE, On.DEADLINE, S.FINALIZING, stop=StopReason.TIMEOUT)]
-    report = check(Policy(max_steps=2), machine=AgentMachine(rows))
-    (failure,) = _only(report, FailureKind.UNUSED_ROW)
-    assert "never reports 'deadline' in 'idle'" in failure.message
+    with pytest.raises(DefinitionError, match="leaves 'idle' on 'deadline', which it does not"):
+        AgentMachine(rows)
 
 
 def test_resume_into_a_new_turn_is_unbounded_work() -> None:
@@ -265,15 +266,27 @@ def test_every_counterexample_is_a_legal_path() -> None:
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fsm-agent check")
-    add_check_arguments(parser)
-    return run_check_command(parser.parse_args(argv))
+    return main(["check", *argv])
+
+
+def test_cli_gives_the_parametric_verdict_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """`check` alone proves the table for every policy, prints the formulas and this policy's
+    values, and explores nothing."""
+    assert _run([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("check (parametric): PROVEN for every policy that sets max_steps")
+    assert "steps < max_steps ranks" in out
+    assert "model calls      = min(max_steps + min(max_steps * max_retries" in out
+    assert "summarize_on_max_steps * (max_requests >= max_steps) = 1201" in out
+    assert "abstract states explored" not in out
 
 
 def test_cli_proves_the_default_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    """`check` exits 0 on the default policy and prints the verdict, states, bounds and path."""
-    assert _run([]) == 0
+    """`check --explore` exits 0 on the default policy and prints the verdict, states, bounds
+    and path after the parametric proof."""
+    assert _run(["--explore"]) == 0
     out = capsys.readouterr().out
+    assert "parametric proof: PROVEN" in out
     assert "check: PROVEN" in out
     assert "abstract states explored" in out
     assert "longest path: 1201 model calls" in out
@@ -287,6 +300,7 @@ def test_cli_fails_a_bad_policy_with_a_counterexample(
     policy.write_text(Policy(max_steps=None, max_wall_clock_s=5).model_dump_json())
     assert _run(["--policy", str(policy)]) == 1
     out = capsys.readouterr().out
+    assert "the proof relies on max_steps=None" in out
     assert "FAILED non_termination" in out
     assert "counterexample (3 moves)" in out
 
@@ -300,6 +314,8 @@ def test_cli_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert data["verdict"] == "proven"
     assert data["verification"] is True
     assert data["bounds"]["max_model_calls"] == data["longest_path"]["model_calls"]
+    assert data["parametric"]["terminates"] is True
+    assert data["parametric"]["measures"] == [["steps", "max_steps"], ["retries", "max_retries"]]
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"max_steps": -1}', '{"nope": 1}'])
@@ -310,7 +326,8 @@ def test_cli_usage_errors_exit_2(
     policy = tmp_path / "policy.json"
     policy.write_text(content)
     assert _run(["--policy", str(policy)]) == 2
-    assert "cannot use the policy" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("fsm-agent check: error:") and "policy.json" in err
 
 
 def test_cli_missing_policy_file_exits_2(tmp_path: Path) -> None:
@@ -323,3 +340,39 @@ def test_cli_budget_violation_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert _run(["--model-call-budget", "3"]) == 1
     out = capsys.readouterr().out
     assert "FAILED over_budget" in out
+
+
+def test_the_summary_call_counts_against_the_request_limit() -> None:
+    """Under usage_limits.max_requests the bound is the request limit plus the step-limit summary
+    call, and the worst path reaches it (not turns + retries + 1, which the limit cuts)."""
+    capped = Policy(max_steps=2, usage_limits=UsageLimits(max_requests=2))
+    report = check(capped)
+    assert report.proven, report.format()
+    assert report.bounds.max_model_calls == report.longest_path_model_calls == 3
+    roomy = Policy(
+        max_steps=2, retry=RetryPolicy(max_retries=0), usage_limits=UsageLimits(max_requests=3)
+    )
+    report = check(roomy)
+    assert report.proven, report.format()
+    assert report.bounds.max_model_calls == report.longest_path_model_calls == 3  # no cut
+
+
+def test_the_checker_explores_every_declared_interrupt() -> None:
+    """A deadline that finalizing declares (with its row) is explored under a wall-clock limit:
+    the checker reads the declarations, it keeps no model of its own."""
+    declarations = {
+        **DECLARATIONS,
+        S.FINALIZING: Declaration(
+            DECLARATIONS[S.FINALIZING].outcomes,
+            DECLARATIONS[S.FINALIZING].interrupts | {On.DEADLINE},
+        ),
+    }
+    rows = [*TABLE, Row(S.FINALIZING, On.DEADLINE, S.DONE, stop=StopReason.TIMEOUT)]
+    machine = AgentMachine(rows, declarations)
+    report = check(Policy(max_steps=3, max_wall_clock_s=5.0), machine=machine)
+    assert report.proven, report.format()
+    assert len(rows) - 1 not in report.disabled_rows
+    assert StopReason.TIMEOUT in report.stop_reasons
+    finish = [(S.IDLE, On.START), (S.COMPACTING, On.PROCEED), (S.CALLING, On.STOP)]
+    moves = replay([*finish, (S.FINALIZING, On.DEADLINE)], report.limits, machine)
+    assert moves[-1].dest is S.DONE and moves[-1].stop is StopReason.TIMEOUT

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import os
 import subprocess
@@ -12,7 +14,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from fsm_agent.cli import COMMANDS, REGENERATE
+from fsm_agent.cli import COMMANDS
+from fsm_agent.cli.diagram import REGENERATE
 from fsm_agent.diagrams import to_dot, to_mermaid
 from fsm_agent.events import event_adapter
 from provider_server import Reply, Request, Turn, openai_sse, server_in_thread, sse_reply
@@ -204,3 +207,81 @@ def test_run_streams_a_real_provider_answer(tmp_path: Path) -> None:
     assert "Hello from the server." in result.stdout
     assert "finalizing → done" in result.stdout
     assert (tmp_path / "run.jsonl").read_text(encoding="utf-8").count("\n") > 3
+
+
+def _label_boxes(svg: bytes) -> list[tuple[str, float, float, float, float]]:
+    """Each edge label's box in an SVG Graphviz drew: (edge, left, top, right, bottom), with a
+    text's width estimated at 0.55 em per character (Helvetica's average is about 0.5)."""
+    ns = "{http://www.w3.org/2000/svg}"
+    boxes = []
+    for group in ElementTree.fromstring(svg).iter(f"{ns}g"):
+        texts = list(group.iter(f"{ns}text"))
+        if group.get("class") != "edge" or not texts:
+            continue
+        parts = []
+        for text in texts:
+            x, y, size = (float(text.get(k, "0")) for k in ("x", "y", "font-size"))
+            width = len(text.text or "") * size * 0.55
+            left = {"middle": x - width / 2, "end": x - width}.get(text.get("text-anchor", ""), x)
+            parts.append((left, y - size * 0.8, left + width, y + size * 0.2))
+        title = group.findtext(f"{ns}title", "")
+        boxes.append((title, *(f(p[i] for p in parts) for i, f in enumerate((min, min, max, max)))))
+    return boxes
+
+
+def test_the_demo_diagram_labels_do_not_overlap() -> None:
+    """No two edge labels of the demo run's drawing (or of the plain machine) overlap."""
+    pytest.importorskip("pygraphviz", reason="rendering needs the [diagrams] extra")
+    from fsm_agent.cli.diagram import gallery
+    from fsm_agent.diagrams import render
+
+    for name, dot in gallery().items():
+        if not name.endswith(".svg"):
+            continue
+        boxes = _label_boxes(render(dot, "svg"))
+        assert len(boxes) > 30
+        clashes = [
+            (a[0], b[0])
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+            if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+        ]
+        assert clashes == [], name
+
+
+def test_the_command_modules_import_no_cycle() -> None:
+    """Inside fsm_agent.cli, imports form no cycle: only the package's ``__init__`` (main and
+    the parser) imports the command modules, and no command module imports it back."""
+    package = ROOT / "fsm_agent" / "cli"
+    modules = {path.stem for path in package.glob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name in modules:
+        tree = ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module is None:  # from . import x: a sibling module, or the package
+                    targets = {a.name if a.name in modules else "__init__" for a in node.names}
+                else:
+                    targets = {node.module.partition(".")[0]}
+                graph[name] |= targets & modules
+    assert all("__init__" not in graph[name] for name in modules - {"__init__"}), graph
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+            for nxt in graph[start]
+        )
+
+    assert [name for name in sorted(modules) if reaches(name, name, set())] == []
+
+
+def test_help_cites_no_document_outside_the_repository() -> None:
+    """No command's help points at DESIGN.md, which the repository does not hold."""
+    from fsm_agent.cli import build_parser
+
+    texts = [build_parser().format_help()]
+    for command in COMMANDS:
+        parser = argparse.ArgumentParser(prog=command.name, description=command.help)
+        command.add_arguments(parser)
+        texts.append(parser.format_help())
+    assert not [text for text in texts if "DESIGN" in text]

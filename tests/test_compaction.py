@@ -45,11 +45,15 @@ from fsm_agent.compaction import (
     protected_layout,
 )
 from fsm_agent.events import CompactedEvent, Event
-from fsm_agent.kernel import RunHandle, RunResult
+from fsm_agent.kernel.agent import RunHandle, RunResult
 from fsm_agent.models import Model
 from fsm_agent.testing import ScriptedModel, fail, finish, text, tool_call
 
 NO_INPUT = Usage(requests=1, output_tokens=5)  # no reported input tokens: the estimate stands
+# A length finish whose output filled the context (the policy names a 100,000-token window):
+# context pressure, which compaction handles, not an answer cut by the output cap.
+FILLED = Usage(requests=1, output_tokens=100_000)
+WINDOW = CompactionSettings(context_window=100_000)
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -527,13 +531,15 @@ def test_history_over_budget_is_compacted_before_the_first_call() -> None:
 
 @pytest.mark.parametrize(
     "overflow",
-    [finish("length", usage=NO_INPUT), fail(ContextWindowExceededError("prompt is too long"))],
+    [finish("length", usage=FILLED), fail(ContextWindowExceededError("prompt is too long"))],
     ids=["length", "context_window_exceeded"],
 )
 def test_forced_compaction(overflow: object) -> None:
-    """A length finish or a context-window error forces a compaction, then the call again."""
+    """A length finish near the budget or a context-window error forces a compaction, then the
+    call again."""
     model = ScriptedModel([overflow, text("ok", usage=NO_INPUT)])  # type: ignore[list-item]
-    events, result = stream(Agent(model, system_prompt="sys"), "next", history=long_history(6)[1:])
+    agent = Agent(model, system_prompt="sys", policy=Policy(compaction=WINDOW))
+    events, result = stream(agent, "next", history=long_history(6)[1:])
     (compacted,) = [e for e in events if isinstance(e, CompactedEvent)]
     assert compacted.forced
     assert compacted.tokens_after <= compacted.tokens_before // 2
@@ -566,8 +572,9 @@ def test_cannot_compact_when_nothing_can_be_removed() -> None:
 
 def test_repeated_length_ends_with_context_limit_within_the_attempts() -> None:
     """A model that always overflows: compactions stay within the limit; ends context_limit."""
-    model = ScriptedModel([finish("length", usage=NO_INPUT)] * 10)
-    agent = Agent(model, system_prompt="s", policy=Policy(max_compaction_attempts=3))
+    model = ScriptedModel([finish("length", usage=FILLED)] * 10)
+    policy = Policy(max_compaction_attempts=3, compaction=WINDOW)
+    agent = Agent(model, system_prompt="s", policy=policy)
     result = agent.run_sync("next", history=long_history(40)[1:])
     assert result.stop_reason is StopReason.CONTEXT_LIMIT
     assert result.counters.compactions <= 3

@@ -24,7 +24,7 @@ from fsm_agent import (
 from fsm_agent.compaction import estimate_tokens
 from fsm_agent.conversation import Conversation
 from fsm_agent.events import CompactedEvent
-from fsm_agent.kernel import RunResult
+from fsm_agent.kernel.agent import RunResult
 from fsm_agent.testing import ScriptedModel, text, tool_call
 
 NO_INPUT = Usage(requests=1, output_tokens=5)

@@ -12,8 +12,8 @@ from xml.etree import ElementTree
 import pytest
 
 from fsm_agent import diagrams
-from fsm_agent._demo import DEMO_POLICY, demo_events
-from fsm_agent.cli import REGENERATE, check_gallery
+from fsm_agent.cli.demo import DEMO_POLICY, demo_events
+from fsm_agent.cli.diagram import REGENERATE, check_gallery
 from fsm_agent.diagrams import (
     RenderingUnavailableError,
     RunPath,
@@ -25,8 +25,8 @@ from fsm_agent.diagrams import (
 )
 from fsm_agent.errors import ConfigurationError
 from fsm_agent.events import Event, FinalEvent, StateChangedEvent, event_adapter
+from fsm_agent.machine.table import GUARDS, TABLE, Limits, Outcome, State, StopReason
 from fsm_agent.policy import Policy, RetryPolicy, ToolFailureMode, UsageLimits
-from fsm_agent.table import GUARDS, TABLE, Limits, Outcome, State, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -335,7 +335,7 @@ def test_rendering_unavailable_is_a_typed_error_with_the_install_hint(
     monkeypatch.setenv("PATH", "")  # the graphviz package finds no ``dot``
     assert to_dot().startswith("//")
     assert to_mermaid().startswith("stateDiagram-v2")
-    with pytest.raises(RenderingUnavailableError, match=r"pip install 'fsm_agent\[diagrams\]'"):
+    with pytest.raises(RenderingUnavailableError, match=r"pip install -e '\.\[diagrams\]'"):
         diagrams.render(to_dot(), "svg")
     monkeypatch.setitem(sys.modules, "graphviz", None)
     with pytest.raises(RenderingUnavailableError) as caught:

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from fsm_agent._fuzz_engine import Engine, example_bytes
-from fsm_agent._fuzz_shrink import shrink
 from fsm_agent.cli import main
 from fsm_agent.fuzzing import InvariantViolation, check_case, fuzz
+from fsm_agent.fuzzing.engine import Engine, example_bytes
+from fsm_agent.fuzzing.shrink import shrink
 from test_seeded_bugs import unlimited_retry_agent
 
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fsm_agent import Agent, Policy, RunHandle, Runtime
 from fsm_agent.events import Event
+from fsm_agent.machine.table import TERMINAL
 from fsm_agent.policy import limits_of
-from fsm_agent.table import TERMINAL
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock
 from invariants import RunRecord, check_invariants
 from strategies import TOOLS, policies, scripts, verifiers

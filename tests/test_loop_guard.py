@@ -7,9 +7,9 @@ from typing import Any
 
 from fsm_agent import Outcome, Policy, State, StopReason, tool
 from fsm_agent.events import LoopDetectedEvent
-from fsm_agent.machine import default_machine
+from fsm_agent.machine.agent_machine import default_machine
+from fsm_agent.machine.table import GUARDS, Counters, Limits, loop_guard_finalizes, repeats_spent
 from fsm_agent.messages import Role, ToolResult
-from fsm_agent.table import GUARDS, Counters, Limits, loop_guard_finalizes, repeats_spent
 from fsm_agent.testing import text, tool_call
 from helpers import make_agent, stream
 

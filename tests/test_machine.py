@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from fsm_agent import AgentMachine, Counters, DefinitionError, Limits, Outcome, State, StopReason
-from fsm_agent.machine import IllegalMoveError, default_machine, guard_value_combinations
-from fsm_agent.table import NON_TERMINAL, TABLE, TERMINAL, Row, steps_left
+from fsm_agent.machine.agent_machine import (
+    IllegalMoveError,
+    default_machine,
+    guard_value_combinations,
+)
+from fsm_agent.machine.table import NON_TERMINAL, TABLE, TERMINAL, Row, steps_left
 
 LIMIT_SETS = [
     Limits(),
@@ -64,7 +68,7 @@ def test_remembered_moves_are_the_decided_moves(limits: Limits) -> None:
 
 def test_remembered_moves_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memory of moves starts over when full, and still answers right."""
-    monkeypatch.setattr("fsm_agent.machine.MEMO_SIZE", 3)
+    monkeypatch.setattr("fsm_agent.machine.agent_machine.MEMO_SIZE", 3)
     machine = AgentMachine()
     remembered = machine.deciding(Limits())
     for steps in range(10):

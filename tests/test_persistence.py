@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, ConfigurationError, Message, Policy, RunState, Runtime, State, tool
-from fsm_agent._sql import MIGRATIONS
 from fsm_agent.errors import (
     CheckpointConflictError,
     CorruptCheckpointError,
@@ -27,6 +26,7 @@ from fsm_agent.persistence import (
     SQLiteCheckpointer,
     open_checkpointer,
 )
+from fsm_agent.persistence.sql import MIGRATIONS
 from fsm_agent.testing import ScriptedModel, text, tool_call
 
 

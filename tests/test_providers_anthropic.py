@@ -30,7 +30,7 @@ REQUEST = ModelRequest(messages=(Message.system("sys"), Message.user("hi")))
 
 async def talk(*replies: Reply, streaming: bool = True) -> tuple[ModelResponse, list[Any]]:
     async with ProviderServer().script(*replies) as server:
-        model = AnthropicModel("c", base_url=server.url, api_key="k", timeouts=FAST)
+        model = AnthropicModel("c", base_url=server.url, api_key="sk-ant-test", timeouts=FAST)
         try:
             if streaming:
                 _, response = await collect(model, REQUEST)

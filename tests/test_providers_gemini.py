@@ -37,7 +37,7 @@ REQUEST = ModelRequest(messages=(Message.system("sys"), Message.user("hi")))
 
 async def talk(*replies: Reply, streaming: bool = True) -> tuple[ModelResponse, list[Any]]:
     async with ProviderServer().script(*replies) as server:
-        model = GeminiModel("g", base_url=server.url, api_key="k", timeouts=FAST)
+        model = GeminiModel("g", base_url=server.url, api_key="g-test-key", timeouts=FAST)
         try:
             if streaming:
                 _, response = await collect(model, REQUEST)

@@ -11,8 +11,8 @@ import pytest
 
 from durable_scenario import PROMPT, make_agent
 from fsm_agent import Policy, tool
-from fsm_agent._demo import DEMO_PROMPT, demo_agent
 from fsm_agent.cli import main
+from fsm_agent.cli.demo import DEMO_PROMPT, demo_agent
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.replay import read_recording, record, replay
 

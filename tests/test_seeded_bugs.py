@@ -27,11 +27,11 @@ from fsm_agent import (
     UsageLimits,
     Verdict,
 )
-from fsm_agent.checker import FailureKind, check
 from fsm_agent.fuzzing import DEFAULT_TOOLS, FuzzReport, InvariantViolation, fuzz
+from fsm_agent.machine.checker import FailureKind, check
+from fsm_agent.machine.table import TABLE, Counter, Outcome, Row, State, Update
 from fsm_agent.messages import ToolCall
 from fsm_agent.models import Model
-from fsm_agent.table import TABLE, Counter, Outcome, Row, State, Update
 
 S, On = State, Outcome
 TOOLS = DEFAULT_TOOLS[:2]  # add (ok) and boom (raises)

@@ -1,5 +1,6 @@
-"""Type-checked only (mypy runs on it in CI, pytest never imports it): proves the public types
-read the way the docs say (STYLE 12)."""
+"""Type-checked only (mypy runs on it in CI, and tests/test_user_typing.py checks it as user code
+with and without the pydantic plugin; pytest never imports it): proves the public types read the
+way the docs say (STYLE 12)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,26 @@ from typing import assert_type
 
 from fsm_agent import (
     Agent,
+    CompactionSettings,
     FinishReason,
     Message,
     Move,
     Policy,
+    RetryPolicy,
     RunResult,
     State,
     StopReason,
     ToolContext,
+    ToolOutputSettings,
     Usage,
+    UsageLimits,
     Verdict,
     decide,
     tool,
 )
 from fsm_agent.events import Event
-from fsm_agent.table import Counters, Limits, Outcome
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.machine.table import Counters, Limits, Outcome
+from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 
 
 @tool
@@ -64,3 +69,20 @@ async def usage() -> None:
     assert_type(move.stop, StopReason | None)
     assert_type(FinishReason("stop"), FinishReason)
     assert_type(agent.run_sync("sync"), RunResult)
+
+
+def defaults() -> None:
+    # Every field has a default, so each settings model builds from keywords alone, and an
+    # agent built without deps is an Agent[None].
+    policy = Policy(
+        max_steps=5,
+        retry=RetryPolicy(max_retries=2),
+        compaction=CompactionSettings(threshold=0.9),
+        tool_output=ToolOutputSettings(max_chars=2_000),
+        usage_limits=UsageLimits(max_requests=10),
+    )
+    agent = Agent(ScriptedModel([text("hi")]), policy=policy)
+    assert_type(agent, Agent[None])
+    assert_type(Agent(ScriptedModel([text("hi")]), deps=3), Agent[int])
+    # A script's arguments may be any JSON mapping, not only a dict[str, JsonValue].
+    ScriptedModel([tool_calls(("echo", {"text": "hi"})), tool_call("echo", {"n": "1"})])

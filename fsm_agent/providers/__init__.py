@@ -3,7 +3,12 @@ Messages, and Gemini.
 
 Each provider implements :class:`fsm_agent.models.StreamingModel`, takes an optional
 ``httpx.AsyncClient``, holds its API key as a secret, never retries on its own (the kernel owns
-the only retry layer) and raises the typed errors of :mod:`fsm_agent.errors`.
+the only retry layer) and raises the typed errors of :mod:`fsm_agent.errors`, masked of the key.
+
+Read in order: ``_base`` (what the three share: settings, client, call plumbing, the error
+boundary), ``_http`` (requests, status and transport error mapping, content-type aware streams),
+``_redact`` (the one redaction step), ``_sse`` (the event-stream decoder), ``_assembly`` (wire
+JSON to neutral parts), then one module per wire format: ``openai``, ``anthropic``, ``gemini``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import httpx
 from pydantic import SecretStr
 
 from ..errors import ConfigurationError
+from ._base import ProviderOptions
 from ._http import DEFAULT_MAX_RETRY_AFTER, Timeouts
 from ._retry_after import parse_retry_after
 from ._sse import ServerSentEvent, SSEDecoder
@@ -36,6 +42,12 @@ __all__ = [
 
 ProviderModel = OpenAIChatModel | AnthropicModel | GeminiModel
 """Any of the built-in provider models."""
+
+_CLASSES: dict[str, type[ProviderModel]] = {
+    "openai": OpenAIChatModel,
+    "anthropic": AnthropicModel,
+    "gemini": GeminiModel,
+}
 
 _PREFIXES = {
     "openai": "openai",
@@ -73,33 +85,12 @@ def infer_model(
         raise ConfigurationError(
             f"cannot infer a model from {spec!r}: use '<provider>:<model>' with one of {known}"
         )
-    model = model.strip()
-    if provider == "openai":
-        return OpenAIChatModel(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            client=client,
-            timeouts=timeouts,
-            context_window=context_window,
-            env=env,
-        )
-    if provider == "anthropic":
-        return AnthropicModel(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            client=client,
-            timeouts=timeouts,
-            context_window=context_window,
-            env=env,
-        )
-    return GeminiModel(
-        model,
-        api_key=api_key,
-        base_url=base_url,
-        client=client,
-        timeouts=timeouts,
-        context_window=context_window,
-        env=env,
-    )
+    options: ProviderOptions = {
+        "api_key": api_key,
+        "base_url": base_url,
+        "client": client,
+        "timeouts": timeouts,
+        "context_window": context_window,
+        "env": env,
+    }
+    return _CLASSES[provider](model.strip(), **options)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from ..errors import MalformedResponseError
 from ..messages import (
     FinishReason,
     Message,
+    ModelRequest,
     ModelResponse,
     Part,
     ReasoningPart,
@@ -25,6 +26,7 @@ from ..messages import (
 
 __all__ = [
     "JSONObject",
+    "append_turn",
     "as_int",
     "as_list",
     "as_obj",
@@ -36,6 +38,7 @@ __all__ = [
     "new_call_id",
     "object_arguments",
     "reconcile",
+    "thinking_budget",
 ]
 
 JSONObject = dict[str, object]
@@ -62,19 +65,47 @@ def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def append_turn(turns: list[JSONObject], role: str, key: str, items: list[JSONObject]) -> None:
+    """Append ``items`` as a turn of ``role`` (their list under ``key``), merged into the last turn
+    when it has the same role: APIs that require alternating roles reject two in a row."""
+    if not items:
+        return
+    if turns and turns[-1]["role"] == role:
+        previous = turns[-1][key]
+        assert isinstance(previous, list)
+        previous.extend(items)
+    else:
+        turns.append({"role": role, key: items})
+
+
+def thinking_budget(request: ModelRequest, by_effort: Mapping[str, int]) -> int | None:
+    """The thinking budget the request asks for: its token budget, else its effort's."""
+    if request.reasoning_budget_tokens:
+        return request.reasoning_budget_tokens
+    return by_effort[request.reasoning_effort] if request.reasoning_effort else None
+
+
 def decode_json(data: str, provider: str) -> object:
-    """Decode one event's JSON, turning a decode failure into a retryable typed error."""
+    """Decode one event's JSON, turning a decode failure into a retryable typed error (whose
+    body the provider's error boundary redacts and cuts)."""
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not usable JSON
         raise MalformedResponseError(
-            f"{provider}: a stream event is not valid JSON", body=data[:2000], provider=provider
+            f"{provider}: a stream event is not valid JSON", body=data, provider=provider
         ) from None
 
 
 def canonical_json(value: object) -> str:
-    """Compact JSON text, as sent on the wire for arguments given as objects."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON text, as sent on the wire for arguments given as objects. A value nested
+    too deep to encode (it barely decoded) is a :class:`MalformedResponseError`, like a body
+    nested too deep to decode."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise MalformedResponseError(
+            "the response nests its tool arguments too deeply to encode"
+        ) from None
 
 
 def new_call_id(prefix: str = "call") -> str:
@@ -91,13 +122,19 @@ def finish_tool_call(
     """A closed tool call: empty arguments become ``{}``; invalid JSON keeps the raw text and
     ``arguments=None`` so the call is answered with a validation error, never run blindly."""
     raw = arguments if arguments.strip() else "{}"
-    return ToolCall(
-        id=call_id or new_call_id(),
-        name=name,
-        arguments_json=raw,
-        arguments=parse_arguments(raw),
-        provider_data=provider_data,
-    )
+    try:
+        return ToolCall(
+            id=call_id or new_call_id(),
+            name=name,
+            arguments_json=raw,
+            arguments=parse_arguments(raw),
+            provider_data=provider_data,
+        )
+    except ValidationError as exc:  # e.g. provider data nested past what a message may hold
+        raise MalformedResponseError(
+            f"tool call {name!r} of the response cannot be kept: "
+            f"{exc.errors(include_url=False)[0]['msg']}"
+        ) from None
 
 
 def object_arguments(call: ToolCall) -> dict[str, JsonValue]:

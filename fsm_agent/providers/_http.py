@@ -30,6 +30,7 @@ from ..errors import (
     ProviderServerError,
     RateLimitError,
 )
+from ._redact import BODY_LIMIT, MESSAGE_LIMIT, clip
 from ._retry_after import parse_retry_after
 
 __all__ = [
@@ -38,11 +39,11 @@ __all__ = [
     "ClientHolder",
     "ErrorInfo",
     "ErrorParser",
+    "StreamReply",
     "Timeouts",
     "classify_error",
     "open_stream",
     "post_json",
-    "redact",
     "resolve_api_key",
     "transport_error",
 ]
@@ -50,7 +51,6 @@ __all__ = [
 DEFAULT_MAX_RETRY_AFTER = 120.0
 """Above this many seconds the error carries the delay and is not retryable in-line."""
 
-_BODY_LIMIT = 65_536
 _OVERFLOW = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|context size"
     r"|exceeds? the maximum number of tokens|too many (input )?tokens|exceed_context",
@@ -141,14 +141,6 @@ def resolve_api_key(
     return None
 
 
-def redact(text: str, secret: SecretStr | None) -> str:
-    """``text`` with every occurrence of the secret value masked."""
-    if secret is None:
-        return text
-    value = secret.get_secret_value()
-    return text.replace(value, "**********") if value else text
-
-
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """What a provider's error body says: message, error type or status string, the HTTP-like
@@ -194,6 +186,7 @@ _NEVER_RETRY = frozenset({"insufficient_quota", "billing_error"})
 
 
 def _class_for_status(status: int) -> type[ModelError]:
+    """The error class an HTTP status implies on its own."""
     if status in (401, 403):
         return AuthenticationError
     if status == 408:
@@ -218,18 +211,21 @@ def classify_error(
     body: str | None = None,
     max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
     secret: SecretStr | None = None,
+    streamed: bool = True,
 ) -> ModelError:
     """Build the typed error for a failed call.
 
-    ``status`` is the HTTP status, or ``None`` for an error that arrived inside a 200 stream (then
-    the body's ``code`` and ``kind`` decide). Precedence of the verdict: ``x-should-retry``, then
-    the provider's own (e.g. a daily quota), then the status; a delay above ``max_retry_after``
-    makes the error non-retryable but keeps the delay so the caller can schedule it.
+    ``status`` is the HTTP status, or ``None`` for an error that arrived inside a 200 answer (then
+    the body's ``code`` and ``kind`` decide; ``streamed`` says whether it came in a stream). A
+    401 or 403 is always an :class:`AuthenticationError`, whatever type the body names. Precedence
+    of the verdict: ``x-should-retry``, then the provider's own (e.g. a daily quota), then the
+    status; a delay above ``max_retry_after`` makes the error non-retryable but keeps the delay so
+    the caller can schedule it. Texts are redacted before they are cut.
     """
     effective = status if status is not None and status >= 400 else info.code
     kind = (info.kind or "").lower()
     cls: type[ModelError]
-    if effective is not None and (effective >= 500 or effective == 429):
+    if effective is not None and (effective >= 500 or effective in (401, 403, 429)):
         cls = _class_for_status(effective)
     elif kind in _KIND_CLASS:
         cls = _KIND_CLASS[kind]
@@ -237,7 +233,7 @@ def classify_error(
         cls = _class_for_status(effective)
     else:
         cls = ProviderServerError
-    text = info.message or (body[:500] if body else "") or "no error message"
+    text = clip(info.message or body or "", secret, MESSAGE_LIMIT) or "no error message"
     if cls is InvalidRequestError and _OVERFLOW.search(f"{kind} {text}"):
         cls = ContextWindowExceededError
     # 409 (conflict) is the one status without a class of its own: retryable, plain ModelError.
@@ -256,33 +252,63 @@ def classify_error(
         delay = info.retry_after
     if delay is not None and delay > max_retry_after:
         retryable = False
-    label = f"HTTP {status}" if status is not None and status >= 400 else "stream error"
-    message = redact(f"{provider}: {label}: {text}", secret)
+    if status is not None and status >= 400:
+        label = f"HTTP {status}"
+    else:
+        label = "stream error" if streamed else "error in the response body"
     return cls(
-        message,
+        f"{provider}: {label}: {text}",
         retryable=retryable,
         retry_after=delay,
         status_code=status if status is not None and status >= 400 else info.code,
-        body=redact(body[:_BODY_LIMIT], secret) if body else None,
+        body=clip(body, secret, BODY_LIMIT) if body else None,
         provider=provider,
     )
 
 
-def transport_error(exc: httpx.TransportError, provider: str) -> ModelError:
-    """Map an httpx transport failure (connect, read, reset, timeout) to a typed error."""
-    detail = type(exc).__name__
+def _shown_url(url: str) -> str:
+    """``url`` without user info or query, fit for an error message."""
+    parsed = httpx.URL(url)
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
+
+
+def _described(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was raised from (for a connection: the OS error)."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return exc
+
+
+def transport_error(exc: httpx.TransportError, provider: str, url: str | None = None) -> ModelError:
+    """Map an httpx transport failure (connect, read, reset, timeout) to a typed error whose
+    message names the URL (without credentials) and the cause."""
+    detail = _described(exc)
+    root = _root_cause(exc)
+    if root is not exc:  # httpx's text is generic; the OS error says what happened
+        detail = f"{detail} ({_described(root)})"
+    where = f" ({_shown_url(url)})" if url else ""
     if isinstance(exc, httpx.TimeoutException):
-        return ModelTimeoutError(f"{provider}: timed out ({detail})", provider=provider)
+        return ModelTimeoutError(f"{provider}: timed out{where}: {detail}", provider=provider)
     if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
-        return ModelConnectionError(f"{provider}: connection failed ({detail})", provider=provider)
-    return ModelError(f"{provider}: transport failure ({detail})", provider=provider)
+        return ModelConnectionError(
+            f"{provider}: connection failed{where}: {detail}", provider=provider
+        )
+    return ModelError(f"{provider}: transport failure{where}: {detail}", provider=provider)
 
 
 def _decode_body(raw: bytes) -> tuple[str, object]:
     text = raw.decode("utf-8", "replace")
     try:
         return text, json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not usable JSON
         return text, None
 
 
@@ -333,27 +359,74 @@ async def post_json(call: Call, body: Mapping[str, object]) -> object:
             timeout=call.timeouts.for_request(),
         )
     except httpx.TransportError as exc:
-        raise transport_error(exc, call.provider) from None
+        raise transport_error(exc, call.provider, call.url) from None
     await _raise_for_status(
         response, call.provider, call.parse_error, call.max_retry_after, call.secret
     )
-    text, payload = _decode_body(response.content)
+    return _json_body(call, response, response.content)
+
+
+def _json_body(call: Call, response: httpx.Response, raw: bytes) -> object:
+    text, payload = _decode_body(raw)
     if payload is None:
         raise MalformedResponseError(
             f"{call.provider}: the response body is not JSON",
             status_code=response.status_code,
-            body=redact(text[:_BODY_LIMIT], call.secret),
+            body=clip(text, call.secret, BODY_LIMIT),
             provider=call.provider,
         )
     return payload
 
 
-@asynccontextmanager
-async def open_stream(call: Call, body: Mapping[str, object]) -> AsyncIterator[httpx.Response]:
-    """POST ``body`` as a streaming request and yield the open response.
+_SSE_TYPE = "text/event-stream"
 
-    An error status raises the typed error; a transport failure while the caller reads the
-    stream is converted too. The response is closed on every way out, cancellation included.
+
+@dataclass(frozen=True, slots=True)
+class StreamReply:
+    """The answer to a streaming request: an open event stream, or one whole JSON payload.
+
+    Some servers and gateways answer a streaming request with a plain ``application/json``
+    completion; it is then read whole into :attr:`payload` and :attr:`response` is drained.
+    """
+
+    response: httpx.Response
+    payload: object = None
+
+    @property
+    def is_stream(self) -> bool:
+        """``True`` when the body is an event stream to read with :meth:`chunks`."""
+        return self.payload is None
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The raw bytes of the event stream, chunk by chunk."""
+        return self.response.aiter_bytes()
+
+
+async def _stream_reply(call: Call, response: httpx.Response) -> StreamReply:
+    media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if not media or media == _SSE_TYPE:
+        return StreamReply(response)
+    raw = await response.aread()
+    if media == "application/json" or media.endswith("+json"):
+        return StreamReply(response, _json_body(call, response, raw))
+    raise MalformedResponseError(
+        f"{call.provider}: a streaming request was answered with content type {media!r}, "
+        f"neither {_SSE_TYPE} nor application/json",
+        retryable=False,
+        status_code=response.status_code,
+        body=clip(raw.decode("utf-8", "replace"), call.secret, BODY_LIMIT),
+        provider=call.provider,
+    )
+
+
+@asynccontextmanager
+async def open_stream(call: Call, body: Mapping[str, object]) -> AsyncIterator[StreamReply]:
+    """POST ``body`` as a streaming request and yield the answer, read by its content type.
+
+    An error status raises the typed error; a body that is neither an event stream nor JSON
+    raises a non-retryable :class:`MalformedResponseError` naming its content type; a transport
+    failure while the caller reads the stream is converted too. The response is closed on every
+    way out, cancellation included.
     """
     request = call.client.build_request(
         "POST",
@@ -366,13 +439,13 @@ async def open_stream(call: Call, body: Mapping[str, object]) -> AsyncIterator[h
     try:
         response = await call.client.send(request, stream=True)
     except httpx.TransportError as exc:
-        raise transport_error(exc, call.provider) from None
+        raise transport_error(exc, call.provider, call.url) from None
     try:
         await _raise_for_status(
             response, call.provider, call.parse_error, call.max_retry_after, call.secret
         )
-        yield response
+        yield await _stream_reply(call, response)
     except httpx.TransportError as exc:
-        raise transport_error(exc, call.provider) from None
+        raise transport_error(exc, call.provider, call.url) from None
     finally:
         await response.aclose()

@@ -9,13 +9,11 @@ classified by its ``error.type`` (``overloaded_error`` is retryable like a 529).
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import ClassVar, Unpack
 
-import httpx
-from pydantic import SecretStr
-
-from ..errors import ConfigurationError, MalformedResponseError, ModelError
+from ..errors import MalformedResponseError, ModelError
 from ..messages import (
     FinishReason,
     ImagePart,
@@ -33,30 +31,23 @@ from ..messages import (
     ToolCallDelta,
     ToolResult,
     Usage,
+    parse_arguments,
 )
 from ._assembly import (
     JSONObject,
+    append_turn,
     as_int,
     as_list,
     as_obj,
     as_str,
     build_response,
     canonical_json,
-    decode_json,
     finish_tool_call,
     object_arguments,
+    thinking_budget,
 )
-from ._http import (
-    DEFAULT_MAX_RETRY_AFTER,
-    Call,
-    ClientHolder,
-    ErrorInfo,
-    Timeouts,
-    classify_error,
-    open_stream,
-    post_json,
-    resolve_api_key,
-)
+from ._base import ProviderBase, ProviderOptions, deltas_of
+from ._http import Call, ErrorInfo, open_stream
 from ._sse import SSEDecoder
 
 __all__ = ["AnthropicModel", "anthropic_finish_reason"]
@@ -96,7 +87,7 @@ def _image_block(image: ImagePart) -> JSONObject:
     }
 
 
-def _assistant_blocks(message: Message) -> list[JSONObject]:
+def _assistant_blocks(message: Message, tools: bool) -> list[JSONObject]:
     blocks: list[JSONObject] = []
     for part in message.parts:
         if isinstance(part, ReasoningPart):
@@ -112,6 +103,9 @@ def _assistant_blocks(message: Message) -> list[JSONObject]:
             # Unsigned reasoning (or another provider's) cannot be replayed: Anthropic rejects it.
         elif isinstance(part, TextPart) and part.text:
             blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ToolCall) and not tools:
+            text = f"[called {part.name} with {canonical_json(object_arguments(part))}]"
+            blocks.append({"type": "text", "text": text})
         elif isinstance(part, ToolCall):
             blocks.append(
                 {
@@ -124,13 +118,16 @@ def _assistant_blocks(message: Message) -> list[JSONObject]:
     return blocks
 
 
-def _user_blocks(message: Message) -> list[JSONObject]:
+def _user_blocks(message: Message, tools: bool) -> list[JSONObject]:
     blocks: list[JSONObject] = []
     for part in message.parts:
         if isinstance(part, TextPart) and part.text:
             blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ImagePart):
             blocks.append(_image_block(part))
+        elif isinstance(part, ToolResult) and not tools:
+            outcome = "failed" if part.is_error else "returned"
+            blocks.append({"type": "text", "text": f"[{part.name} {outcome}: {part.content}]"})
         elif isinstance(part, ToolResult):
             blocks.append(
                 {
@@ -145,22 +142,35 @@ def _user_blocks(message: Message) -> list[JSONObject]:
 
 def _wire_messages(request: ModelRequest) -> list[JSONObject]:
     """Messages with roles alternating: consecutive user-side messages (tool results of a
-    parallel batch, then a user nudge) are merged into one user message."""
+    parallel batch, then a user nudge) are merged into one user message.
+
+    Anthropic rejects ``tool_use``/``tool_result`` blocks in a request that defines no tools, so
+    without tools past calls and results are sent as text."""
     wire: list[JSONObject] = []
+    tools = bool(request.tools)
     for message in request.messages:
         if message.role is Role.SYSTEM:
             continue
         role = "assistant" if message.role is Role.ASSISTANT else "user"
-        blocks = _assistant_blocks(message) if role == "assistant" else _user_blocks(message)
-        if not blocks:
-            continue
-        if wire and wire[-1]["role"] == role:
-            previous = wire[-1]["content"]
-            assert isinstance(previous, list)
-            previous.extend(blocks)
+        if role == "assistant":
+            blocks = _assistant_blocks(message, tools)
         else:
-            wire.append({"role": role, "content": blocks})
+            blocks = _user_blocks(message, tools)
+        append_turn(wire, role, "content", blocks)
     return wire
+
+
+def _tool_choice(request: ModelRequest) -> JSONObject | None:
+    choice: JSONObject | None = None
+    if request.tool_choice in ("auto", "none"):
+        choice = {"type": request.tool_choice}
+    elif request.tool_choice == "required":
+        choice = {"type": "any"}
+    elif request.tool_choice is not None:
+        choice = {"type": "tool", "name": request.tool_choice}
+    if request.parallel_tool_calls is False:
+        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+    return choice
 
 
 def _usage(value: object, into: dict[str, int]) -> None:
@@ -241,8 +251,6 @@ class _Segment:
         kind = event.get("type")
         if kind == "ping":
             return []
-        if kind == "error":
-            raise classify_error(provider=_PROVIDER, status=None, info=_error_info(event))
         if kind == "message_start":
             message = as_obj(event.get("message"))
             self.started = True
@@ -313,10 +321,14 @@ class _Segment:
         if kind == "signature_delta" and block_kind == "thinking":
             block.signature = as_str(delta.get("signature"))
             return []
-        if kind == "input_json_delta" and block_kind == "tool_use":
+        if kind == "input_json_delta" and block_kind not in ("text", "thinking"):
+            # Server tools (``server_tool_use``, ...) stream their input too; it is kept so a
+            # pause_turn continuation sends it back.
             piece = as_str(delta.get("partial_json")) or ""
             block.chunks.append(piece)
-            return [ToolCallDelta(index=block.ordinal, arguments_fragment=piece)] if piece else []
+            if block.ordinal < 0 or not piece:
+                return []
+            return [ToolCallDelta(index=block.ordinal, arguments_fragment=piece)]
         if kind == "citations_delta" or block_kind not in ("text", "thinking", "tool_use"):
             return []
         raise MalformedResponseError(
@@ -339,8 +351,32 @@ class _Segment:
                 part = _block_part(block.raw, "".join(block.chunks))
                 assert isinstance(part, ToolCall)
                 raw["input"] = object_arguments(part)
+            elif block.chunks:  # a server tool's streamed input
+                raw["input"] = parse_arguments("".join(block.chunks)) or {}
             blocks.append(raw)
         return blocks
+
+    def take_whole(self, payload: JSONObject) -> None:
+        """Fill the segment from one whole ``message`` body, as if it had been streamed."""
+        self.started = self.stopped = True
+        self.response_id = as_str(payload.get("id"))
+        self.model = as_str(payload.get("model"))
+        self.raw_stop = as_str(payload.get("stop_reason"))
+        _usage(payload.get("usage"), self.usage)
+        for index, value in enumerate(as_list(payload.get("content"))):
+            raw = as_obj(value)
+            ordinal = -1
+            if raw.get("type") == "tool_use":
+                ordinal = self.calls
+                self.calls += 1
+            block = _Block(raw, ordinal)
+            whole = as_str(raw.get("text")) or as_str(raw.get("thinking"))
+            if whole is None and "input" in raw:
+                whole = _canonical_input(raw.get("input"))
+            if whole:
+                block.chunks.append(whole)
+            self.blocks[index] = block
+            self.order.append(index)
 
     def parts(self) -> list[Part]:
         parts: list[Part] = []
@@ -356,7 +392,7 @@ class _Segment:
         return parts
 
 
-class AnthropicModel:
+class AnthropicModel(ProviderBase):
     """A Claude model on the Anthropic Messages API.
 
     ``api_key`` defaults to ``ANTHROPIC_API_KEY``; ``base_url`` to ``ANTHROPIC_BASE_URL`` or the
@@ -364,83 +400,29 @@ class AnthropicModel:
     gives none. ``reasoning_budget_tokens`` (or ``reasoning_effort``) turns extended thinking on.
     """
 
+    provider = _PROVIDER
+    _key_env = ("ANTHROPIC_API_KEY",)
+    _url_env = "ANTHROPIC_BASE_URL"
+    _default_url = "https://api.anthropic.com"
+    _auth_header = "x-api-key"
+    _fixed_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": _VERSION}
+    _parse_error = staticmethod(_error_info)
+
     def __init__(
         self,
         model: str,
         *,
-        api_key: str | SecretStr | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
-        timeouts: Timeouts | None = None,
-        context_window: int | None = None,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         default_max_tokens: int = _DEFAULT_MAX_TOKENS,
         max_pause_continuations: int = 3,
-        extra_headers: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        **options: Unpack[ProviderOptions],
     ) -> None:
-        environ = os.environ if env is None else env
-        if not model:
-            raise ConfigurationError("AnthropicModel needs a model name")
-        self._model = model
-        self._api_key = resolve_api_key(api_key, environ, "ANTHROPIC_API_KEY")
-        url = base_url or environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-        self._base_url = url.rstrip("/")
-        self._timeouts = timeouts or Timeouts()
-        self._clients = ClientHolder(client, self._timeouts)
-        self._context_window = context_window
-        self._max_retry_after = max_retry_after
+        super().__init__(model, **options)
         self._default_max_tokens = default_max_tokens
         self._max_pauses = max_pause_continuations
-        self._extra_headers = dict(extra_headers or {})
-
-    @property
-    def name(self) -> str:
-        """``"anthropic:<model>"``."""
-        return f"{_PROVIDER}:{self._model}"
-
-    @property
-    def context_window(self) -> int | None:
-        """The context window given at construction, or ``None``."""
-        return self._context_window
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel(model={self._model!r}, base_url={self._base_url!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model created (a client passed in stays open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _call(self) -> Call:
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": _VERSION,
-            **self._extra_headers,
-        }
-        if self._api_key is not None:
-            headers["x-api-key"] = self._api_key.get_secret_value()
-        return Call(
-            client=self._clients.get(),
-            url=f"{self._base_url}/v1/messages",
-            headers=headers,
-            provider=_PROVIDER,
-            parse_error=_error_info,
-            timeouts=self._timeouts,
-            max_retry_after=self._max_retry_after,
-            secret=self._api_key,
-        )
 
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
         """The Messages JSON body for ``request``."""
-        budget = request.reasoning_budget_tokens or (
-            _EFFORT_BUDGET[request.reasoning_effort] if request.reasoning_effort else None
-        )
+        budget = thinking_budget(request, _EFFORT_BUDGET)
         max_tokens = request.max_tokens or self._default_max_tokens
         if budget is not None and max_tokens <= budget:
             max_tokens = budget + self._default_max_tokens
@@ -456,17 +438,10 @@ class AnthropicModel:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
-        choice: JSONObject | None = None
-        if request.tool_choice in ("auto", "none"):
-            choice = {"type": request.tool_choice}
-        elif request.tool_choice == "required":
-            choice = {"type": "any"}
-        elif request.tool_choice is not None:
-            choice = {"type": "tool", "name": request.tool_choice}
-        if request.parallel_tool_calls is False and request.tools:
-            choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
-        if choice is not None:
-            body["tool_choice"] = choice
+        if request.tools:  # a tool_choice without tools is rejected
+            choice = _tool_choice(request)
+            if choice is not None:
+                body["tool_choice"] = choice
         if request.temperature is not None and budget is None:
             body["temperature"] = request.temperature
         if request.stop_sequences:
@@ -484,70 +459,42 @@ class AnthropicModel:
             provider=_PROVIDER,
         )
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming call (plus any ``pause_turn`` continuations)."""
-        body = self.build_body(request, stream=False)
-        parts: list[Part] = []
-        usage = Usage()
-        for _ in range(self._max_pauses + 1):
-            payload = as_obj(await post_json(self._call(), body))
-            if payload.get("type") == "error":
-                raise classify_error(provider=_PROVIDER, status=None, info=_error_info(payload))
-            content = [as_obj(b) for b in as_list(payload.get("content"))]
-            parts.extend(p for p in (_block_part(b) for b in content) if p is not None)
-            counts: dict[str, int] = {}
-            _usage(payload.get("usage"), counts)
-            usage = usage + _to_usage(counts)
-            raw = as_str(payload.get("stop_reason"))
-            if raw != "pause_turn":
-                reason = anthropic_finish_reason(raw) if raw else FinishReason.OTHER
-                return build_response(
-                    parts,
-                    reason,
-                    raw,
-                    usage,
-                    as_str(payload.get("id")),
-                    as_str(payload.get("model")) or self._model,
-                )
-            body = _continued(body, content)
-        raise self._too_many_pauses()
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        async with aclosing(self._chain(request, stream=False)) as items:
+            async for item in items:
+                if isinstance(item, ModelResponse):
+                    return item
+        raise AssertionError("a pause_turn chain ends with a response or an error")
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Stream one call (and any ``pause_turn`` continuations), then the final response.
+    def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta | ModelResponse]:
+        return self._chain(request, stream=True)
 
-        The response is yielded only after ``message_stop`` with a stop reason; a stream that
-        ends before raises a retryable :class:`MalformedResponseError`.
-        """
-        body = self.build_body(request, stream=True)
+    async def _chain(
+        self, request: ModelRequest, *, stream: bool
+    ) -> AsyncGenerator[StreamDelta | ModelResponse]:
+        """One call and its ``pause_turn`` continuations: deltas (when streaming), then the
+        response of the whole chain."""
+        body = self.build_body(request, stream=stream)
         parts: list[Part] = []
         usage = Usage()
         calls = 0
         for _ in range(self._max_pauses + 1):
             segment = _Segment(calls)
-            async with open_stream(self._call(), body) as response:
-                decoder = SSEDecoder()
-                async for chunk in response.aiter_bytes():
-                    for event in decoder.feed(chunk):
-                        payload = as_obj(decode_json(event.data, _PROVIDER))
-                        for delta in segment.feed(payload):
-                            yield delta
-                        if segment.stopped:
-                            break
-                    if segment.stopped:
-                        break
-            if not segment.stopped or segment.raw_stop is None:
-                raise MalformedResponseError(
-                    f"{_PROVIDER}: the stream ended before message_stop (truncated)",
-                    provider=_PROVIDER,
-                )
+            call = self._call("/v1/messages")
+            if stream:
+                async for delta in self._read(call, body, segment):
+                    yield delta
+            else:
+                segment.take_whole(await self._post(call, body))
             parts.extend(segment.parts())
             usage = usage + _to_usage(segment.usage)
             calls = segment.calls
-            if segment.raw_stop != "pause_turn":
+            raw = segment.raw_stop
+            if raw != "pause_turn":
                 yield build_response(
                     parts,
-                    anthropic_finish_reason(segment.raw_stop),
-                    segment.raw_stop,
+                    anthropic_finish_reason(raw) if raw else FinishReason.OTHER,
+                    raw,
                     usage,
                     segment.response_id,
                     segment.model or self._model,
@@ -555,6 +502,34 @@ class AnthropicModel:
                 return
             body = _continued(body, segment.content())
         raise self._too_many_pauses()
+
+    async def _read(
+        self, call: Call, body: JSONObject, segment: _Segment
+    ) -> AsyncIterator[StreamDelta]:
+        """Fill ``segment`` from one streamed answer, yielding its deltas.
+
+        A stream must end with ``message_stop`` after a stop reason; an earlier end raises a
+        retryable :class:`MalformedResponseError`.
+        """
+        async with open_stream(call, body) as reply:
+            if not reply.is_stream:
+                payload = as_obj(reply.payload)
+                self._raise_if_error(payload, body=None, streamed=False)
+                first_call = segment.calls
+                segment.take_whole(payload)
+                for delta in deltas_of(segment.parts(), first_call):
+                    yield delta
+                return
+            events = self._payloads(reply, SSEDecoder(), until=lambda: segment.stopped)
+            async with aclosing(events):
+                async for payload in events:
+                    for delta in segment.feed(payload):
+                        yield delta
+        if not segment.stopped or segment.raw_stop is None:
+            raise MalformedResponseError(
+                f"{_PROVIDER}: the stream ended before message_stop (truncated)",
+                provider=_PROVIDER,
+            )
 
 
 def _continued(body: JSONObject, content: list[JSONObject]) -> JSONObject:

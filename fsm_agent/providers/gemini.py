@@ -10,13 +10,13 @@ so snapshots are merged field by field.
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from typing import Unpack
 
-import httpx
-from pydantic import JsonValue, SecretStr
+from pydantic import JsonValue
 
-from ..errors import ConfigurationError, MalformedResponseError
+from ..errors import MalformedResponseError
 from ..messages import (
     FinishReason,
     ImagePart,
@@ -37,6 +37,7 @@ from ..messages import (
 )
 from ._assembly import (
     JSONObject,
+    append_turn,
     as_int,
     as_list,
     as_obj,
@@ -47,18 +48,10 @@ from ._assembly import (
     finish_tool_call,
     new_call_id,
     object_arguments,
+    thinking_budget,
 )
-from ._http import (
-    DEFAULT_MAX_RETRY_AFTER,
-    Call,
-    ClientHolder,
-    ErrorInfo,
-    Timeouts,
-    classify_error,
-    open_stream,
-    post_json,
-    resolve_api_key,
-)
+from ._base import ProviderBase, ProviderOptions
+from ._http import ErrorInfo, open_stream
 from ._retry_after import parse_duration
 from ._sse import SSEDecoder
 
@@ -73,6 +66,8 @@ _FINISH: dict[str, FinishReason] = {
     "STOP": FinishReason.STOP,
     "MAX_TOKENS": FinishReason.LENGTH,
     "MALFORMED_FUNCTION_CALL": FinishReason.ERROR,
+    "MALFORMED_RESPONSE": FinishReason.ERROR,
+    "MISSING_THOUGHT_SIGNATURE": FinishReason.ERROR,
     "UNEXPECTED_TOOL_CALL": FinishReason.ERROR,
     "TOO_MANY_TOOL_CALLS": FinishReason.ERROR,
     "LANGUAGE": FinishReason.ERROR,
@@ -181,15 +176,16 @@ def _contents(request: ModelRequest) -> list[JSONObject]:
             continue
         role = "model" if message.role is Role.ASSISTANT else "user"
         parts = _model_parts(message) if role == "model" else _user_parts(message, calls)
-        if not parts:
-            continue
-        if contents and contents[-1]["role"] == role:
-            previous = contents[-1]["parts"]
-            assert isinstance(previous, list)
-            previous.extend(parts)
-        else:
-            contents.append({"role": role, "parts": parts})
+        append_turn(contents, role, "parts", parts)
     return contents
+
+
+def _calling_config(choice: str) -> JSONObject:
+    if choice in ("auto", "none"):
+        return {"mode": choice.upper()}
+    if choice == "required":
+        return {"mode": "ANY"}
+    return {"mode": "ANY", "allowedFunctionNames": [choice]}
 
 
 class _Assembler:
@@ -297,7 +293,7 @@ class _Assembler:
         )
 
 
-class GeminiModel:
+class GeminiModel(ProviderBase):
     """A Gemini model on the Gemini API (``generativelanguage``).
 
     ``api_key`` defaults to ``GEMINI_API_KEY``, then ``GOOGLE_API_KEY``; it is sent in the
@@ -306,71 +302,14 @@ class GeminiModel:
     and asks for thought summaries.
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | SecretStr | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
-        timeouts: Timeouts | None = None,
-        context_window: int | None = None,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
-        extra_headers: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        environ = os.environ if env is None else env
-        model = model.removeprefix("models/")
-        if not model:
-            raise ConfigurationError("GeminiModel needs a model name")
-        self._model = model
-        self._api_key = resolve_api_key(api_key, environ, "GEMINI_API_KEY", "GOOGLE_API_KEY")
-        url = base_url or "https://generativelanguage.googleapis.com/v1beta"
-        self._base_url = url.rstrip("/")
-        self._timeouts = timeouts or Timeouts()
-        self._clients = ClientHolder(client, self._timeouts)
-        self._context_window = context_window
-        self._max_retry_after = max_retry_after
-        self._extra_headers = dict(extra_headers or {})
+    provider = _PROVIDER
+    _key_env = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    _default_url = "https://generativelanguage.googleapis.com/v1beta"
+    _auth_header = "x-goog-api-key"
+    _parse_error = staticmethod(_error_info)
 
-    @property
-    def name(self) -> str:
-        """``"gemini:<model>"``."""
-        return f"{_PROVIDER}:{self._model}"
-
-    @property
-    def context_window(self) -> int | None:
-        """The context window given at construction, or ``None``."""
-        return self._context_window
-
-    def __repr__(self) -> str:
-        return f"GeminiModel(model={self._model!r}, base_url={self._base_url!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model created (a client passed in stays open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> GeminiModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _call(self, method: str, params: Mapping[str, str] | None = None) -> Call:
-        headers = {"content-type": "application/json", **self._extra_headers}
-        if self._api_key is not None:
-            headers["x-goog-api-key"] = self._api_key.get_secret_value()
-        return Call(
-            client=self._clients.get(),
-            url=f"{self._base_url}/models/{self._model}:{method}",
-            headers=headers,
-            provider=_PROVIDER,
-            parse_error=_error_info,
-            timeouts=self._timeouts,
-            max_retry_after=self._max_retry_after,
-            secret=self._api_key,
-            params=params,
-        )
+    def __init__(self, model: str, **options: Unpack[ProviderOptions]) -> None:
+        super().__init__(model.removeprefix("models/"), **options)
 
     def build_body(self, request: ModelRequest) -> JSONObject:
         """The ``generateContent`` JSON body for ``request`` (the same for streaming)."""
@@ -390,15 +329,8 @@ class GeminiModel:
                     ]
                 }
             ]
-        if request.tool_choice is not None:
-            config: JSONObject
-            if request.tool_choice in ("auto", "none"):
-                config = {"mode": request.tool_choice.upper()}
-            elif request.tool_choice == "required":
-                config = {"mode": "ANY"}
-            else:
-                config = {"mode": "ANY", "allowedFunctionNames": [request.tool_choice]}
-            body["toolConfig"] = {"functionCallingConfig": config}
+            if request.tool_choice is not None:  # a toolConfig without tools is rejected
+                body["toolConfig"] = {"functionCallingConfig": _calling_config(request.tool_choice)}
         generation: JSONObject = {}
         if request.max_tokens is not None:
             generation["maxOutputTokens"] = request.max_tokens
@@ -406,55 +338,42 @@ class GeminiModel:
             generation["temperature"] = request.temperature
         if request.stop_sequences:
             generation["stopSequences"] = list(request.stop_sequences)
-        budget = request.reasoning_budget_tokens or (
-            _EFFORT_BUDGET[request.reasoning_effort] if request.reasoning_effort else None
-        )
+        budget = thinking_budget(request, _EFFORT_BUDGET)
         if budget is not None:
             generation["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
         if generation:
             body["generationConfig"] = generation
         return body
 
-    def _raise_if_error(self, payload: JSONObject, body: str | None = None) -> None:
-        if payload.get("error"):
-            raise classify_error(
-                provider=_PROVIDER,
-                status=None,
-                info=_error_info(payload),
-                body=body,
-                max_retry_after=self._max_retry_after,
-                secret=self._api_key,
-            )
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        call = self._call(f"/models/{self._model}:generateContent")
+        return self._response(await self._post(call, self.build_body(request)))
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming ``generateContent`` call."""
-        payload = as_obj(await post_json(self._call("generateContent"), self.build_body(request)))
-        self._raise_if_error(payload)
+    def _response(self, payload: JSONObject) -> ModelResponse:
+        """The response of one whole ``GenerateContentResponse``."""
         assembler = _Assembler(self._model)
         assembler.feed(payload)
         if not assembler.finished and as_list(payload.get("candidates")):
             assembler.raw_finish = "FINISH_REASON_UNSPECIFIED"
         return assembler.response()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Stream one call: deltas as they arrive, then the final response.
-
-        The response is yielded only once a chunk carried a ``finishReason`` (or the prompt was
-        blocked); a stream that ends before raises a retryable :class:`MalformedResponseError`.
-        """
-        call = self._call("streamGenerateContent", {"alt": "sse"})
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta | ModelResponse]:
+        # The response is yielded only once a chunk carried a ``finishReason`` (or the prompt
+        # was blocked).
+        call = self._call(f"/models/{self._model}:streamGenerateContent", {"alt": "sse"})
         assembler = _Assembler(self._model)
         # Gemini may write an error object without a ``data:`` prefix, over several lines.
         decoder = SSEDecoder(keep_unknown_lines=True)
-        async with open_stream(call, self.build_body(request)) as response:
-            async for chunk in response.aiter_bytes():
-                for event in decoder.feed(chunk):
-                    payload = as_obj(decode_json(event.data, _PROVIDER))
-                    self._raise_if_error(payload, event.data)
+        async with open_stream(call, self.build_body(request)) as reply:
+            if not reply.is_stream:
+                for item in self._whole(reply, self._response):
+                    yield item
+                return
+            async with aclosing(self._payloads(reply, decoder)) as events:
+                async for payload in events:
                     for delta in assembler.feed(payload):
                         yield delta
         if not assembler.finished and decoder.unknown_lines:
             bare = "\n".join(decoder.unknown_lines)
-            payload = as_obj(decode_json(bare, _PROVIDER))
-            self._raise_if_error(payload, bare)
+            self._raise_if_error(as_obj(decode_json(bare, _PROVIDER)), body=bare, streamed=True)
         yield assembler.response()

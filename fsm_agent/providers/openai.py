@@ -9,14 +9,14 @@ in ``reasoning_content`` or ``reasoning``, and non-standard finish reasons.
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Mapping
-from typing import Literal
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Literal, Unpack
 
 import httpx
-from pydantic import JsonValue, SecretStr
+from pydantic import JsonValue
 
-from ..errors import ConfigurationError, MalformedResponseError, ProviderServerError
+from ..errors import MalformedResponseError, ProviderServerError
 from ..messages import (
     FinishReason,
     ImagePart,
@@ -43,24 +43,14 @@ from ._assembly import (
     as_str,
     build_response,
     canonical_json,
-    decode_json,
     finish_tool_call,
     object_arguments,
 )
-from ._http import (
-    DEFAULT_MAX_RETRY_AFTER,
-    Call,
-    ClientHolder,
-    ErrorInfo,
-    Timeouts,
-    classify_error,
-    open_stream,
-    post_json,
-    resolve_api_key,
-)
+from ._base import ProviderBase, ProviderOptions
+from ._http import ErrorInfo, open_stream
 from ._sse import SSEDecoder
 
-__all__ = ["OpenAIChatModel", "openai_finish_reason"]
+__all__ = ["EmptyContent", "OpenAIChatModel", "openai_finish_reason"]
 
 _PROVIDER = "openai"
 _OFFICIAL_HOST = "api.openai.com"
@@ -144,7 +134,15 @@ def _wire_call(call: ToolCall) -> JSONObject:
     return wire
 
 
-def _wire_messages(request: ModelRequest, system_role: str) -> list[JSONObject]:
+EmptyContent = Literal["empty", "null", "omit"]
+"""How an assistant turn without text (one that only calls tools) carries its ``content``:
+``"empty"`` sends ``""`` (what strict servers require), ``"null"`` sends ``null``, ``"omit"``
+leaves the field out."""
+
+
+def _wire_messages(
+    request: ModelRequest, system_role: str, empty: EmptyContent
+) -> list[JSONObject]:
     wire: list[JSONObject] = []
     for message in request.messages:
         if message.role is Role.SYSTEM:
@@ -152,7 +150,11 @@ def _wire_messages(request: ModelRequest, system_role: str) -> list[JSONObject]:
         elif message.role is Role.USER:
             wire.append({"role": "user", "content": _user_content(message)})
         elif message.role is Role.ASSISTANT:
-            entry: JSONObject = {"role": "assistant", "content": message.text or None}
+            entry: JSONObject = {"role": "assistant"}
+            if message.text or empty == "empty":
+                entry["content"] = message.text
+            elif empty == "null":
+                entry["content"] = None
             if message.tool_calls:
                 entry["tool_calls"] = [_wire_call(c) for c in message.tool_calls]
             wire.append(entry)
@@ -320,92 +322,52 @@ def _fail_if_aborted(raw: str) -> None:
         )
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(ProviderBase):
     """A Chat Completions model on OpenAI or any OpenAI-compatible server.
 
     ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL`` (else the
     OpenAI endpoint). A local server without auth needs no key. Instructions go out as a
     ``developer`` message on the OpenAI endpoint and as ``system`` elsewhere (``system_role``
     overrides); the output limit is ``max_completion_tokens`` on OpenAI and ``max_tokens``
-    elsewhere (``max_tokens_field`` overrides). Pass ``client`` to share an ``httpx.AsyncClient``.
+    elsewhere (``max_tokens_field`` overrides). An assistant turn that only calls tools carries
+    ``"content": ""`` (``empty_content`` overrides). Pass ``client`` to share an
+    ``httpx.AsyncClient``.
     """
+
+    provider = _PROVIDER
+    _key_env = ("OPENAI_API_KEY",)
+    _url_env = "OPENAI_BASE_URL"
+    _default_url = "https://api.openai.com/v1"
+    _auth_header = "authorization"
+    _auth_scheme = "Bearer "
+    _parse_error = staticmethod(_error_info)
 
     def __init__(
         self,
         model: str,
         *,
-        api_key: str | SecretStr | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
-        timeouts: Timeouts | None = None,
-        context_window: int | None = None,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         system_role: Literal["system", "developer"] | None = None,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
-        extra_headers: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        empty_content: EmptyContent = "empty",
+        **options: Unpack[ProviderOptions],
     ) -> None:
-        environ = os.environ if env is None else env
-        if not model:
-            raise ConfigurationError("OpenAIChatModel needs a model name")
-        self._model = model
-        self._api_key = resolve_api_key(api_key, environ, "OPENAI_API_KEY")
-        url = base_url or environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self._base_url = url.rstrip("/")
+        super().__init__(model, **options)
         official = httpx.URL(self._base_url).host == _OFFICIAL_HOST
         self._system_role = system_role or ("developer" if official else "system")
         self._max_tokens_field = max_tokens_field or (
             "max_completion_tokens" if official else "max_tokens"
         )
-        self._timeouts = timeouts or Timeouts()
-        self._clients = ClientHolder(client, self._timeouts)
-        self._context_window = context_window
-        self._max_retry_after = max_retry_after
-        self._extra_headers = dict(extra_headers or {})
-
-    @property
-    def name(self) -> str:
-        """``"openai:<model>"``."""
-        return f"{_PROVIDER}:{self._model}"
-
-    @property
-    def context_window(self) -> int | None:
-        """The context window given at construction, or ``None``."""
-        return self._context_window
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel(model={self._model!r}, base_url={self._base_url!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model created (a client passed in stays open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _call(self) -> Call:
-        headers = {"content-type": "application/json", **self._extra_headers}
-        if self._api_key is not None:
-            headers["authorization"] = f"Bearer {self._api_key.get_secret_value()}"
-        return Call(
-            client=self._clients.get(),
-            url=f"{self._base_url}/chat/completions",
-            headers=headers,
-            provider=_PROVIDER,
-            parse_error=_error_info,
-            timeouts=self._timeouts,
-            max_retry_after=self._max_retry_after,
-            secret=self._api_key,
-        )
+        self._empty_content: EmptyContent = empty_content
 
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
-        """The Chat Completions JSON body for ``request``."""
+        """The Chat Completions JSON body for ``request``.
+
+        ``tool_choice`` and ``parallel_tool_calls`` go out only with ``tools``: OpenAI-style
+        APIs reject them alone.
+        """
         body: JSONObject = {
             "model": self._model,
-            "messages": _wire_messages(request, self._system_role),
+            "messages": _wire_messages(request, self._system_role, self._empty_content),
         }
         if request.tools:
             body["tools"] = [
@@ -422,13 +384,13 @@ class OpenAIChatModel:
             ]
             if request.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = request.parallel_tool_calls
-        if request.tool_choice is not None:
-            choice = request.tool_choice
-            body["tool_choice"] = (
-                choice
-                if choice in ("auto", "none", "required")
-                else {"type": "function", "function": {"name": choice}}
-            )
+            if request.tool_choice is not None:
+                choice = request.tool_choice
+                body["tool_choice"] = (
+                    choice
+                    if choice in ("auto", "none", "required")
+                    else {"type": "function", "function": {"name": choice}}
+                )
         if request.max_tokens is not None:
             body[self._max_tokens_field] = request.max_tokens
         if request.temperature is not None:
@@ -442,15 +404,17 @@ class OpenAIChatModel:
             body["stream_options"] = {"include_usage": True}
         return body
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One non-streaming call."""
-        call = self._call()
-        payload = as_obj(await post_json(call, self.build_body(request, stream=False)))
-        if payload.get("error"):
-            raise classify_error(provider=_PROVIDER, status=None, info=_error_info(payload))
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        call = self._call("/chat/completions")
+        return self._response(await self._post(call, self.build_body(request, stream=False)))
+
+    def _response(self, payload: JSONObject) -> ModelResponse:
+        """The response of a whole ``chat.completion`` body."""
         choices = as_list(payload.get("choices"))
         if not choices:
-            raise MalformedResponseError(f"{_PROVIDER}: the response has no choices")
+            raise MalformedResponseError(
+                f"{_PROVIDER}: the response has no choices", provider=_PROVIDER
+            )
         choice = as_obj(choices[0])
         message = as_obj(choice.get("message"))
         raw = as_str(choice.get("finish_reason"))
@@ -492,33 +456,18 @@ class OpenAIChatModel:
             as_str(payload.get("model")) or self._model,
         )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Stream one call: deltas as they arrive, then the final response.
-
-        The response is yielded only after ``[DONE]`` (or a clean end right after the
-        finish_reason); an earlier end raises a retryable :class:`MalformedResponseError`.
-        """
-        call = self._call()
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta | ModelResponse]:
+        # The response is yielded only after ``[DONE]`` (or a clean end right after the
+        # finish_reason).
+        call = self._call("/chat/completions")
         assembler = _StreamAssembler(self._model)
-        decoder = SSEDecoder()
-        async with open_stream(call, self.build_body(request, stream=True)) as response:
-            done = False
-            async for chunk in response.aiter_bytes():
-                for event in decoder.feed(chunk):
-                    if event.data == "[DONE]":
-                        done = True
-                        break
-                    payload = as_obj(decode_json(event.data, _PROVIDER))
-                    if payload.get("error"):
-                        raise classify_error(
-                            provider=_PROVIDER,
-                            status=None,
-                            info=_error_info(payload),
-                            body=event.data,
-                            secret=self._api_key,
-                        )
+        async with open_stream(call, self.build_body(request, stream=True)) as reply:
+            if not reply.is_stream:
+                for item in self._whole(reply, self._response):
+                    yield item
+                return
+            async with aclosing(self._payloads(reply, SSEDecoder(), sentinel="[DONE]")) as events:
+                async for payload in events:
                     for delta in assembler.feed(payload):
                         yield delta
-                if done:
-                    break
         yield assembler.response()

@@ -1,0 +1,141 @@
+"""``fsm-agent check``: prove a policy terminates within its bounds, from the command line: the
+parametric proof over the table first, the exhaustive exploration on request."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..machine.bounds import bounds
+from ..machine.checker import DEFAULT_MAX_STATES, check
+from ..machine.formulas import FORMULAS, evaluate_all
+from ..machine.guards import Limits
+from ..machine.proof import Proof, prove
+from ..policy import Policy, limits_of
+from .args import finite_positive_float, positive_int, read_policy
+
+__all__ = ["add_check_arguments", "run_check_command"]
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``fsm-agent check`` to ``parser``."""
+    parser.add_argument(
+        "--policy", metavar="FILE", help="a Policy as JSON (default: the default policy)"
+    )
+    parser.add_argument(
+        "--verifier", action="store_true", help="check with a verifier (or require_done_tool)"
+    )
+    parser.add_argument(
+        "--no-stop-conditions",
+        action="store_true",
+        help="the agent has no stop conditions (their rows are then reported as disabled)",
+    )
+    parser.add_argument(
+        "--model-call-budget",
+        metavar="N",
+        type=positive_int,
+        help="also prove that no run makes more than N model calls",
+    )
+    parser.add_argument(
+        "--model-timeout",
+        metavar="SECONDS",
+        type=finite_positive_float,
+        help="the longest one model call can take (for the wall-clock bound)",
+    )
+    parser.add_argument(
+        "--max-states",
+        metavar="N",
+        type=positive_int,
+        default=DEFAULT_MAX_STATES,
+        help=f"give up after N abstract states (default {DEFAULT_MAX_STATES:,})",
+    )
+    parser.add_argument(
+        "--explore",
+        action="store_true",
+        help="also explore every abstract state of the policy (exhaustive; slower as the "
+        "limits grow)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the exploration as JSON")
+
+
+def run_check_command(args: argparse.Namespace) -> int:
+    """Run ``fsm-agent check``: the parametric proof first, then the exhaustive search when asked
+    (``--explore``, ``--json``, ``--model-call-budget``) or when the proof does not cover the
+    policy. Exit 0 when proven, 1 on a violation or an inconclusive search, 2 when the policy
+    file cannot be read."""
+    policy = Policy() if args.policy is None else read_policy(args.policy)
+    proof = prove()
+    limits = limits_of(policy, verification=args.verifier)
+    why = _why_explore(args, proof, limits)
+    if why is None:
+        print(_parametric(proof, policy, args))
+        return 0
+    report = check(
+        policy,
+        verification=args.verifier,
+        stop_conditions=not args.no_stop_conditions,
+        model_timeout_s=args.model_timeout,
+        model_call_budget=args.model_call_budget,
+        max_states=args.max_states,
+    )
+    if args.json:
+        data = report.to_dict()
+        data["parametric"] = {
+            "terminates": proof.terminates,
+            "relies_on": [b.value for b in proof.relies_on],
+            "measures": [[m.counter.value, m.limit.value] for m in proof.measures],
+            "unranked": [[s.value for s in stuck.states] for stuck in proof.stuck],
+        }
+        print(json.dumps(data, indent=2))
+    else:
+        print(_parametric(proof, policy, args, verdict=False))
+        print(f"exploring every abstract state: {why}")
+        print(report.format())
+    return 0 if report.proven else 1
+
+
+def _show(value: int | None) -> str:
+    return "unbounded" if value is None else str(value)
+
+
+def _why_explore(args: argparse.Namespace, proof: Proof, limits: Limits) -> str | None:
+    """Why the exhaustive search runs after the proof, or ``None`` when the proof suffices."""
+    if args.explore:
+        return "--explore"
+    if args.json:
+        return "--json prints the exploration"
+    if args.model_call_budget is not None:
+        return "--model-call-budget is checked against every run"
+    if not proof.terminates:
+        return "the parametric proof leaves a cycle unranked"
+    unset = proof.unbounded_by(limits)
+    if unset:
+        names = ", ".join(f"{b.value}=None" for b in unset)
+        return f"the proof relies on {names}; only the driver's limits can end such a run"
+    return None
+
+
+def _parametric(
+    proof: Proof, policy: Policy, args: argparse.Namespace, *, verdict: bool = True
+) -> str:
+    """The parametric verdict, the formulas, and their values for ``policy``."""
+    computed = bounds(policy, verification=args.verifier, model_timeout_s=args.model_timeout)
+    head = "PROVEN for every policy that sets " + " and ".join(b.value for b in proof.relies_on)
+    if not proof.terminates:
+        head = "NOT PROVEN"
+    lines = [
+        f"check (parametric): {head} ({proof.elapsed_s * 1000:.1f} ms)"
+        if verdict
+        else f"parametric proof: {head}",
+        *(f"  {line}" for line in proof.lines()),
+        "  bounds, as formulas over the limits (None is infinite; a >= b reads 1 or 0):",
+        *(
+            f"    {name:<16} = {formula} = {_show(value)}"
+            for (name, formula), value in zip(
+                FORMULAS.items(), evaluate_all(policy).values(), strict=True
+            )
+        ),
+        "  for this policy, with the derivations:",
+        *(f"    {line}" for line in computed.lines()),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""``fsm-agent diagram``: the machine as DOT, SVG, PNG or Mermaid, with a policy's numbers or a
+recorded run drawn on it; and the checked-in diagrams (``--write-all``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import diagrams
+from ..errors import CheckpointError, UnknownRunError
+from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent
+from ..machine.agent_machine import Move
+from ..machine.table import State
+from ..replay import is_recording, read_recording
+from .args import PROG, UsageError, mask_url, read_policy, writable_file, write_output
+
+__all__ = [
+    "REGENERATE",
+    "RecordedRun",
+    "add_arguments",
+    "check_gallery",
+    "events_of",
+    "gallery",
+    "handle",
+    "read_run",
+    "write_gallery",
+]
+
+REGENERATE = "python -m fsm_agent diagram --write-all diagrams/"
+"""The command that regenerates the checked-in diagrams."""
+
+_FORMATS = ("dot", "svg", "png", "mermaid")
+_FORMAT_OF_SUFFIX = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png", ".mmd": "mermaid"}
+_STORE_PREFIXES = ("sqlite:///", "postgresql://", "postgres://")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``fsm-agent diagram``."""
+    parser.add_argument(
+        "--format",
+        choices=_FORMATS,
+        help="output format (default: from the -o suffix, else dot)",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", type=writable_file, help="write here (default: stdout)"
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a policy as JSON: fill the guards with its numbers, grey what it makes unreachable "
+        "(default: the recorded run's policy with --trace, else the default policy)",
+    )
+    parser.add_argument(
+        "--verifier", action="store_true", help="with --policy: the agent has a verifier"
+    )
+    parser.add_argument(
+        "--stop-conditions",
+        action="store_true",
+        help="with --policy: the agent has stop conditions",
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="RUN",
+        help="draw a run on the machine: a recording or JSONL event trace (--record FILE), or a "
+        "stored run as STORE#RUN_ID (e.g. sqlite:///runs.db#run_42)",
+    )
+    parser.add_argument(
+        "--write-all",
+        metavar="DIR",
+        help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg) to DIR",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --write-all: only check that DIR is up to date (exit 1 when stale)",
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Draw the machine; 1 when ``--write-all --check`` finds stale diagrams."""
+    if args.write_all is not None:
+        others = [args.format, args.output, args.policy, args.trace]
+        if any(value is not None for value in others) or args.verifier or args.stop_conditions:
+            raise UsageError("--write-all takes no other option than --check")
+        return _write_all(args.write_all, check=args.check)
+    if args.check:
+        raise UsageError("--check needs --write-all DIR")
+    if (args.verifier or args.stop_conditions) and args.policy is None:
+        raise UsageError("--verifier and --stop-conditions describe an agent: add --policy FILE")
+    fmt = _format_of(args)
+    if fmt == "png" and args.output is None:
+        raise UsageError("PNG is binary: pass -o FILE")
+    scope = None
+    title = "fsm_agent"
+    if args.policy is not None:
+        policy = read_policy(args.policy)
+        scope = diagrams.Scope.of(
+            policy, verifier=args.verifier, stop_conditions=args.stop_conditions
+        )
+        title += f": policy {Path(args.policy).name}"
+    run = None
+    if args.trace is not None:
+        recorded = read_run(args.trace)
+        run = recorded.path
+        if scope is None:
+            scope = recorded.scope
+        title += f": run {Path(recorded.name).name}"
+    drawing = diagrams.plan(scope=scope, run=run, title=title)
+    content: str | bytes
+    if fmt == "mermaid":
+        content = diagrams.to_mermaid(drawing)
+    elif fmt == "dot":
+        content = diagrams.to_dot(drawing)
+    else:
+        content = diagrams.render(diagrams.to_dot(drawing), "png" if fmt == "png" else "svg")
+    if args.output is None:
+        sys.stdout.write(content if isinstance(content, str) else content.decode())
+    else:
+        write_output(args.output, content)
+    return 0
+
+
+def _format_of(args: argparse.Namespace) -> str:
+    """The output format: ``--format``, else the ``-o`` suffix's, else DOT; the two must agree."""
+    by_suffix = None
+    if args.output is not None:
+        by_suffix = _FORMAT_OF_SUFFIX.get(Path(args.output).suffix.lower())
+    if args.format is None:
+        if args.output is None:
+            return "dot"
+        if by_suffix is None:
+            raise UsageError(f"cannot tell the format from {args.output!r}: pass --format")
+        return by_suffix
+    if by_suffix is not None and by_suffix != args.format:
+        raise UsageError(
+            f"--format {args.format} does not match {args.output!r}: change the suffix or the "
+            "format"
+        )
+    return str(args.format)
+
+
+# --- reading a run to draw --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRun:
+    """A run read back to be drawn: its walk, a name for the title, and the scope of the agent
+    that made it when the file says (a recording holds its policy; a bare trace or a stored
+    run does not, and is drawn on the default machine)."""
+
+    path: diagrams.RunPath
+    name: str
+    scope: diagrams.Scope | None = None
+
+
+def events_of(run_id: str, trace: list[Move], state: State) -> list[Event]:
+    """The ``state_changed`` events of a stored trace (and its ending), as a run emitted them."""
+    events: list[Event] = [
+        StateChangedEvent(
+            run_id=run_id,
+            source=m.source,
+            outcome=m.outcome,
+            dest=m.dest,
+            row=m.row,
+            stop_reason=m.stop,
+        )
+        for m in trace
+    ]
+    stop = next((m.stop for m in reversed(trace) if m.stop is not None), None)
+    if state is State.DONE and stop is not None:
+        events.append(FinalEvent(run_id=run_id, output="", stop_reason=stop))
+    elif state is State.ABORTED and stop is not None:
+        events.append(AbortedEvent(run_id=run_id, stop_reason=stop))
+    return events
+
+
+def read_run(target: str) -> RecordedRun:
+    """The run ``target`` names: a stored run (``sqlite:///PATH#RUN_ID``,
+    ``postgresql://…#RUN_ID``), a recording, or an event trace."""
+    if target.startswith(_STORE_PREFIXES):
+        return _read_stored_run(target)
+    try:
+        if is_recording(target):
+            recording = read_recording(target)
+            header = recording.header
+            scope = diagrams.Scope.of(header.policy, verifier=header.verifier)
+            return RecordedRun(diagrams.RunPath.from_events(recording.events), target, scope)
+        return RecordedRun(diagrams.read_trace(target), target)
+    except OSError as exc:
+        raise UsageError(f"cannot read trace {target!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read trace {target!r}: not UTF-8 text") from None
+    except diagrams.TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_stored_run(target: str) -> RecordedRun:
+    from ..persistence import open_checkpointer
+
+    store_url, _, run_id = target.rpartition("#")
+    if not store_url or not run_id:
+        raise UsageError(f"--trace {mask_url(target)!r}: name the run as STORE#RUN_ID")
+    if store_url.startswith("sqlite:///") and not Path(store_url[len("sqlite:///") :]).is_file():
+        raise UsageError(f"--trace: no SQLite store at {store_url[len('sqlite:///') :]!r}")
+    try:
+        store = open_checkpointer(store_url)
+    except CheckpointError as exc:
+        raise UsageError(mask_url(store_url, f"cannot open {store_url!r}: {exc}")) from None
+    try:
+        state = store.load(run_id).state
+    except UnknownRunError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        store.close()
+    return RecordedRun(
+        diagrams.RunPath.from_events(events_of(run_id, state.trace, state.state)), run_id
+    )
+
+
+# --- the checked-in diagrams ------------------------------------------------------------------
+
+
+def gallery() -> dict[str, str]:
+    """The checked-in diagrams, by file name: the text of ``.dot``/``.mmd`` files, and for each
+    ``.svg`` the DOT it is rendered from (the demo run drawn on the demo's machine)."""
+    from .demo import demo_drawing, demo_events
+
+    async def collect() -> list[Event]:
+        return [event async for event in demo_events()]
+
+    dot = diagrams.to_dot()
+    return {
+        "agent.dot": dot,
+        "agent.mmd": diagrams.to_mermaid(),
+        "agent.svg": dot,
+        "demo-run.svg": diagrams.to_dot(demo_drawing(asyncio.run(collect()))),
+    }
+
+
+def write_gallery(directory: str | os.PathLike[str]) -> list[str]:
+    """Write :func:`gallery` to ``directory``, rendering the SVGs; returns the file names."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    sources = gallery()
+    for name, source in sources.items():
+        if name.endswith(".svg"):
+            (target / name).write_bytes(diagrams.stamp_svg(diagrams.render(source), source))
+        else:
+            (target / name).write_text(source, encoding="utf-8")
+    return sorted(sources)
+
+
+def check_gallery(directory: str | os.PathLike[str]) -> list[str]:
+    """The names of the files in ``directory`` that are missing or stale against
+    :func:`gallery` (an SVG is stale when its stamped DOT digest differs)."""
+    stale = []
+    for name, source in gallery().items():
+        path = Path(directory) / name
+        if not path.is_file():
+            stale.append(name)
+        elif name.endswith(".svg"):
+            if diagrams.svg_digest(path.read_bytes()) != diagrams.dot_digest(source):
+                stale.append(name)
+        elif path.read_text(encoding="utf-8") != source:
+            stale.append(name)
+    return stale
+
+
+def _write_all(directory: str, *, check: bool) -> int:
+    if check:
+        stale = check_gallery(directory)
+        if stale:
+            print(
+                f"{PROG}: stale diagrams in {directory}: {', '.join(stale)}; run: {REGENERATE}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    try:
+        names = write_gallery(directory)
+    except OSError as exc:
+        raise UsageError(f"cannot write to {directory!r}: {exc.strerror}") from None
+    for name in names:
+        print(Path(directory) / name)
+    return 0

@@ -1,0 +1,142 @@
+"""``fsm-agent fuzz``: the command line of :mod:`fsm_agent.fuzzing`.
+
+Neither this module nor the fuzzer imports hypothesis (the ``[testing]`` extra, needed only by
+the strategies for your own property tests): ``fsm-agent fuzz`` works without it.
+
+Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test);
+2 a usage error (a bad target, an unknown profile, a factory that does not build an agent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..fuzzing import FuzzProgress
+
+__all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
+
+PROFILE_NAMES = ("dev", "ci", "fuzz")
+
+
+def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``fsm-agent fuzz`` to ``parser``."""
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="your agent factory as module:function, called with a model, returning an Agent "
+        "(default: the built-in agent with generated policies, hooks and verifiers)",
+    )
+    parser.add_argument(
+        "--examples", metavar="N", type=_positive_int, help="examples to run (default: profile's)"
+    )
+    parser.add_argument("--seed", metavar="N", type=int, help="random seed (default: profile's)")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        default="dev",
+        help="dev: 300 examples; ci: 3,000 with seed 0; fuzz: up to 10 minutes (default: dev)",
+    )
+    parser.add_argument(
+        "--max-seconds", metavar="S", type=float, help="stop after S seconds (default: profile's)"
+    )
+    parser.add_argument(
+        "--jobs",
+        metavar="N",
+        type=_positive_int,
+        default=1,
+        help="run in N processes, the examples split between them (default: 1)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def load_factory(target: str) -> Any:
+    """The object ``module:attribute`` names (the current directory is importable, as for
+    ``python -m``); raises ``ValueError`` with a one-line reason."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"TARGET must look like module:factory, not {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if not callable(value):
+        raise ValueError(f"{target} is not callable")
+    return value
+
+
+def run_fuzz_command(args: argparse.Namespace) -> int:
+    """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
+    from .. import fuzzing
+    from ..fuzzing.jobs import fuzz_in_processes
+
+    profile = fuzzing.PROFILES[args.profile]
+    factory = None
+    if args.target is not None:
+        try:
+            factory = load_factory(args.target)
+        except ValueError as exc:
+            print(f"fsm-agent fuzz: {exc}", file=sys.stderr)
+            return 2
+    last = [0.0]
+
+    def progress(p: FuzzProgress) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            rate = p.examples / p.elapsed_s if p.elapsed_s else 0.0
+            print(
+                f"fuzz: {p.examples:,} examples ({rate:,.0f}/s), {p.distinct_paths:,} paths, "
+                f"{p.invariants_checked:,} invariants checked, slowest "
+                f"{p.slowest_s * 1000:.1f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    examples = args.examples or profile.examples
+    seed = args.seed if args.seed is not None else profile.seed
+    max_seconds = args.max_seconds if args.max_seconds is not None else profile.max_seconds
+    try:
+        if args.jobs > 1:
+            report = fuzz_in_processes(
+                args.target,
+                jobs=args.jobs,
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+                progress=progress,
+            )
+        else:
+            report = fuzzing.fuzz(
+                factory,
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+                target=args.target,
+                progress=progress,
+            )
+    except Exception as exc:  # the factory could not build an agent, or a process failed
+        print(
+            f"fsm-agent fuzz: cannot fuzz the target: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
+        return 2
+    print(report.format())
+    return 0 if report.ok else 1

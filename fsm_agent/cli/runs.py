@@ -1,0 +1,107 @@
+"""``fsm-agent runs``: list the runs of a checkpoint store, or show one."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from ..errors import CheckpointError, UnknownRunError
+from ..persistence import Checkpointer, open_checkpointer
+from .args import UsageError, existing_store, mask_url, nonnegative_int
+
+__all__ = ["add_arguments", "handle"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``fsm-agent runs``."""
+    parser.add_argument("action", choices=("list", "show"), help="list the runs, or show one")
+    parser.add_argument("run_id", nargs="?", help="with show: the run")
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="STORE",
+        type=existing_store,
+        help="the checkpoint store: a SQLite path, sqlite:///PATH or postgresql://…",
+    )
+    parser.add_argument(
+        "--last",
+        type=nonnegative_int,
+        default=10,
+        metavar="N",
+        help="with show: the last N moves and calls (default: %(default)s; 0 for none)",
+    )
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+def handle(args: argparse.Namespace) -> int:
+    """List the runs of a store, or show one."""
+    if args.action == "show" and not args.run_id:
+        raise UsageError("runs show needs a RUN_ID")
+    if args.action == "list" and args.run_id:
+        raise UsageError("runs list takes no RUN_ID")
+    try:
+        store = open_checkpointer(args.db)
+    except CheckpointError as exc:
+        raise UsageError(mask_url(args.db, f"cannot open {args.db!r}: {exc}")) from None
+    try:
+        if args.action == "list":
+            _list(store)
+        else:
+            _show(store, args.run_id, args.last)
+    except UnknownRunError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        store.close()
+    return 0
+
+
+def _list(store: Checkpointer) -> None:
+    runs = store.runs()
+    if not runs:
+        print("no runs")
+        return
+    print(f"{'run id':<40} {'state':<11} {'stop reason':<16} {'steps':>5} {'ckpts':>5}  updated")
+    for run in runs:
+        stop = run.stop_reason.value if run.stop_reason else "-"
+        print(
+            f"{run.run_id:<40} {run.state.value:<11} {stop:<16} {run.steps:>5} "
+            f"{run.version:>5}  {_when(run.updated_at)}"
+        )
+
+
+def _show(store: Checkpointer, run_id: str, last: int) -> None:
+    checkpoint = store.load(run_id)
+    rs = checkpoint.state
+    print(f"run        {rs.run_id}")
+    print(f"state      {rs.state.value}")
+    print(f"stop       {rs.stop_reason.value if rs.stop_reason else '-'}")
+    print(f"checkpoint {checkpoint.version} at {_when(checkpoint.saved_at)}")
+    counters = ", ".join(f"{name}={value}" for name, value in rs.counters._asdict().items())
+    print(f"counters   {counters}")
+    print(f"calls      model={rs.model_calls} tools={rs.tool_executions}")
+    usage = rs.usage
+    print(
+        f"usage      requests={usage.requests} input={usage.input_tokens} "
+        f"output={usage.output_tokens}"
+    )
+    print(f"messages   {len(rs.messages)}")
+    if rs.output is not None:
+        print(f"output     {rs.output}")
+    if rs.error is not None:
+        print(f"error      {rs.error}")
+    for request in rs.human_requests:
+        print(f"waiting    {request.kind} for {request.call.name} ({request.call.id})")
+    if last:
+        print(f"last moves ({min(last, len(rs.trace))} of {len(rs.trace)}):")
+        for move in rs.trace[-last:]:
+            stop = f"  [{move.stop.value}]" if move.stop is not None else ""
+            print(f"  {move.source.value} --{move.outcome.value}--> {move.dest.value}{stop}")
+        effects = list(store.effects(run_id).values())
+        if effects:
+            print(f"last calls ({min(last, len(effects))} of {len(effects)}):")
+            for record in effects[-last:]:
+                status = "intent only (outcome unknown)" if record.result is None else "recorded"
+                print(f"  {run_id}/{record.key}: {status}")

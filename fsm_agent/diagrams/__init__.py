@@ -1,0 +1,52 @@
+"""Diagrams of the machine, drawn from the same table that runs it.
+
+Three layers, each usable alone (modules :mod:`.text`, :mod:`.trace` and :mod:`.render`):
+
+1. :func:`plan` turns the rows, optionally a :class:`Scope` (a policy's numbers and the outcomes
+   its agent can never report) and a :class:`RunPath` (a recorded run), into plain data: one
+   :class:`Node` per state and one :class:`Edge` per row, with labels and flags.
+2. :func:`to_dot` and :func:`to_mermaid` write that data as Graphviz DOT and as Mermaid
+   ``stateDiagram-v2`` text: pure, deterministic, no dependency. Styles are data
+   (:data:`DOT_STYLES`).
+3. :func:`render` lays DOT out as SVG or PNG with Graphviz: through ``pygraphviz`` (its wheels
+   bundle the Graphviz libraries), else the ``graphviz`` package and a system ``dot``, else a
+   :class:`RenderingUnavailableError` that says what to install.
+
+An edge reads like a UML transition, ``outcome [guard] / stop reason``; where several rows share a
+(state, outcome), they are numbered in the order they are tried and the last one reads ``[else]``.
+"""
+
+from __future__ import annotations
+
+from ..machine.guards import guard_label
+from .render import (
+    RenderFormat,
+    RenderingUnavailableError,
+    dot_digest,
+    render,
+    stamp_svg,
+    svg_digest,
+)
+from .text import DOT_STYLES, Edge, Node, Plan, Scope, plan, to_dot, to_mermaid
+from .trace import RunPath, TraceError, read_trace
+
+__all__ = [
+    "DOT_STYLES",
+    "Edge",
+    "Node",
+    "Plan",
+    "RenderFormat",
+    "RenderingUnavailableError",
+    "RunPath",
+    "Scope",
+    "TraceError",
+    "dot_digest",
+    "guard_label",
+    "plan",
+    "read_trace",
+    "render",
+    "stamp_svg",
+    "svg_digest",
+    "to_dot",
+    "to_mermaid",
+]

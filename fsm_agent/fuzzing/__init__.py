@@ -1,0 +1,310 @@
+"""Fuzzing: seeded bytes decode into runs, the real kernel plays them, the invariants judge each.
+
+A generated :class:`FuzzCase` is a model script (text, tool calls with malformed arguments,
+unknown tools and repeated ids, every finish reason, retryable and fatal errors with
+Retry-After, streamed in fragments or not) plus, for the built-in agent, a policy, verifier
+answers, hook behaviours, a stop condition, human decisions and a cancel or pause point. The
+built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeout), slow
+(virtual time), huge output, done, ask a human, needs approval, cancel from inside.
+
+:func:`fuzz` runs cases on the real kernel with a virtual clock (retry backoff takes no time),
+resumes suspended runs, and checks every run invariant after every run (invariant 2
+against :func:`fsm_agent.machine.bounds.bounds`). A run that does not end by itself is stopped and
+reported. Cases are decoded from seeded random bytes (the same seed, the same examples); on a
+violation the bytes are shrunk (:mod:`._fuzz_shrink`), and the report carries the shrunk case
+as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
+Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
+replaces the agent's runtime with its virtual clock.
+
+:func:`fuzz` does not need hypothesis; the strategies for your own property tests
+(:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans`, :func:`verifiers`) do
+(``pip install -e '.[testing]'`` in a checkout), and import it when first used.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .case import (
+    DEFAULT_TOOLS,
+    RUNAWAY_MOVES,
+    AgentFactory,
+    FuzzCase,
+    FuzzDeps,
+    FuzzModel,
+    HookPlan,
+    StreamingFuzzModel,
+    run_case,
+    turn_source,
+)
+from .decoding import Choices, read_case, read_hook_plan, read_policy, read_script
+from .engine import Engine, Found, Session
+from .invariants import (
+    ABORT_REASONS,
+    DONE_REASONS,
+    INVARIANTS,
+    InvariantViolation,
+    RunRecord,
+    check_history,
+    check_invariants,
+)
+
+if TYPE_CHECKING:
+    from .strategies import cases, hook_plans, policies, scripts, verifiers
+
+__all__ = [
+    "ABORT_REASONS",
+    "DEFAULT_TOOLS",
+    "DONE_REASONS",
+    "INVARIANTS",
+    "PROFILES",
+    "RUNAWAY_MOVES",
+    "AgentFactory",
+    "Choices",
+    "FuzzCase",
+    "FuzzDeps",
+    "FuzzFailure",
+    "FuzzModel",
+    "FuzzProfile",
+    "FuzzProgress",
+    "FuzzReport",
+    "HookPlan",
+    "InvariantViolation",
+    "RunRecord",
+    "StreamingFuzzModel",
+    "cases",
+    "check_case",
+    "check_history",
+    "check_invariants",
+    "fuzz",
+    "hook_plans",
+    "policies",
+    "read_case",
+    "read_hook_plan",
+    "read_policy",
+    "read_script",
+    "regression_test",
+    "run_case",
+    "scripts",
+    "turn_source",
+    "verifiers",
+]
+
+_STRATEGIES = frozenset({"cases", "hook_plans", "policies", "scripts", "verifiers"})
+
+
+def __getattr__(name: str) -> Any:
+    """The hypothesis strategies, imported on first use (``fuzz`` runs without hypothesis)."""
+    if name in _STRATEGIES:
+        from . import strategies as _fuzz_strategies
+
+        return getattr(_fuzz_strategies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzProfile:
+    """A named fuzzing effort for ``fsm-agent fuzz --profile``."""
+
+    examples: int
+    seed: int | None = None  # None: a fresh random seed per session
+    max_seconds: float | None = None
+
+
+PROFILES: dict[str, FuzzProfile] = {
+    "dev": FuzzProfile(examples=300),
+    "ci": FuzzProfile(examples=3_000, seed=0),  # derandomized: the same cases on every push
+    "fuzz": FuzzProfile(examples=1_000_000, max_seconds=600),
+}
+"""The built-in profiles: ``dev`` (quick), ``ci`` (thorough, fixed seed), ``fuzz`` (long)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzFailure:
+    """A violation: the shrunk case, what broke, and a pytest test that reproduces it."""
+
+    case: FuzzCase
+    error: str
+    invariant: int | None  # None: the run raised instead of ending
+    test_source: str
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzProgress:
+    """Where a fuzzing session is, as reported after every batch."""
+
+    examples: int
+    distinct_paths: int
+    invariants_checked: int
+    elapsed_s: float
+    slowest_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzReport:
+    """What a fuzzing session did and found."""
+
+    examples: int
+    distinct_paths: int  # different move sequences (rows fired, in order) seen
+    invariants_checked: int  # invariant checks that passed, over every run
+    elapsed_s: float
+    seed: int
+    slowest_s: float
+    slowest_case: FuzzCase | None
+    failure: FuzzFailure | None
+
+    @property
+    def ok(self) -> bool:
+        """No violation was found."""
+        return self.failure is None
+
+    @property
+    def examples_per_s(self) -> float:
+        """Throughput of the session."""
+        return self.examples / self.elapsed_s if self.elapsed_s else 0.0
+
+    def format(self) -> str:
+        """The summary as text; on a violation, the error and the reproducing test."""
+        verdict = "OK" if self.failure is None else "VIOLATION"
+        lines = [
+            f"fuzz: {verdict} (seed {self.seed})",
+            f"  examples run:         {self.examples:,} in {self.elapsed_s:.1f} s "
+            f"({self.examples_per_s:,.0f}/s)",
+            f"  distinct paths:       {self.distinct_paths:,}",
+            f"  invariants checked:   {self.invariants_checked:,}",
+            f"  slowest example:      {self.slowest_s * 1000:.1f} ms",
+        ]
+        if self.failure is not None:
+            lines += [
+                f"  FAILED: {self.failure.error}",
+                "  shrunk counterexample, as a pytest test:",
+                "",
+                self.failure.test_source,
+            ]
+        return "\n".join(lines)
+
+
+def check_case(case: FuzzCase, make_agent: AgentFactory | None = None) -> RunRecord:
+    """Run ``case`` (on the built-in agent, or ``make_agent``'s) and check every invariant;
+    raises :class:`InvariantViolation` at the first broken one."""
+    record = run_case(case, make_agent)
+    check_invariants(record)
+    return record
+
+
+def fuzz(
+    make_agent: AgentFactory | None = None,
+    *,
+    examples: int = 1_000,
+    seed: int | None = None,
+    max_seconds: float | None = None,
+    target: str | None = None,
+    progress: Callable[[FuzzProgress], None] | None = None,
+) -> FuzzReport:
+    """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first) and
+    stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
+    ``make_agent`` in the reproducing test; by default it is taken from the factory."""
+    started = time.perf_counter()
+    base = seed if seed is not None else random.randrange(2**32)
+    end = None if max_seconds is None else time.time() + max_seconds
+
+    def report_progress(session: Session) -> None:
+        if progress is not None:
+            elapsed = time.perf_counter() - started
+            paths, invariants = len(session.paths), session.invariants
+            progress(FuzzProgress(session.examples, paths, invariants, elapsed, session.slowest_s))
+
+    engine = Engine(make_agent, base)
+    try:
+        session = engine.run(range(examples), end, report_progress)
+        found = None if session.found is None else engine.shrink(session.found)
+    finally:
+        engine.close()
+    slowest = None if session.slowest_data is None else engine.case(session.slowest_data)
+    return FuzzReport(
+        examples=session.examples,
+        distinct_paths=len(session.paths),
+        invariants_checked=session.invariants,
+        elapsed_s=time.perf_counter() - started,
+        seed=base,
+        slowest_s=session.slowest_s,
+        slowest_case=slowest,
+        failure=None if found is None else fuzz_failure(found, make_agent, target),
+    )
+
+
+def fuzz_failure(
+    found: Found, make_agent: AgentFactory | None = None, target: str | None = None
+) -> FuzzFailure:
+    """The report of a (shrunk) failing example, with its reproducing test; ``target`` is taken
+    from ``make_agent`` when not given."""
+    if make_agent is not None and target is None:
+        module = getattr(make_agent, "__module__", None)
+        name = getattr(make_agent, "__qualname__", "")
+        if module and name and "<" not in name:
+            target = f"{module}:{name}"
+    test = regression_test(found.case, found.error, target, found.invariant)
+    return FuzzFailure(found.case, found.error, found.invariant, test)
+
+
+_IMPORTS = {
+    "fsm_agent": (
+        "AuthenticationError",
+        "CompactionSettings",
+        "ContextWindowExceededError",
+        "MalformedResponseError",
+        "ModelTimeoutError",
+        "Policy",
+        "ProviderServerError",
+        "RateLimitError",
+        "RetryPolicy",
+        "Usage",
+        "UsageLimits",
+    ),
+    "fsm_agent.fuzzing": ("FuzzCase", "HookPlan", "check_case"),
+    "fsm_agent.policy": ("ToolOutputSettings",),
+    "fsm_agent.testing": ("fail", "finish", "text", "tool_calls"),
+}
+
+
+def regression_test(
+    case: FuzzCase, error: str, target: str | None = None, invariant: int | None = None
+) -> str:
+    """A pytest test that runs ``case`` and fails while the bug is there. ``target``
+    (``"module:factory"``) is the agent factory; ``None``: the built-in agent."""
+    body = case.source("    ")
+    factory = ""
+    lines: list[str] = []
+    used = set(re.findall(r"\b([A-Za-z_]\w*)\(", body)) | {"check_case"}
+    for module, names in _IMPORTS.items():
+        wanted = sorted(n for n in names if n in used)
+        if wanted:
+            lines.append(f"from {module} import {', '.join(wanted)}")
+    if target is not None:
+        module, _, name = target.partition(":")
+        lines.append(f"from {module} import {name.split('.')[0]}")
+        factory = f", {name}"
+    what = (
+        f"this run breaks invariant {invariant} ({INVARIANTS[invariant]})"
+        if invariant
+        else "this run crashes the kernel"
+    )
+    comment = "\n".join(f"    # {line}" for line in error.splitlines()[:6])
+    return "\n".join(
+        [
+            *lines,
+            "",
+            "",
+            "def test_fuzz_counterexample() -> None:",
+            f'    """Found by fsm-agent fuzz: {what}."""',
+            comment,
+            f"    case = {body.strip()}",
+            f"    check_case(case{factory})",
+            "",
+        ]
+    )

@@ -1,0 +1,147 @@
+"""The fuzzer's engine: seeded byte strings, decoded into cases, run on the real kernel and
+checked against every invariant; the first failing one shrunk.
+
+Example ``index`` of the session with ``seed`` is always the same byte string (drawn by its own
+``random.Random``), so a session split over processes runs the same examples as one process,
+and a seed reproduces its report. Nothing here imports hypothesis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ..messages import ToolDefinition
+from .case import AgentFactory, FuzzCase, FuzzModel, run_case
+from .decoding import CASE_SIZE, Choices, read_case
+from .invariants import InvariantViolation, check_invariants
+from .shrink import shrink
+
+__all__ = ["BATCH", "Engine", "Found", "Session", "definitions_of", "example_bytes"]
+
+BATCH = 250
+"""Examples between two progress reports."""
+
+
+def example_bytes(seed: int, index: int) -> bytes:
+    """The bytes of example ``index`` of the session with ``seed`` (64 to 256 of them)."""
+    rng = random.Random(f"{seed}:{index}")
+    return rng.randbytes(rng.randint(CASE_SIZE // 2, CASE_SIZE * 2))
+
+
+def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | None:
+    """The tools of ``make_agent``'s agent, which its cases call; ``None``: the built-in agent."""
+    if make_agent is None:
+        return None
+    return list(make_agent(FuzzModel(())).tool_definitions)
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A failing example: its index, its bytes, the case they decode to, and what broke."""
+
+    index: int
+    data: bytes
+    case: FuzzCase
+    error: str
+    kind: int | str  # the broken invariant's number, or the name of the exception the run raised
+
+    @property
+    def invariant(self) -> int | None:
+        """The broken invariant's number; ``None`` when the run raised instead of ending."""
+        return self.kind if isinstance(self.kind, int) else None
+
+
+@dataclass
+class Session:
+    """What one engine run did: counts, paths seen, the slowest example, the failure found."""
+
+    examples: int = 0
+    invariants: int = 0
+    paths: set[int] = field(default_factory=set)  # hashes of move sequences (table rows fired)
+    slowest_s: float = 0.0
+    slowest_data: bytes | None = None
+    found: Found | None = None
+
+
+def _found(index: int, data: bytes, case: FuzzCase, exc: Exception) -> Found:
+    if isinstance(exc, InvariantViolation):
+        return Found(index, data, case, str(exc), exc.number)
+    kind = type(exc).__qualname__
+    return Found(index, data, case, f"the run raised {kind}: {exc}", kind)
+
+
+class Engine:
+    """Runs examples on the built-in agent or ``make_agent``'s, on one event loop."""
+
+    def __init__(self, make_agent: AgentFactory | None, seed: int) -> None:
+        self.make_agent = make_agent
+        self.seed = seed
+        self.definitions = definitions_of(make_agent)
+        # A plain loop, not asyncio.Runner: in 3.11 its SIGINT check formats the repr of every
+        # run's result (milliseconds per example).
+        self.loop = asyncio.new_event_loop()
+
+    def close(self) -> None:
+        """Close the event loop."""
+        self.loop.close()
+
+    def case(self, data: bytes) -> FuzzCase:
+        """The case ``data`` decodes to."""
+        return read_case(Choices(data), self.definitions)
+
+    def run(
+        self,
+        indices: Iterable[int],
+        end: float | None = None,
+        progress: Callable[[Session], None] | None = None,
+    ) -> Session:
+        """Run the examples at ``indices`` until one fails (recorded unshrunk in ``found``),
+        they run out, or ``time.time()`` passes ``end``; ``progress`` sees the session every
+        :data:`BATCH` examples and at the end."""
+        session = Session()
+        for index in indices:
+            if end is not None and time.time() >= end:
+                break
+            data = example_bytes(self.seed, index)
+            case = self.case(data)
+            began = time.perf_counter()
+            try:
+                record = run_case(case, self.make_agent, loop=self.loop)
+                checked = check_invariants(record)
+            except Exception as exc:  # a broken invariant, or a crash of the run
+                session.found = _found(index, data, case, exc)
+                return session
+            took = time.perf_counter() - began
+            session.examples += 1
+            session.invariants += checked
+            session.paths.add(hash(tuple(m.row for m in record.result.trace)))
+            if took > session.slowest_s:
+                session.slowest_s, session.slowest_data = took, data
+            if progress is not None and session.examples % BATCH == 0:
+                progress(session)
+        if progress is not None and session.examples % BATCH:
+            progress(session)
+        return session
+
+    def shrink(self, found: Found) -> Found:
+        """The smallest example found that fails like ``found``: the same invariant, or for a
+        crash the same exception type (see :mod:`._fuzz_shrink`)."""
+        smallest = [found]
+
+        def fails(data: bytes) -> bool:
+            case = self.case(data)
+            try:
+                check_invariants(run_case(case, self.make_agent, loop=self.loop))
+            except Exception as exc:
+                candidate = _found(found.index, data, case, exc)
+                if candidate.kind == found.kind:
+                    smallest[0] = candidate  # shrink() returns the last one that failed
+                    return True
+            return False
+
+        shrink(found.data, fails)
+        return smallest[0]

@@ -1,0 +1,259 @@
+"""What the state handlers of one run share: the run context, the interrupt mechanism, and the
+way a handler hands an event to whoever listens.
+
+Interruptions (the caller's cancel, the wall-clock deadline) reach a handler in two ways: the
+driver checks them before every handler, and while a handler awaits an effect
+(:meth:`RunContext.effect`) the interrupt cancels that await, which surfaces as
+:class:`Interrupted` and becomes the interrupt's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Generator, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..events import Event
+from ..machine.agent_machine import Move
+from ..machine.table import Outcome
+from ..messages import (
+    Message,
+    Role,
+    ToolCall,
+    ToolResult,
+    Usage,
+    trusted,
+)
+from ..policy import Policy, ToolFailureMode
+from ..run_state import RunState
+
+if TYPE_CHECKING:
+    from ..persistence.run_log import RunLog
+    from .agent import Agent, RunHandle
+
+__all__ = [
+    "ONE_REQUEST",
+    "Emitted",
+    "Interrupted",
+    "LoopSettings",
+    "RunContext",
+    "maybe_await",
+    "tool_message",
+]
+
+T = TypeVar("T")
+
+ONE_REQUEST = Usage(requests=1)
+
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_CANCEL, _TOOL = Outcome.CANCEL, Role.TOOL
+
+
+async def maybe_await(value: T | Awaitable[T]) -> T:
+    """``value``, awaited when it is awaitable (hooks and verifiers may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """The policy values the loop reads on every step, copied out of the policy once per
+    agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs
+    several times a slot read."""
+
+    parallel_tool_calls: bool
+    max_tool_calls: int | None
+    tool_timeout_s: float
+    fail_fast: bool  # tool_failure_mode is "fail"
+    keep_recent_outputs: int | None  # tool outputs kept whole; older ones are trimmed
+    old_output_max_chars: int
+    max_output_chars: int | None  # a tool result is cut above this
+    compact_above: int | None  # the context size that starts a compaction (tokens)
+    max_messages: int | None  # the message window
+    use_reported_usage: bool  # the provider's input count replaces the estimate
+
+    @classmethod
+    def of(cls, policy: Policy, context_window: int | None) -> LoopSettings:
+        """The settings of ``policy`` for a model with ``context_window`` tokens (``None``:
+        unknown, unless the policy names one)."""
+        compaction = policy.compaction
+        window = compaction.context_window or context_window
+        return cls(
+            parallel_tool_calls=policy.parallel_tool_calls,
+            max_tool_calls=policy.max_tool_calls,
+            tool_timeout_s=policy.tool_timeout_s,
+            fail_fast=policy.tool_failure_mode is ToolFailureMode.FAIL,
+            keep_recent_outputs=policy.tool_output.keep_recent,
+            old_output_max_chars=policy.tool_output.old_max_chars,
+            max_output_chars=policy.tool_output.max_chars,
+            compact_above=None if window is None else int(compaction.threshold * window),
+            max_messages=compaction.max_messages,
+            use_reported_usage=compaction.use_reported_usage,
+        )
+
+
+class Interrupted(Exception):
+    """An effect was cut short by the run's interrupt (cancel or deadline)."""
+
+
+class Emitted:
+    """An event on its way out of a handler: awaiting it suspends the handler's coroutine
+    (through the driver's, which awaits it) up to the stepper of the listened run, which
+    yields the event to the listener and resumes the run once the listener asks for the next
+    one (see ``kernel._listened``).
+
+    The driver and the handlers are plain coroutines, so a run nobody listens to pays for no
+    generator. Only a stepped run may emit: awaited anywhere else, this reaches the asyncio
+    task, which rejects it ("Task got bad yield"); :meth:`RunContext.emit` therefore hands
+    one out only when someone listens."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+
+    def __await__(self) -> Generator[Emitted, None, None]:
+        yield self
+
+
+class _Nothing:
+    """An awaitable that completes at once (an event nobody listens to)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Emitted, None, None]:
+        return
+        yield
+
+
+_NOTHING = _Nothing()
+
+
+class RunContext:
+    """What the handlers of one run share: the agent, the run state, the interrupt."""
+
+    def __init__(
+        self, agent: Agent[Any], state: RunState, *, listening: bool, handle: RunHandle
+    ) -> None:
+        self.agent = agent
+        self.rs = state
+        self.listening = listening
+        self.handle = handle
+        self.deps: object = None
+        self.input: Message | None = None
+        self.history: list[Message] = []
+        self.last_move: Move | None = None
+        self.last_error: BaseException | None = None
+        self.error: BaseException | None = None
+        self.interrupt: Outcome | None = None
+        self.deadline: float | None = None  # on the runtime's clock, when a wall limit is set
+        self.task: asyncio.Task[Any] | None = None
+        self.in_effect = False
+        self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
+        self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
+        self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
+
+    # -- interrupts -------------------------------------------------------------------------
+    def cancel_requested(self) -> bool:
+        """Whether the run was asked to cancel (what ``ToolContext.cancelled`` asks)."""
+        return self.interrupt is _CANCEL
+
+    def request_interrupt(self, outcome: Outcome) -> None:
+        """Ask the run to stop with ``outcome`` (cancel wins over a deadline)."""
+        if self.interrupt is None or outcome is _CANCEL:
+            self.interrupt = outcome
+        task = self.task
+        # Only an await inside an effect may be cancelled: anywhere else the CancelledError
+        # would land in the caller's code. From inside the run's own task, the flag suffices.
+        if self.in_effect and task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    @property
+    def interrupted(self) -> Outcome:
+        """The outcome of the interrupt that cut an effect short (a handler's answer to
+        :class:`Interrupted`)."""
+        assert self.interrupt is not None, "Interrupted is raised only once an interrupt is set"
+        return self.interrupt
+
+    def deadline_passed(self) -> bool:
+        """Whether the wall-clock budget is spent, by the runtime's clock; records the deadline
+        interrupt when it is (the timer does the same in real time; this sees a virtual clock
+        too, so a run and its resumed copy stop at the same point)."""
+        deadline = self.deadline
+        if deadline is None or self.agent.runtime.clock() < deadline:
+            return False
+        self.request_interrupt(Outcome.DEADLINE)
+        return True
+
+    async def effect(self, awaitable: Awaitable[T]) -> T:
+        """Await an effect so that the run's interrupt can cut it short. ``task`` is the task
+        driving the run: the driver records it when it starts and after every event the
+        listener takes (a stream may be read on from another task), not here, on every
+        effect."""
+        self.in_effect = True
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self.interrupt is None:
+                raise
+            assert self.task is not None
+            self.task.uncancel()
+            raise Interrupted from None
+        finally:
+            self.in_effect = False
+
+    # -- history ----------------------------------------------------------------------------
+    def append(self, message: Message) -> None:
+        """Add a message to the thread, keeping the token estimate current."""
+        self.rs.messages.append(message)
+        self.rs.context_tokens += self.count_tokens(message)
+
+    def close_pending_calls(self, why: str) -> None:
+        """Record the turn's finished results and give every call still waiting one, in call
+        order, so the history stays valid."""
+        rs = self.rs
+        calls, results = rs.pending_tool_calls, rs.tool_results
+        if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
+            self.append(trusted(Message, {"role": _TOOL, "parts": (results[0],)}))
+        else:  # the common turn above: one call, finished
+            finished = {r.call_id: r for r in results} if results else {}
+            for call in calls:
+                result = finished.get(call.id)
+                if result is None:
+                    self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
+                else:
+                    self.append(trusted(Message, {"role": _TOOL, "parts": (result,)}))
+        rs.pending_tool_calls = []
+        if rs.tool_results:
+            rs.tool_results = []
+        if rs.approved_calls:
+            rs.approved_calls = []
+        if rs.human_requests:
+            rs.human_requests = []
+
+    def emit(self, event: Event) -> Awaitable[None]:
+        """Hand ``event`` to the listener (``await ctx.emit(event)``); the handler goes on when
+        the listener takes the next event. Does nothing when nobody listens (build the event
+        only ``if ctx.listening`` where it costs anything)."""
+        return Emitted(event) if self.listening else _NOTHING
+
+    async def emit_all(self, events: Iterable[Event]) -> None:
+        """:meth:`emit` each of ``events``, in order."""
+        for event in events:
+            await self.emit(event)
+
+    def take_events(self) -> list[Event]:
+        """The events built since the last call (hook errors), to be yielded now."""
+        events = self.pending_events
+        if events:  # no allocation on the common path, when there is nothing to take
+            self.pending_events = []
+        return events
+
+
+def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
+    result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
+    return trusted(Message, {"role": Role.TOOL, "parts": (result,)})

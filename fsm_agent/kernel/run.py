@@ -1,0 +1,170 @@
+"""The values around one run: the runtime it is given, the handle that controls it from
+outside, and the result it gives back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from ..approval import ResumeHandle
+from ..errors import InvalidInputError
+from ..machine.agent_machine import Move
+from ..machine.table import Counters, Outcome, State, StopReason
+from ..messages import Message, ToolCall, Usage
+from ..run_state import RunState
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+__all__ = ["RunHandle", "RunResult", "Runtime", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A fresh run id (tests may pass their own factory in :class:`Runtime`)."""
+    return f"run_{os.urandom(16).hex()}"  # 128 random bits, as a uuid4 has (122)
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
+    a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""
+
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    random: random.Random = field(default_factory=random.Random)
+    new_id: Callable[[], str] = new_run_id
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class RunResult:
+    """How a run ended: its output, why it stopped, what it cost, and everything it did.
+
+    Its ``repr`` is a one-line summary (the history and trace by their lengths): a result is
+    printed in logs and debuggers, and asyncio formats it when a task ends.
+    """
+
+    run_id: str
+    output: str | None
+    stop_reason: StopReason
+    state: State
+    usage: Usage
+    messages: tuple[Message, ...]
+    trace: tuple[Move, ...]
+    counters: Counters
+    model_calls: int
+    tool_executions: int
+    error: BaseException | None = None
+    pending: tuple[ToolCall, ...] = ()
+    run_state: RunState | None = None
+    resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
+
+    @classmethod
+    def of(cls, rs: RunState, error: BaseException | None = None) -> RunResult:
+        """The result of a run state at rest (ended, or suspended), with the error that ended
+        an aborted run."""
+        assert rs.stop_reason is not None, "a run at rest has a stop reason"
+        state = rs.state
+        suspended = state is _SUSPENDED and rs.resume_token is not None
+        values = (
+            rs.run_id,
+            rs.output,
+            rs.stop_reason,
+            state,
+            rs.usage,
+            tuple(rs.messages),
+            tuple(rs.trace),
+            rs.counters,
+            rs.model_calls,
+            rs.tool_executions,
+            error if state is _ABORTED else None,
+            tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
+            rs,
+            ResumeHandle.of(rs) if suspended else None,
+        )
+        # Every run ends here: set the slots directly (the frozen dataclass's __init__ costs
+        # twice as much); tests/test_kernel.py checks the result equals the constructed one.
+        result = _new(cls)
+        for set_field, value in zip(_FIELD_SETTERS, values, strict=True):
+            set_field(result, value)
+        return result
+
+    @property
+    def ok(self) -> bool:
+        """The run finished in ``done`` (not aborted, not suspended)."""
+        return self.state is State.DONE
+
+    def __repr__(self) -> str:
+        output = (
+            self.output
+            if self.output is None or len(self.output) <= 60
+            else (self.output[:57] + "...")
+        )
+        parts = [
+            f"run_id={self.run_id!r}",
+            f"state={self.state.value}",
+            f"stop_reason={self.stop_reason.value}",
+            f"output={output!r}",
+            f"messages={len(self.messages)}",
+            f"moves={len(self.trace)}",
+            f"model_calls={self.model_calls}",
+            f"tool_executions={self.tool_executions}",
+        ]
+        if self.error is not None:
+            parts.append(f"error={type(self.error).__name__}({str(self.error)[:80]!r})")
+        if self.pending:
+            parts.append(f"pending={[call.id for call in self.pending]!r}")
+        return f"RunResult({', '.join(parts)})"
+
+
+_new = object.__new__
+_FIELD_SETTERS = tuple(getattr(RunResult, f.name).__set__ for f in fields(RunResult))
+"""The slot setters of :class:`RunResult`, in field order (what ``RunResult.of`` fills)."""
+_SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
+
+
+class RunHandle:
+    """Control of a run from outside: ``cancel()`` or ``pause()`` it, and read its ``result``
+    when done."""
+
+    def __init__(self) -> None:
+        self._ctx: RunContext | None = None
+        self._cancel_requested = False
+        self._pause_requested = False
+        self.result: RunResult | None = None
+
+    @property
+    def pause_requested(self) -> bool:
+        """``pause()`` was called and the run has not suspended for it yet."""
+        return self._pause_requested
+
+    def pause(self) -> None:
+        """Suspend the run at the next safe point: before the next tool call starts. The run
+        returns with stop reason ``suspended`` and a resume handle (no decisions needed); a run
+        that finishes first just finishes."""
+        self._pause_requested = True
+
+    @property
+    def cancel_requested(self) -> bool:
+        """``cancel()`` was called."""
+        return self._cancel_requested
+
+    def cancel(self) -> None:
+        """Stop the run: no model call or tool starts after this; an effect in flight is
+        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]."""
+        self._cancel_requested = True
+        if self._ctx is not None:
+            self._ctx.request_interrupt(Outcome.CANCEL)
+
+    def _attach(self, ctx: RunContext) -> None:
+        if self._ctx is not None:
+            if self._ctx.rs is not ctx.rs:
+                raise InvalidInputError("a RunHandle controls one run; create a new one per run")
+            self._pause_requested = False  # the same run, resumed
+        self._ctx = ctx
+        if self._cancel_requested:
+            ctx.interrupt = Outcome.CANCEL

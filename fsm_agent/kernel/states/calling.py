@@ -1,0 +1,419 @@
+"""The ``calling`` state: one model call, streamed or not, after the backoff of a retry.
+
+The model call is a boundary with one rule: a :class:`~fsm_agent.ModelError` becomes an
+outcome (retry, fatal, or ``length`` for a context overflow) and is recorded in the journal;
+anything else (a checkpoint store that fails, a bug in a model adapter) goes on unchanged, so a
+store failure stops the run with that error and the last good checkpoint stays as it was. A
+:class:`asyncio.CancelledError` is never converted here: only the run's own interrupt becomes
+an outcome (see :meth:`~fsm_agent.kernel.context.RunContext.effect`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import NamedTuple
+
+from ...errors import (
+    ContextWindowExceededError,
+    MalformedResponseError,
+    ModelError,
+)
+from ...events import (
+    AttemptDiscardedEvent,
+    ModelRequestEvent,
+    ModelResponseEvent,
+    ReasoningDeltaEvent,
+    ReasoningEvent,
+    RetryingEvent,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallDeltaEvent,
+    UsageEvent,
+)
+from ...machine.table import Outcome, State
+from ...messages import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDelta,
+    Role,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    trusted,
+)
+from ...policy import backoff_delay
+from ...tool_output import trim_old_outputs
+from ..context import ONE_REQUEST, Interrupted, RunContext
+
+__all__ = ["Answer", "answer_quietly", "call_model", "handle_calling", "notify_answered"]
+
+_FINISH_OUTCOMES = {
+    FinishReason.STOP: Outcome.STOP,
+    FinishReason.TOOL_CALLS: Outcome.TOOL_CALLS,
+    FinishReason.LENGTH: Outcome.LENGTH,
+    FinishReason.CONTENT_FILTER: Outcome.CONTENT_FILTER,
+    FinishReason.ERROR: Outcome.FINISH_ERROR,
+    FinishReason.OTHER: Outcome.OTHER,
+}
+
+
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_CALLING = State.CALLING
+_TOOL_CALLS, _STOP, _FINISH_ERROR = Outcome.TOOL_CALLS, Outcome.STOP, Outcome.FINISH_ERROR
+_ANSWERS = frozenset({Outcome.STOP, Outcome.OTHER})  # answers that tool calls override
+_KEPT = frozenset(
+    {Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER, Outcome.OUTPUT_CUT}
+)
+"""Outcomes whose message joins the history."""
+CONTINUE_PROMPT = (
+    "Your previous answer was cut off by the output token limit. Continue exactly where it "
+    "stopped, without repeating anything."
+)
+"""The user turn that asks for the rest of an answer the output cap cut."""
+
+
+def _output_cut(ctx: RunContext, output_tokens: int) -> bool:
+    """A ``length`` finish with room left in the context: the output cap cut the answer (near
+    the context budget, or with no known budget and a context-window error, it is context
+    pressure and compaction's case)."""
+    limit = ctx.agent.settings.compact_above
+    return limit is None or ctx.rs.context_tokens + output_tokens < limit
+
+
+def _cut_answer(messages: list[Message]) -> str | None:
+    """The text of the cut answer this call continues, if it continues one."""
+    if len(messages) < 2 or messages[-1].role is not Role.USER:
+        return None
+    if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not Role.ASSISTANT:
+        return None
+    return messages[-2].text
+
+
+# -- calling ---------------------------------------------------------------------------------
+def _classify(ctx: RunContext, exc: ModelError) -> Outcome:
+    """Retryable or fatal, by the error and the retry policy."""
+    if isinstance(exc, ContextWindowExceededError):
+        return Outcome.LENGTH
+    if not exc.retryable:
+        return Outcome.FATAL_ERROR
+    retry = ctx.agent.policy.retry
+    if exc.status_code is not None and exc.status_code not in retry.retryable_statuses:
+        return Outcome.FATAL_ERROR
+    after = exc.retry_after
+    if (
+        after is not None
+        and retry.honour_retry_after
+        and (not math.isfinite(after) or after > retry.max_delay_s)
+    ):
+        return Outcome.FATAL_ERROR  # the server asks for a longer wait than the policy allows
+    return Outcome.RETRYABLE_ERROR
+
+
+def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
+    """The message with every tool call id present and unique (models do repeat them);
+    ``calls`` are its tool calls."""
+    if len(calls) == 1:
+        if calls[0].id:
+            return message
+    else:
+        ids = [c.id for c in calls]
+        if all(ids) and len(set(ids)) == len(ids):
+            return message
+    seen: set[str] = set()
+    parts = []
+    for index, part in enumerate(message.parts):
+        if isinstance(part, ToolCall):
+            new_id = part.id or f"call_{step}_{index}"
+            while new_id in seen:
+                new_id = f"{new_id}_{index}"
+            seen.add(new_id)
+            part = part.model_copy(update={"id": new_id})
+        parts.append(part)
+    return message.model_copy(update={"parts": tuple(parts)})
+
+
+async def handle_calling(ctx: RunContext) -> Outcome:
+    """One model call (after the backoff when this is a retry)."""
+    rs = ctx.rs
+    agent = ctx.agent
+    run_id = rs.run_id
+    move = ctx.last_move
+    try:
+        if move is not None and move.source is _CALLING:
+            error = ctx.last_error
+            after = error.retry_after if isinstance(error, ModelError) else None
+            delay = backoff_delay(
+                agent.policy.retry, rs.counters.retries, after, agent.runtime.random
+            )
+            if ctx.listening:  # the failed attempt streamed to the listener: withdraw it
+                await ctx.emit(AttemptDiscardedEvent(run_id=run_id, attempt=rs.counters.retries))
+                await ctx.emit(
+                    RetryingEvent(
+                        run_id=run_id,
+                        attempt=rs.counters.retries,
+                        delay_s=delay or 0.0,
+                        error=str(error),
+                    )
+                )
+                if ctx.interrupt is not None:  # the listener may have cancelled
+                    raise Interrupted
+            deadline = ctx.deadline
+            if deadline is not None:  # never sleep past the wall-clock limit
+                delay = min(delay or 0.0, max(0.0, deadline - agent.runtime.clock()))
+            await ctx.effect(agent.runtime.sleep(delay or 0.0))
+            if deadline is not None and agent.runtime.clock() >= deadline:
+                return Outcome.DEADLINE
+        settings = agent.settings
+        last = rs.messages[-1] if rs.messages else None
+        if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+            ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
+        if settings.keep_recent_outputs is not None:
+            trim_old_outputs(ctx, settings.keep_recent_outputs, settings.old_output_max_chars)
+        tools = agent.tool_definitions
+        if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
+            tools = (*tools, agent.pager.definition)
+        request = trusted(
+            ModelRequest,
+            {
+                "messages": tuple(rs.messages),
+                "tools": tools,
+                "tool_choice": None,
+                "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
+                "max_tokens": None,
+                "temperature": None,
+                "stop_sequences": (),
+                "reasoning_effort": None,
+                "reasoning_budget_tokens": None,
+            },
+        )
+        try:
+            if ctx.listening or agent.hooks.before_model_call:
+                answer = await call_model(
+                    ctx,
+                    request,
+                    step=rs.counters.steps + 1,
+                    attempt=rs.counters.retries + 1,
+                    stream=True,
+                )
+            else:  # nothing to observe: the call itself (hot path)
+                answer = await answer_quietly(ctx, request)
+        except ModelError as exc:  # only a model's error is an outcome; the rest goes on
+            ctx.last_error = ctx.error = exc
+            return _classify(ctx, exc)
+    except Interrupted:
+        return ctx.interrupted
+    response = answer.response
+    ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
+    # Context budget: the provider's count of the request replaces the estimate (compaction).
+    input_tokens = response.usage.input_tokens
+    if input_tokens and agent.settings.use_reported_usage:
+        rs.context_tokens = input_tokens
+    message = response.message
+    calls = message.tool_calls
+    outcome = _FINISH_OUTCOMES[response.finish_reason]
+    if outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
+        outcome = Outcome.OUTPUT_CUT
+    if calls and outcome in _ANSWERS:
+        outcome = _TOOL_CALLS  # tool calls present: they are what the model wants
+    elif outcome is _TOOL_CALLS and not calls:
+        outcome = _FINISH_ERROR  # says tool_calls, made none
+    rs.last_text = message.text.strip()
+    cut = _cut_answer(rs.messages)
+    if cut is not None:  # a continuation: the answer so far is the cut part and this one
+        rs.last_text = (cut + message.text).strip()
+    if outcome in _KEPT:
+        if outcome is not _TOOL_CALLS and calls:
+            message = Message.model_construct(
+                role=message.role,
+                parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
+            )
+            calls = []
+        elif calls:
+            fixed = _unique_ids(message, calls, rs.counters.steps + 1)
+            if fixed is not message:
+                message, calls = fixed, fixed.tool_calls
+        if message.parts:
+            ctx.append(message)
+        rs.pending_tool_calls = calls
+    elif outcome is _FINISH_ERROR:
+        ctx.last_error = MalformedResponseError(
+            f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
+        )
+        ctx.error = ctx.last_error
+    if ctx.listening:
+        await ctx.emit(
+            ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
+        )
+        await ctx.emit(UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage))
+        for part in message.reasoning:
+            await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
+        if rs.last_text and (
+            outcome is _TOOL_CALLS or (outcome is _STOP and agent.limits.verification)
+        ):
+            await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
+    if agent.hooks.after_model_call:
+        await notify_answered(ctx, answer)
+        await ctx.emit_all(ctx.take_events())
+    return outcome
+
+
+# -- one model call, for the calling state and the step-limit summary -------------------------
+class Answer(NamedTuple):
+    """What answered a model call: the request as the hooks left it, and the response (a
+    tuple: built once per call on the kernel's hot path)."""
+
+    request: ModelRequest
+    response: ModelResponse
+    unreported: int  # 1 when a call was made but its usage counts no request
+
+    @property
+    def call_usage(self) -> Usage:
+        """The call's usage, counting the request the provider did not report."""
+        return self.response.usage + ONE_REQUEST if self.unreported else self.response.usage
+
+
+async def call_model(
+    ctx: RunContext, request: ModelRequest, *, step: int, attempt: int, stream: bool
+) -> Answer:
+    """The seams every model call goes through: the ``before_model_call`` hooks (which may
+    change the request or answer it), the request event, the effect journal (an outcome an
+    earlier process recorded is reused), the call itself (streamed when ``stream`` and someone
+    listens) and the run's usage. Emits the events; raises :class:`Interrupted`, or the call's
+    error once the journal has it. With no hook and no listener this is
+    :func:`answer_quietly`."""
+    rs = ctx.rs
+    agent = ctx.agent
+    if agent.hooks.before_model_call:
+        changed = await ctx.effect(agent.hooks.run_before_model_call(ctx, request))
+        await ctx.emit_all(ctx.take_events())
+        if ctx.interrupt is not None:
+            raise Interrupted
+        if isinstance(changed, ModelResponse):  # a hook's answer: no request is made
+            rs.usage = rs.usage.plus(changed.usage)
+            return Answer(request, changed, 0)
+        request = changed
+    if ctx.listening:
+        await ctx.emit(
+            ModelRequestEvent(run_id=rs.run_id, step=step, attempt=attempt, request=request)
+        )
+        if ctx.interrupt is not None:  # the listener may have cancelled
+            raise Interrupted
+    if not (stream and ctx.listening and agent.streams):
+        return await answer_quietly(ctx, request)
+    key, recorded = _begin(ctx)
+    try:
+        response = _replayed(recorded) if recorded is not None else await _stream(ctx, request)
+    except ModelError as exc:
+        _failed(ctx, key, exc)
+        raise
+    return _answered(ctx, key, request, response)
+
+
+async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
+    """The call itself, with its journal entry and usage (see :func:`call_model`)."""
+    key, recorded = _begin(ctx)
+    try:
+        if recorded is not None:
+            response = _replayed(recorded)
+        else:
+            response = await ctx.effect(ctx.agent.model.complete(request))
+            if not isinstance(response, ModelResponse):
+                raise _not_a_response(response)
+    except ModelError as exc:
+        _failed(ctx, key, exc)
+        raise
+    return _answered(ctx, key, request, response)
+
+
+def _begin(ctx: RunContext) -> tuple[str | None, ModelResponse | ModelError | None]:
+    """Count the call; its journal key, and what an earlier process recorded for it."""
+    ctx.rs.model_calls += 1
+    if ctx.durable is None:
+        return None, None
+    return ctx.durable.begin_model_call(ctx.rs)
+
+
+def _replayed(recorded: ModelResponse | ModelError) -> ModelResponse:
+    if isinstance(recorded, ModelError):
+        raise recorded
+    return recorded
+
+
+def _not_a_response(value: object) -> MalformedResponseError:
+    return MalformedResponseError(f"the model returned {type(value).__name__}, not a ModelResponse")
+
+
+def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
+    if key is not None and ctx.durable is not None:
+        ctx.durable.model_failed(key, exc)
+
+
+def _answered(
+    ctx: RunContext, key: str | None, request: ModelRequest, response: ModelResponse
+) -> Answer:
+    """Journal the response and add its usage to the run's."""
+    if key is not None and ctx.durable is not None:
+        ctx.durable.model_answered(key, response)
+    # A provider that reports no request count made one all the same.
+    unreported = 0 if response.usage.requests else 1
+    ctx.rs.usage = ctx.rs.usage.plus(response.usage, requests=unreported)
+    return Answer(request, response, unreported)
+
+
+async def notify_answered(ctx: RunContext, answer: Answer) -> None:
+    """The ``after_model_call`` hooks. On an interrupt the answer stands: the driver takes the
+    interrupt before the next handler."""
+    hooks = ctx.agent.hooks
+    with contextlib.suppress(Interrupted):
+        await ctx.effect(
+            hooks.notify(
+                ctx,
+                hooks.after_model_call,
+                request=answer.request,
+                response=answer.response,
+                run_state=ctx.rs,
+            )
+        )
+
+
+async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
+    """Stream a call: a delta event as each delta arrives; the response at the end."""
+    run_id = ctx.rs.run_id
+    stream = ctx.agent.model.stream(request).__aiter__()  # type: ignore[attr-defined]
+    response: ModelResponse | None = None
+    try:
+        while True:
+            try:
+                item = await ctx.effect(anext(stream))
+            except StopAsyncIteration:
+                break
+            if isinstance(item, ModelResponse):
+                response = item
+            elif isinstance(item, TextDelta):
+                await ctx.emit(TextDeltaEvent(run_id=run_id, text=item.text))
+            elif isinstance(item, ReasoningDelta):
+                await ctx.emit(ReasoningDeltaEvent(run_id=run_id, text=item.text))
+            elif isinstance(item, ToolCallDelta):
+                await ctx.emit(
+                    ToolCallDeltaEvent(
+                        run_id=run_id,
+                        index=item.index,
+                        call_id=item.id,
+                        name=item.name,
+                        arguments_fragment=item.arguments_fragment,
+                    )
+                )
+            if ctx.interrupt is not None:
+                raise Interrupted
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+    if response is None:
+        raise MalformedResponseError("the stream ended without a final response")
+    return response

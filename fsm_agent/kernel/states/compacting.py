@@ -1,0 +1,138 @@
+"""The ``compacting`` state: inject pending feedback, then keep the context within its budget.
+
+The check is O(1): the run keeps its token count current as messages join (and the provider's
+count replaces it after every call), so a step that needs no compaction reads two numbers.
+When that count and the tokenizer's sum over the history differ (the provider corrected it),
+compaction scales its goal and its result by their ratio: an underestimate is corrected again
+by the next call, where an overestimate could end a run that still fits.
+Compaction itself runs the agent's :class:`~fsm_agent.compaction.Compactor` when the count is
+above the budget, when the message window is full, or when forced by a ``length`` finish or a
+context-window error [S001 §6, §8]. Its outcome:
+
+- ``proceed``: within budget, or only the message window was full and nothing could go;
+- ``compacted``: the history is shorter and within budget (counts an attempt);
+- ``cannot_compact``: over budget (or forced) and the attempts are spent, nothing could be
+  removed, or what remains is still over budget.
+"""
+
+from __future__ import annotations
+
+from ...compaction import CompactionJob
+from ...errors import MalformedResponseError
+from ...events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
+from ...machine.table import Outcome
+from ...messages import Message, ModelRequest, ModelResponse
+from ...models import Model
+from ..context import ONE_REQUEST, Interrupted, RunContext
+
+__all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
+
+FEEDBACK_PREFIX = "Previous attempt was not complete. Feedback: "
+
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_LENGTH, _PROCEED = Outcome.LENGTH, Outcome.PROCEED
+
+
+def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
+    """The fast path of most steps: ``proceed`` when there is no feedback to inject and the
+    context is within budget and window (the handler would do nothing), else ``None``."""
+    rs = ctx.rs
+    if rs.feedback is not None:
+        return None
+    move = ctx.last_move
+    if move is not None and move.outcome is _LENGTH:
+        return None
+    settings = ctx.agent.settings
+    limit = settings.compact_above
+    if limit is not None and rs.context_tokens > limit:
+        return None
+    max_messages = settings.max_messages
+    if max_messages is not None and len(rs.messages) > max_messages:
+        return None
+    return _PROCEED
+
+
+async def handle_compacting(ctx: RunContext) -> Outcome:
+    """Inject pending feedback, then compact when over budget, over the message window, or
+    forced by ``length``."""
+    rs = ctx.rs
+    agent = ctx.agent
+    if rs.feedback is not None:
+        ctx.append(Message.user(FEEDBACK_PREFIX + rs.feedback))
+        rs.feedback = None
+    move = ctx.last_move
+    forced = move is not None and move.outcome is Outcome.LENGTH
+    settings = agent.policy.compaction
+    limit = agent.settings.compact_above
+    tokens = rs.context_tokens
+    over = limit is not None and tokens > limit
+    max_messages = agent.settings.max_messages
+    crowded = max_messages is not None and len(rs.messages) > max_messages
+    if not (forced or over or crowded):
+        return Outcome.PROCEED
+    needed = forced or over
+    if rs.counters.compactions >= agent.policy.max_compaction_attempts:
+        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
+
+    goal: int | None = None
+    if needed:
+        goal = tokens // 2 if limit is None else int(limit * settings.target)
+        if forced:
+            goal = min(goal, tokens // 2)  # a forced compaction at least halves the context
+    compactor = agent.compactor
+    thread = compactor.count(rs.messages)
+    scale = tokens / thread.tokens if thread.tokens else 1.0  # the provider's correction
+    events: list[Event] = []
+
+    async def complete(request: ModelRequest, model: Model | None = None) -> ModelResponse:
+        rs.model_calls += 1
+        if ctx.listening:
+            events.append(
+                ModelRequestEvent(
+                    run_id=rs.run_id, step=rs.counters.steps, attempt=1, request=request
+                )
+            )
+        response = await ctx.effect((model or agent.model).complete(request))
+        if not isinstance(response, ModelResponse):
+            raise MalformedResponseError("the compaction call returned no ModelResponse")
+        call_usage = response.usage if response.usage.requests else response.usage + ONE_REQUEST
+        rs.usage = rs.usage + call_usage
+        if ctx.listening:
+            events.append(UsageEvent(run_id=rs.run_id, call=call_usage, total=rs.usage))
+        return response
+
+    job = CompactionJob(
+        target=None if goal is None else int(goal / scale),
+        max_messages=None
+        if max_messages is None or not crowded
+        else max(2, int(max_messages * settings.target)),
+        keep_recent=settings.keep_recent_messages,
+        forced=forced,
+        tokenizer=compactor.tokenizer,
+        complete=complete,
+    )
+    try:
+        result = await compactor.compact(thread, job)
+    except Interrupted:
+        await ctx.emit_all(events)
+        return ctx.interrupted
+    await ctx.emit_all(events)
+    if not result.changed:
+        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
+    rs.messages = list(result.messages)
+    rs.context_tokens = int(result.tokens_after * scale)
+    fits = limit is None or rs.context_tokens <= limit
+    if ctx.listening:
+        await ctx.emit(
+            CompactedEvent(
+                run_id=rs.run_id,
+                strategy=result.strategy,
+                forced=forced,
+                tokens_before=tokens,
+                tokens_after=rs.context_tokens,
+                messages_removed=result.removed,
+                errors=result.errors,
+            )
+        )
+    return Outcome.COMPACTED if fits or not needed else Outcome.CANNOT_COMPACT

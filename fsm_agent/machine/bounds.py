@@ -1,0 +1,241 @@
+"""Worst-case budgets of a run, computed from a :class:`~fsm_agent.Policy` alone.
+
+The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the checker in
+:mod:`fsm_agent.machine.checker` proves them, and that they are reached, per policy):
+
+- Every successful model turn spends a step, and every way back to ``calling`` needs a step
+  left (the forced-compaction row after a ``length`` turn counts that turn's own step), so a
+  run makes at most ``max_steps`` successful turns.
+- Failed calls are retried at most ``max_retries`` times between two successful turns (retries
+  reset only on success) and, with ``max_total_errors``, at most ``max_total_errors - 1`` times in
+  all; the failure that is not retried aborts the run, which then makes no summary call.
+- Finalizing with stop reason ``max_steps`` makes one tools-off summary call when
+  ``summarize_on_max_steps`` is set. ``usage_limits.max_requests`` stops the turns, retries and
+  compaction summaries, but the summary call is made past it: the bound counts it on top.
+- Verifier rejections never reset, and each rejection sent back spends a step, so they add no
+  model call of their own.
+- With the ``summarize`` compaction strategy each compaction makes one model call. Compaction
+  attempts reset on a turn that fits the context, so before each turn at most
+  ``max_compaction_attempts`` compactions run: at most ``turns × max_compaction_attempts``
+  summary calls in all.
+- With ``max_steps=None`` only ``usage_limits.max_requests`` bounds the calls (counting every
+  attempt, failed or not, as a request); a wall-clock limit alone ends a run in time but does not
+  bound its work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..policy import CompactionStrategyName, Policy, RetryPolicy
+
+__all__ = ["Bounds", "bounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The most a run under one policy can use, each with a one-line derivation.
+
+    ``None`` means unbounded; the derivation then says why and which setting would bound it.
+    Wall-clock time excludes time spent suspended, in hooks and in the verifier.
+    """
+
+    max_model_calls: int | None
+    model_calls_derivation: str
+    max_tool_turns: int | None  # model turns that asked for tools (each may carry many calls)
+    tool_turns_derivation: str
+    max_tool_executions: int | None
+    tool_executions_derivation: str
+    max_wall_clock_s: float | None
+    wall_clock_derivation: str
+
+    def lines(self) -> list[str]:
+        """One line per bound: the value, then its derivation."""
+        return [
+            f"model calls      {_show(self.max_model_calls):>10}  {self.model_calls_derivation}",
+            f"tool turns       {_show(self.max_tool_turns):>10}  {self.tool_turns_derivation}",
+            f"tool executions  {_show(self.max_tool_executions):>10}  "
+            f"{self.tool_executions_derivation}",
+            f"wall clock (s)   {_show(self.max_wall_clock_s):>10}  {self.wall_clock_derivation}",
+        ]
+
+
+def _show(value: float | None) -> str:
+    if value is None:
+        return "unbounded"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def bounds(
+    policy: Policy, *, verification: bool = False, model_timeout_s: float | None = None
+) -> Bounds:
+    """The worst case of a run under ``policy`` (with a verifier or the done-tool requirement
+    when ``verification``), where one model call takes at most ``model_timeout_s`` seconds
+    (``None``: not known, so the work gives no time bound)."""
+    retry = policy.retry
+    errors = policy.max_total_errors
+    turns: int | None
+    if policy.max_steps is not None:
+        steps = policy.max_steps
+        turns = steps
+        retried = (
+            turns * retry.max_retries
+            if errors is None
+            else min(turns * retry.max_retries, errors - 1)
+        )
+        summary = 1 if policy.summarize_on_max_steps else 0
+        compaction = turns * _summaries_per_turn(policy)
+        calls: int | None = turns + retried + summary + compaction
+        turns_text = f"{turns} turns (max_steps={steps})"
+        verifier = "; verifier rejections spend steps" if verification else ""
+        compaction_text = (
+            f" + {turns} × {policy.max_compaction_attempts} compaction summaries"
+            if compaction
+            else ""
+        )
+        calls_text = (
+            f"{turns_text} + {_retried_text(turns, retry.max_retries, errors)} + "
+            f"{summary} summary call{compaction_text} = {calls}{verifier}"
+        )
+        tool_turns: int | None = steps
+        tool_turns_text = f"one per tool_calls turn, at most max_steps={steps}"
+        requests = policy.usage_limits.max_requests
+        if requests is not None and requests < turns + retried + compaction:
+            # The summary call needs max_steps successful turns, so fewer requests rule it out;
+            # once they are made, the summary call is made past the request limit.
+            summary = summary if requests >= steps else 0
+            calls = requests + summary
+            calls_text = (
+                f"usage_limits.max_requests={requests} requests + {summary} summary call = "
+                f"{calls} (the request limit stops turns, retries and compaction summaries "
+                f"before {turns + retried + compaction}; the step-limit summary call, which "
+                "needs max_steps turns, is made past it)"
+            )
+        if requests is not None and requests < steps:
+            tool_turns = requests
+            tool_turns_text = f"one per tool_calls turn, at most one per request ({requests})"
+    elif policy.usage_limits.max_requests is not None:
+        requests = policy.usage_limits.max_requests
+        turns = requests
+        retried = requests - 1 if errors is None else min(requests - 1, errors - 1)
+        calls = requests
+        calls_text = (
+            f"usage_limits.max_requests={requests} (max_steps=None; every attempt is a request)"
+        )
+        tool_turns = requests
+        tool_turns_text = f"one per tool_calls turn, at most one per request ({requests})"
+    else:
+        turns = None
+        retried = 0
+        calls = None
+        calls_text = (
+            "max_steps=None and no usage_limits.max_requests: nothing bounds the turns "
+            "(max_wall_clock_s ends a run in time, not in work)"
+        )
+        tool_turns = None
+        tool_turns_text = "as many as the model turns: unbounded"
+
+    if policy.max_tool_calls is not None:
+        executions: int | None = policy.max_tool_calls
+        executions_text = f"Policy.max_tool_calls={policy.max_tool_calls}"
+    else:
+        executions = None
+        executions_text = (
+            "a response may carry any number of tool calls; set Policy.max_tool_calls "
+            f"(tool turns: {_show(tool_turns)})"
+        )
+
+    wall, wall_text = _wall_clock(
+        policy, calls, retried, tool_turns, executions, retry, model_timeout_s
+    )
+    return Bounds(
+        max_model_calls=calls,
+        model_calls_derivation=calls_text,
+        max_tool_turns=tool_turns,
+        tool_turns_derivation=tool_turns_text,
+        max_tool_executions=executions,
+        tool_executions_derivation=executions_text,
+        max_wall_clock_s=wall,
+        wall_clock_derivation=wall_text,
+    )
+
+
+def _summaries_per_turn(policy: Policy) -> int:
+    """Model calls the compaction before one turn can make (``summarize`` makes one each)."""
+    if CompactionStrategyName.SUMMARIZE not in policy.compaction.strategies:
+        return 0
+    return policy.max_compaction_attempts
+
+
+def _retried_text(turns: int, max_retries: int, errors: int | None) -> str:
+    per_turn = f"{turns} × {max_retries} retries"
+    if errors is None:
+        return per_turn
+    return f"min({per_turn}, max_total_errors - 1 = {errors - 1}) retries"
+
+
+def _wall_clock(
+    policy: Policy,
+    calls: int | None,
+    retried: int,
+    tool_turns: int | None,
+    executions: int | None,
+    retry: RetryPolicy,
+    model_timeout_s: float | None,
+) -> tuple[float | None, str]:
+    """The wall-clock bound: the policy's limit, or the worst time the bounded work can take."""
+    work: float | None = None
+    if model_timeout_s is None:
+        why = "no model-call timeout is known (model_timeout_s)"
+    elif calls is None:
+        why = "the model calls are unbounded"
+    else:
+        backoff = _worst_backoff(retry, retried)
+        if executions is not None:
+            tool_runs: int | None = executions
+            if policy.parallel_tool_calls and tool_turns is not None:
+                tool_runs = min(executions, tool_turns)
+        else:
+            tool_runs = tool_turns if policy.parallel_tool_calls else None
+        if tool_runs is None:
+            why = "sequential tool calls without max_tool_calls take unbounded time"
+        else:
+            tool_time = tool_runs * policy.tool_timeout_s
+            work = calls * model_timeout_s + backoff + tool_time
+            tools = "parallel turns" if policy.parallel_tool_calls else "tool calls"
+            why = (
+                f"{calls} calls × {model_timeout_s:g} s + {backoff:g} s worst backoff over "
+                f"{retried} retries + {tool_runs} {tools} × {policy.tool_timeout_s:g} s "
+                f"= {work:g} s"
+            )
+    limit = policy.max_wall_clock_s
+    if limit is None:
+        return work, why if work is not None else f"unbounded: {why}"
+    if work is None or limit <= work:
+        return limit, f"max_wall_clock_s={limit:g} ({why})"
+    return work, f"{why} < max_wall_clock_s={limit:g}"
+
+
+def _worst_backoff(retry: RetryPolicy, retried: int) -> float:
+    """The longest total wait over ``retried`` retries grouped in runs of at most
+    ``retry.max_retries`` (a run's waits grow, so full runs are the worst)."""
+    if retried == 0 or retry.max_retries == 0:
+        return 0.0
+    full, rest = divmod(retried, retry.max_retries)
+    return full * _run_wait(retry, retry.max_retries) + _run_wait(retry, rest)
+
+
+def _run_wait(retry: RetryPolicy, count: int) -> float:
+    """The longest total wait before retries 1..count of one run of failures."""
+    if retry.honour_retry_after:  # a server may ask for any wait up to max_delay_s
+        return count * retry.max_delay_s
+    total = 0.0
+    delay = retry.base_delay_s * (1 + retry.jitter)  # the most jitter can add
+    for done in range(count):
+        if delay >= retry.max_delay_s:  # capped from here on
+            return total + (count - done) * retry.max_delay_s
+        if delay == 0:
+            return total
+        total += delay
+        delay *= 2
+    return total

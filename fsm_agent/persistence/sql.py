@@ -1,0 +1,356 @@
+"""What the SQLite and PostgreSQL checkpointers share: the schema, its migrations, the row
+encoding and the optimistic-concurrency writes. A dialect supplies the connection, the
+transaction and the mapping of its errors to the :class:`~fsm_agent.CheckpointError` tree.
+
+Tables (``{t}`` is the dialect's table prefix)::
+
+    {t}meta         key → value; ``schema_version`` is the number of migrations applied
+    {t}runs         one row per run: its latest checkpoint version and position (for listing)
+    {t}checkpoints  one row per move: (run_id, version) → the run state
+    {t}effects      the write-ahead journal: (run_id, key) → intent, then result
+
+A checkpoint row stores the run state without its message thread and trace, plus the messages
+and moves that changed since the run's previous row (``messages_from`` is the index the stored
+messages start at; the thread is rebuilt by replaying the rows in order). A compaction or a
+trimmed tool output rewrites the thread from the first message that changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol
+
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import CorruptCheckpointError, SchemaVersionError, UnknownRunError
+from ..machine.agent_machine import Move
+from ..machine.table import State, StopReason
+from ..messages import Message
+from ..run_state import RunState, StoredMove
+from . import Checkpoint, EffectRecord, RunSummary, conflict
+
+__all__ = ["MIGRATIONS", "SQLCheckpointer"]
+
+_MESSAGES = TypeAdapter(list[Message])
+_MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the tables
+    (
+        "CREATE TABLE {t}runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
+        "state TEXT NOT NULL, stop_reason TEXT, steps INTEGER NOT NULL, "
+        "updated_at {real} NOT NULL)",
+        "CREATE TABLE {t}checkpoints (run_id TEXT NOT NULL, version INTEGER NOT NULL, "
+        "saved_at {real} NOT NULL, body TEXT NOT NULL, messages_from INTEGER NOT NULL, "
+        "messages TEXT NOT NULL, trace_from INTEGER NOT NULL, trace TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, version))",
+        "CREATE TABLE {t}effects (run_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, "
+        "result TEXT, recorded_at {real} NOT NULL, PRIMARY KEY (run_id, key))",
+    ),
+    # 2: list runs by recency without a scan
+    ("CREATE INDEX runs_by_time ON {t}runs (updated_at)",),
+)
+"""The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the store uses."""
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the last statement changed."""
+        ...
+
+    def execute(self, sql: Any, params: Sequence[object] = ..., /) -> Any:
+        """Run one statement."""
+        ...
+
+    def fetchone(self) -> Any:
+        """The next row, or ``None``."""
+        ...
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows."""
+        ...
+
+
+class _Saved:
+    """What this process last wrote for a run: the version and the thread it held."""
+
+    __slots__ = ("messages", "trace", "version")
+
+    def __init__(self, version: int, messages: list[Message], trace: int) -> None:
+        self.version = version
+        self.messages = messages
+        self.trace = trace
+
+
+def _changed_from(saved: list[Message], current: list[Message]) -> int:
+    """The first index where ``current`` differs from what was saved (messages are immutable
+    values: an unchanged message is the same object)."""
+    limit = min(len(saved), len(current))
+    if current[:limit] == saved[:limit]:  # the common case (appends only), compared in C
+        return limit
+    for index in range(limit):
+        if saved[index] is not current[index]:
+            return index
+    return limit
+
+
+class SQLCheckpointer:
+    """The checkpointer logic over a SQL dialect (see the module docstring)."""
+
+    placeholder = "?"
+    real = "REAL"
+    lock_clause = ""  # appended to the fencing read (PostgreSQL locks the run's row)
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._saved: dict[str, _Saved] = {}
+        self._queries: dict[str, str] = {}
+
+    # -- dialect --------------------------------------------------------------------------------
+    def _write(self) -> AbstractContextManager[Cursor]:
+        """A cursor in a write transaction, committed on exit (rolled back on error)."""
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Cursor]:
+        """A cursor for reading."""
+        raise NotImplementedError
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a unique-key violation."""
+        raise NotImplementedError
+
+    def _sql(self, text: str) -> str:
+        sql = self._queries.get(text)
+        if sql is None:
+            sql = text.format(t=self._prefix, real=self.real).replace("?", self.placeholder)
+            self._queries[text] = sql
+        return sql
+
+    # -- schema ---------------------------------------------------------------------------------
+    def _migrate(self, cur: Cursor) -> int:
+        """Bring the schema up to date inside the caller's transaction; returns the version it
+        had. Raises :class:`SchemaVersionError` for a store newer than this code."""
+        cur.execute(
+            self._sql("CREATE TABLE IF NOT EXISTS {t}meta (key TEXT PRIMARY KEY, value TEXT)")
+        )
+        cur.execute(self._sql("SELECT value FROM {t}meta WHERE key = 'schema_version'"))
+        row = cur.fetchone()
+        try:
+            current = int(row[0]) if row is not None else 0
+        except (TypeError, ValueError):
+            raise CorruptCheckpointError(
+                f"the store's schema_version is {row[0]!r}, not a number"
+            ) from None
+        if current > len(MIGRATIONS):
+            raise SchemaVersionError(
+                f"the store has schema version {current}, but this fsm_agent knows versions up "
+                f"to {len(MIGRATIONS)}: upgrade fsm_agent to open it (nothing was changed)"
+            )
+        for statements in MIGRATIONS[current:]:
+            for statement in statements:
+                cur.execute(self._sql(statement))
+        if current < len(MIGRATIONS):
+            if row is None:
+                cur.execute(
+                    self._sql("INSERT INTO {t}meta (key, value) VALUES ('schema_version', ?)"),
+                    (str(len(MIGRATIONS)),),
+                )
+            else:
+                cur.execute(
+                    self._sql("UPDATE {t}meta SET value = ? WHERE key = 'schema_version'"),
+                    (str(len(MIGRATIONS)),),
+                )
+        return current
+
+    def schema_version(self) -> int:
+        """The schema version the store is at."""
+        with self._read() as cur:
+            cur.execute(self._sql("SELECT value FROM {t}meta WHERE key = 'schema_version'"))
+            row = cur.fetchone()
+        return int(row[0]) if row is not None else 0
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, state: RunState, *, version: int) -> None:
+        """Store ``state`` as checkpoint ``version``; only the messages and moves that changed
+        since this process's previous checkpoint of the run are written."""
+        run_id = state.run_id
+        messages = state.messages
+        trace = state.trace
+        saved = self._saved.get(run_id)
+        if saved is not None and saved.version == version - 1 and saved.trace <= len(trace):
+            messages_from = _changed_from(saved.messages, messages)
+            trace_from = saved.trace
+        else:
+            messages_from = trace_from = 0
+        body = state.model_dump_json(exclude={"messages", "trace"})
+        new_messages = _MESSAGES.dump_json(messages[messages_from:]).decode()
+        new_moves = _MOVES.dump_json(trace[trace_from:]).decode()
+        now = time.time()
+        stop = state.stop_reason.value if state.stop_reason is not None else None
+        with self._write() as cur:
+            if version == 1:
+                try:
+                    cur.execute(
+                        self._sql(
+                            "INSERT INTO {t}runs (run_id, version, state, stop_reason, steps, "
+                            "updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+                        ),
+                        (run_id, 1, state.state.value, stop, state.counters.steps, now),
+                    )
+                except Exception as exc:
+                    if self._is_duplicate(exc):
+                        raise conflict(run_id, version, 1) from None
+                    raise
+            else:
+                cur.execute(
+                    self._sql(
+                        "UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, steps = ?, "
+                        "updated_at = ? WHERE run_id = ? AND version = ?"
+                    ),
+                    (
+                        version,
+                        state.state.value,
+                        stop,
+                        state.counters.steps,
+                        now,
+                        run_id,
+                        version - 1,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    raise conflict(run_id, version, self._latest(cur, run_id))
+            cur.execute(
+                self._sql(
+                    "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
+                    "messages, trace_from, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (run_id, version, now, body, messages_from, new_messages, trace_from, new_moves),
+            )
+        self._saved[run_id] = _Saved(version, list(messages), len(trace))
+
+    def _latest(self, cur: Cursor, run_id: str) -> int | None:
+        cur.execute(
+            self._sql("SELECT version FROM {t}runs WHERE run_id = ?" + self.lock_clause), (run_id,)
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row is not None else None
+
+    def load(self, run_id: str) -> Checkpoint:
+        """The latest checkpoint of ``run_id``, rebuilt from its rows."""
+        with self._read() as cur:
+            cur.execute(
+                self._sql(
+                    "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
+                    "FROM {t}checkpoints WHERE run_id = ? ORDER BY version"
+                ),
+                (run_id,),
+            )
+            rows = cur.fetchall()
+        if not rows:
+            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+        messages: list[Message] = []
+        trace: list[Move] = []
+        for version, _, _, messages_from, new_messages, trace_from, new_moves in rows:
+            try:
+                if messages_from > len(messages) or trace_from > len(trace):
+                    raise ValueError("it continues rows that are missing")
+                messages = messages[:messages_from] + _MESSAGES.validate_json(new_messages)
+                trace = trace[:trace_from] + _MOVES.validate_json(new_moves)
+            except (ValidationError, ValueError, TypeError) as exc:
+                raise _corrupt(run_id, version, exc) from None
+        version, saved_at, body = rows[-1][0], rows[-1][1], rows[-1][2]
+        try:
+            state = RunState.model_validate_json(body)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise _corrupt(run_id, version, exc) from None
+        state.messages = messages
+        state.trace = trace
+        self._saved[run_id] = _Saved(version, list(messages), len(trace))
+        return Checkpoint(run_id, version, state, float(saved_at))
+
+    # -- effects --------------------------------------------------------------------------------
+    def record_intent(
+        self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int
+    ) -> None:
+        """Record that the call ``key`` is about to start (fenced by ``version``)."""
+        self._record(run_id, key, kind, None, version)
+
+    def record_result(self, run_id: str, key: str, result: str, *, version: int) -> None:
+        """Record the outcome of the call ``key`` (fenced by ``version``)."""
+        kind: Literal["model", "tool"] = "model" if "/model/" in key else "tool"
+        self._record(run_id, key, kind, result, version)
+
+    def _record(self, run_id: str, key: str, kind: str, result: str | None, version: int) -> None:
+        with self._write() as cur:
+            latest = self._latest(cur, run_id)
+            if latest != version:
+                raise conflict(run_id, version + 1, latest)
+            cur.execute(
+                self._sql(
+                    "INSERT INTO {t}effects (run_id, key, kind, result, recorded_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+                    "result = excluded.result, recorded_at = excluded.recorded_at"
+                ),
+                (run_id, key, kind, result, time.time()),
+            )
+
+    def effects(self, run_id: str) -> dict[str, EffectRecord]:
+        """The journaled calls of ``run_id`` by key."""
+        with self._read() as cur:
+            cur.execute(
+                self._sql("SELECT key, kind, result FROM {t}effects WHERE run_id = ?"), (run_id,)
+            )
+            rows = cur.fetchall()
+        records: dict[str, EffectRecord] = {}
+        for key, kind, result in rows:
+            if kind not in ("model", "tool"):
+                raise CorruptCheckpointError(
+                    f"run {run_id!r}: effect {key!r} has the unknown kind {kind!r}"
+                )
+            records[key] = EffectRecord(key, kind, result)
+        return records
+
+    def runs(self) -> list[RunSummary]:
+        """Every stored run, the most recently updated first."""
+        with self._read() as cur:
+            cur.execute(
+                self._sql(
+                    "SELECT run_id, version, state, stop_reason, steps, updated_at FROM {t}runs "
+                    "ORDER BY updated_at DESC, run_id"
+                )
+            )
+            rows = cur.fetchall()
+        return list(_summaries(rows))
+
+
+def _summaries(rows: list[Any]) -> Iterator[RunSummary]:
+    for run_id, version, state, stop, steps, updated_at in rows:
+        try:
+            yield RunSummary(
+                run_id,
+                int(version),
+                State(state),
+                StopReason(stop) if stop is not None else None,
+                int(steps),
+                float(updated_at),
+            )
+        except ValueError as exc:
+            raise CorruptCheckpointError(
+                f"the runs row of {run_id!r} does not decode: {exc}"
+            ) from None
+
+
+def _corrupt(run_id: str, version: int, exc: BaseException) -> CorruptCheckpointError:
+    if isinstance(exc, ValidationError):
+        problem = exc.errors(include_url=False)[0]["msg"]
+    else:
+        problem = str(exc)
+    return CorruptCheckpointError(
+        f"checkpoint {version} of run {run_id!r} does not decode ({problem}); the row is damaged "
+        "or truncated and was left as it is"
+    )

@@ -1,0 +1,163 @@
+"""The package as it ships: its licence and metadata, an sdist whose tests run, a message naming
+the extra for every optional dependency, and an import that loads only what it needs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python(code: str, *, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with this checkout importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_licence_file_is_the_mit_licence_the_metadata_names() -> None:
+    """LICENSE holds the MIT licence of the fsm_agent developers, as pyproject declares, and the
+    project lists where its repository, docs and issues are."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert project["license"] == "MIT" and text.startswith("MIT License")
+    assert "fsm_agent developers" in text and project["authors"] == [
+        {"name": "fsm_agent developers"}
+    ]
+    assert {"Repository", "Documentation", "Issues"} <= set(project["urls"])
+
+
+def test_the_sdist_ships_everything_its_tests_import(tmp_path: Path) -> None:
+    """The sdist holds the licence and whatever the tests import (benchmarks/workload.py): its
+    test suite is collected with no error."""
+    pytest.importorskip("hatchling", reason="the build backend comes with the [dev] extra")
+    build = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+    (archive,) = tmp_path.glob("fsm_agent-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    (tree,) = (p for p in tmp_path.iterdir() if p.is_dir())
+    assert (tree / "LICENSE").is_file() and (tree / "benchmarks" / "workload.py").is_file()
+    collect = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert collect.returncode == 0, collect.stdout[-2000:]
+    summary = collect.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ tests collected in [\d.]+s", summary), summary
+
+
+# --- optional dependencies ----------------------------------------------------------------
+
+_MISSING = {
+    "dbos": ("dbos", ["dbos"], "import fsm_agent.durable"),
+    "hypothesis: fuzz_agent": (
+        "testing",
+        ["hypothesis"],
+        "from fsm_agent.testing import fuzz_agent; fuzz_agent(lambda model: None)",
+    ),
+    "hypothesis: strategies": ("testing", ["hypothesis"], "from fsm_agent.fuzzing import cases"),
+    "psycopg": (
+        "postgres",
+        ["psycopg"],
+        "from fsm_agent.persistence import PostgresCheckpointer\n"
+        "PostgresCheckpointer('postgresql://127.0.0.1/test')",
+    ),
+    "graphviz": (
+        "diagrams",
+        ["pygraphviz", "graphviz"],
+        "from fsm_agent.diagrams import render; render('digraph { a }')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MISSING))
+def test_a_missing_extra_names_itself_and_how_to_install_it(case: str) -> None:
+    """Without an optional dependency, using what needs it raises a fsm_agent error (still an
+    ImportError where it is an import) whose message names the extra and the command that
+    installs it from a checkout; never a bare ModuleNotFoundError."""
+    extra, modules, use = _MISSING[case]
+    blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in modules)
+    code = (
+        "import sys\n"
+        f"{blocked}"
+        "from fsm_agent.errors import FsmAgentError\n"
+        "try:\n"
+        + "".join(f"    {line}\n" for line in use.splitlines())
+        + "except FsmAgentError as exc:\n"
+        "    print(type(exc).__name__, isinstance(exc, ImportError), exc, sep='|')\n"
+    )
+    result = python(code)
+    assert result.returncode == 0, result.stderr
+    kind, is_import_error, message = result.stdout.strip().split("|")
+    assert f"pip install -e '.[{extra}]'" in message
+    if extra == "diagrams":
+        assert kind == "RenderingUnavailableError"
+    else:
+        assert kind == "MissingExtraError" and is_import_error == "True"
+        assert f"[{extra}] extra" in message
+
+
+# --- start-up -------------------------------------------------------------------------------
+
+_LOADED_ON_USE = (
+    "dbos",
+    "graphviz",
+    "httpx",
+    "hypothesis",
+    "psycopg",
+    "pygraphviz",
+    "sqlite3",
+    "fsm_agent.diagrams",
+    "fsm_agent.durable",
+    "fsm_agent.fuzzing",
+    "fsm_agent.machine.checker",
+    "fsm_agent.persistence.postgres",
+    "fsm_agent.persistence.sqlite",
+    "fsm_agent.providers",
+)
+
+
+def test_importing_fsm_agent_loads_no_provider_database_or_extra() -> None:
+    """``import fsm_agent`` loads no provider, HTTP client, database driver, hypothesis, DBOS or
+    Graphviz module; each loads when first used (here: the providers and SQLite)."""
+    code = (
+        "import sys, fsm_agent\n"
+        f"names = {_LOADED_ON_USE!r}\n"
+        "print(sorted(n for n in names if n in sys.modules))\n"
+        "fsm_agent.infer_model\n"
+        "fsm_agent.SQLiteCheckpointer\n"
+        "print(sorted(n for n in names if n in sys.modules))\n"
+    )
+    result = python(code)
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.splitlines()
+    assert before == "[]"
+    assert "fsm_agent.providers" in after and "fsm_agent.persistence.sqlite" in after

@@ -1,0 +1,82 @@
+"""Building an agent checks the code handed to it: a verifier or stop condition that cannot be
+called the way the kernel calls it, or ``tools`` that is not a list, is refused at once with a
+ConfigurationError that says what to write instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent, ConfigurationError, RunState, StopReason, Verdict, tool
+from fsm_agent.testing import ScriptedModel, text
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _agent(**options: Any) -> Agent[Any]:
+    return Agent(ScriptedModel([text("ok")]), **options)
+
+
+def test_a_single_tool_instead_of_a_list_is_refused() -> None:
+    """``tools=add`` names the fix, ``tools=[add]``, for a function or a built tool."""
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    with pytest.raises(ConfigurationError, match=r"tools=\[multiply\]; got multiply itself"):
+        _agent(tools=multiply)
+    with pytest.raises(ConfigurationError, match=r"must be a list of tools, e.g. tools=\[add\]"):
+        _agent(tools=add)
+    with pytest.raises(ConfigurationError, match="tools must be a list of tools"):
+        _agent(tools=3)
+
+
+def test_a_verifier_with_the_wrong_signature_is_refused() -> None:
+    """A verifier taking a positional answer is refused before any run spends its budget."""
+
+    def positional(answer: str) -> bool:
+        return bool(answer)
+
+    with pytest.raises(ConfigurationError) as caught:
+        _agent(verifier=positional)
+    message = str(caught.value)
+    assert message.startswith("verifier positional cannot be called as verifier(output=")
+    assert "write def verify(*, output: str, run_state: RunState)" in message
+
+
+def test_a_stop_condition_with_the_wrong_signature_is_refused() -> None:
+    """A stop condition that takes no argument is refused when the agent is built."""
+
+    def never() -> bool:
+        return False
+
+    with pytest.raises(ConfigurationError, match=r"def should_stop\(run_state: RunState\)"):
+        _agent(stop_conditions=[never])
+
+
+def test_callables_the_kernel_can_call_are_accepted() -> None:
+    """Keyword-only, **kwargs, async and callable-object verifiers and stop conditions pass."""
+
+    def keyword(*, output: str, run_state: RunState) -> Verdict:
+        return Verdict.accept()
+
+    async def loose(**kwargs: object) -> bool:
+        return True
+
+    class Judge:
+        def __call__(self, *, output: str, **context: object) -> bool:
+            return True
+
+    class Limit:
+        def __call__(self, run_state: RunState, *extra: object) -> bool:
+            return run_state.model_calls > 5
+
+    for verifier in (keyword, loose, Judge()):
+        result = _agent(verifier=verifier, stop_conditions=[Limit()]).run_sync("hi")
+        assert result.stop_reason in (StopReason.COMPLETED, StopReason.STOP_CONDITION)
