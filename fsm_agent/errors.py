@@ -23,7 +23,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
     │   ├── UnknownRunError        no checkpoint holds the run id
-    │   └── RunFinishedError       the run already ended: there is nothing to resume
+    │   ├── RunFinishedError       the run already ended: there is nothing to resume
+    │   └── DefinitionChangedError the agent resuming a run is not the one that started it
     └── CheckpointError            the checkpoint store failed; what it holds is left as it was
         ├── CheckpointConflictError  another worker wrote the run first (optimistic concurrency)
         ├── CorruptCheckpointError   a stored row does not decode (damaged or truncated)
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigurationError",
     "ContextWindowExceededError",
     "CorruptCheckpointError",
+    "DefinitionChangedError",
     "DefinitionError",
     "DurableRunError",
     "FsmAgentError",
@@ -216,6 +218,16 @@ class RunFinishedError(ResumeError):
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class DefinitionChangedError(ResumeError):
+    """The agent resuming a stored run differs from the one that started it (its tools, their
+    schemas, the system prompt or the policy); nothing ran and nothing was written."""
+
+    def __init__(self, message: str, *, run_id: str, changed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.changed = changed
 
 
 class CheckpointError(FsmAgentError):

@@ -143,6 +143,7 @@ class RunState(BaseModel):
     suspensions: int = 0
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
+    definition: str | None = None  # a stored run's agent fingerprint (persistence.definition)
 
     @classmethod
     def start(cls, run_id: str) -> RunState:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,8 @@ def test_a_tool_cut_short_is_not_run_again_and_the_model_hears_outcome_unknown()
     result = asyncio.run(agent.resume(RUN_ID))
     assert seen["charge"] == 1
     [unknown] = [r for m in result.messages for r in m.tool_results if r.call_id == "c2"]
-    assert unknown.is_error and unknown.content.startswith("Error: outcome unknown")
+    assert unknown.content.startswith("Error: outcome unknown")
+    assert not unknown.is_error  # not a failed call: it may have succeeded
     assert "charge" in unknown.content and "c2" in unknown.content
     assert result.output == BASELINE.output
 
@@ -255,7 +257,9 @@ def test_a_zombie_worker_stops_at_its_next_write(tmp_path: Path) -> None:
         if not taken:
             taken = True
             other = make_agent(SQLiteCheckpointer(path), lambda _: None)
-            ctx = other._resume_context(RUN_ID, None, None, None, listening=False)
+            resuming = other._resume_context(RUN_ID, None, None, None, listening=False)
+            with ThreadPoolExecutor(1) as worker:  # another worker, with a loop of its own
+                ctx = worker.submit(asyncio.run, resuming).result()
             assert ctx.durable is not None  # the other worker claimed the run
 
     agent = make_agent(

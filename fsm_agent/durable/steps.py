@@ -33,15 +33,14 @@ from dbos import DBOS, StepOptions
 
 from ..errors import ConfigurationError
 from ..kernel.agent import Agent, Runtime
-from ..messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from ..messages import ModelRequest, ModelResponse, ToolCall
 from ..models import Model
 from ..persistence.run_log import (
-    UNKNOWN_RESULT,
-    RecordedToolError,
     _decode_model,
     _decode_tool,
     _encode_tool,
     encode_model_outcome,
+    unknown_result,
 )
 from ..tools import Tool, ToolContext, ToolExecution
 
@@ -174,9 +173,7 @@ class StepTool(Tool):
 
         async def run() -> str:
             if started_by != self.attempt:  # an earlier execution died inside this call
-                content = UNKNOWN_RESULT.format(name=call.name, id=call.id)
-                result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
-                execution = ToolExecution(result, error=RecordedToolError(content))
+                execution = ToolExecution(unknown_result(call))
             else:
                 execution = await self.inner.execute(
                     call, context, default_timeout_s=default_timeout_s

@@ -42,7 +42,8 @@ from ..machine.table import TERMINAL, Outcome, State
 from ..messages import Message, ToolDefinition, Usage, validate_history
 from ..models import Model
 from ..persistence import Checkpointer, Durability
-from ..persistence.run_log import RunLog, UnknownOutcome
+from ..persistence.definition import check_definition, definition_fingerprint
+from ..persistence.run_log import RunLog, UnknownOutcome, in_store_thread, load_checkpoint
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
@@ -271,6 +272,7 @@ class Agent(Generic[DepsT]):
         *,
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        allow_changed_definition: bool = False,
     ) -> RunResult:
         """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
         pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
@@ -282,10 +284,47 @@ class Agent(Generic[DepsT]):
         checkpoint in whatever state it was saved (a crashed run, or a suspended one, which
         then takes ``decisions``). Raises :class:`~fsm_agent.UnknownRunError` for a run the
         store does not hold, :class:`~fsm_agent.RunFinishedError` for one that ended, and
-        :class:`~fsm_agent.CheckpointConflictError` when another worker resumed it first."""
-        ctx = self._resume_context(resume, decisions, handle, deps, listening=False)
+        :class:`~fsm_agent.CheckpointConflictError` when another worker resumed it first, and
+        :class:`~fsm_agent.DefinitionChangedError` when this agent's tools, system prompt or
+        policy differ from those of the agent that started the run (unless
+        ``allow_changed_definition``)."""
+        ctx = await self._resume_context(
+            resume, decisions, handle, deps, listening=False, allow_changed=allow_changed_definition
+        )
         await self._drive(ctx)
         return _result_of(ctx)
+
+    async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult:
+        """End a stored run for good: it is saved ``aborted`` with ``cancelled`` (every call
+        still waiting gets an error result), so that it can no longer be resumed. A cancelled
+        durable run stays resumable until this is called. Raises
+        :class:`~fsm_agent.UnknownRunError`, :class:`~fsm_agent.RunFinishedError` for a run
+        that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
+        wrote the run meanwhile (it is still running: cancel it there first)."""
+        store = self.checkpointer
+        if store is None:
+            raise ConfigurationError("abandon needs an agent with a checkpointer")
+        checkpoint = await load_checkpoint(store, run_id)
+        rs = checkpoint.state
+        if rs.state in TERMINAL:
+            raise RunFinishedError(
+                f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
+                "nothing to abandon",
+                run_id=run_id,
+            )
+        move = self._decide(rs.state, Outcome.CANCEL, rs.counters)
+        rs.counters = move.counters
+        rs.state = move.dest
+        rs.stop_reason = move.stop
+        rs.trace.append(move)
+        if rs.pending_tool_calls:
+            RunContext(self, rs, listening=False, handle=RunHandle()).close_pending_calls(
+                "the run was abandoned"
+            )
+        rs.resume_token = None
+        rs.error = f"the run was abandoned: {reason}"
+        await in_store_thread(store, lambda: store.save(rs, version=checkpoint.version + 1))
+        return RunResult.of(rs)
 
     async def resume_stream(
         self,
@@ -295,15 +334,18 @@ class Agent(Generic[DepsT]):
         *,
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        allow_changed_definition: bool = False,
     ) -> AsyncIterator[Event]:
         """``resume``, yielding every event as it happens (like ``run_stream``)."""
-        ctx = self._resume_context(resume, decisions, handle, deps, listening=True)
+        ctx = await self._resume_context(
+            resume, decisions, handle, deps, listening=True, allow_changed=allow_changed_definition
+        )
         async with contextlib.aclosing(_listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
 
     # -- the driver -------------------------------------------------------------------------
-    def _resume_context(
+    async def _resume_context(
         self,
         resume: ResumeHandle | str,
         decisions: Mapping[str, HumanDecision] | None,
@@ -311,9 +353,12 @@ class Agent(Generic[DepsT]):
         deps: DepsT | None,
         *,
         listening: bool,
+        allow_changed: bool = False,
     ) -> RunContext:
         if self.checkpointer is not None:
-            return self._durable_resume_context(resume, decisions, handle, deps, listening)
+            return await self._durable_resume_context(
+                resume, decisions, handle, deps, listening, allow_changed
+            )
         if isinstance(resume, str):
             raise ResumeError(
                 f"resume needs the ResumeHandle of a result; resuming run {resume!r} by its id "
@@ -325,16 +370,18 @@ class Agent(Generic[DepsT]):
         rs = apply_decisions(resume, decisions if decisions is not None else {})
         return self._new_context(rs, handle, deps, listening)
 
-    def _durable_resume_context(
+    async def _durable_resume_context(
         self,
         resume: ResumeHandle | str,
         decisions: Mapping[str, HumanDecision] | None,
         handle: RunHandle | None,
         deps: DepsT | None,
         listening: bool,
+        allow_changed: bool,
     ) -> RunContext:
         """Load the run's latest checkpoint, apply the human's decisions if it waits for them,
-        and claim the run with the next checkpoint before anything runs."""
+        claim the run with the next checkpoint, then read its journal, before anything runs
+        (claimed first, no other worker can add to the journal after it is read)."""
         store = self.checkpointer
         assert store is not None
         if isinstance(resume, ResumeHandle):
@@ -346,7 +393,7 @@ class Agent(Generic[DepsT]):
                 f"resume needs a run id or the ResumeHandle of a result, got "
                 f"{type(resume).__name__}"
             )
-        checkpoint = store.load(run_id)
+        checkpoint = await load_checkpoint(store, run_id)
         rs = checkpoint.state
         if rs.state in TERMINAL:
             raise RunFinishedError(
@@ -354,6 +401,10 @@ class Agent(Generic[DepsT]):
                 "nothing to resume",
                 run_id=run_id,
             )
+        fingerprint = definition_fingerprint(self)
+        if not allow_changed:
+            check_definition(run_id, rs.definition, fingerprint)
+        rs.definition = fingerprint
         if rs.state is State.SUSPENDED and rs.resume_token is not None:
             waiting = ResumeHandle(run_id, token or rs.resume_token, tuple(rs.human_requests), rs)
             rs = apply_decisions(waiting, decisions if decisions is not None else {})
@@ -368,9 +419,9 @@ class Agent(Generic[DepsT]):
             version=checkpoint.version,
             mode=self.durability,
             unknown_outcome=self.unknown_outcome,
-            effects=store.effects(run_id),
         )
-        log.claim(rs)
+        await log.claim(rs)
+        await log.read_journal()
         handle = handle or RunHandle()
         if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
             handle._ctx = None  # the same run, resumed from its checkpoint
@@ -403,6 +454,7 @@ class Agent(Generic[DepsT]):
         rs = RunState.start(self.runtime.new_id())
         log = None
         if self.checkpointer is not None:
+            rs.definition = definition_fingerprint(self)
             log = RunLog(
                 self.checkpointer,
                 rs.run_id,
@@ -509,7 +561,7 @@ class Agent(Generic[DepsT]):
                 if deadline is not None:
                     rs.active_s = spent + (clock() - started)
                 if durable is not None:
-                    durable.moved(rs)  # the checkpoint, before anyone hears of the move
+                    await durable.moved(rs)  # the checkpoint, before anyone hears of the move
                 if on_transition:
                     await _notify(ctx, on_transition, move=move, run_state=rs)
                 if listening:
@@ -556,7 +608,11 @@ class Agent(Generic[DepsT]):
                             )
                         )
         except asyncio.CancelledError:
-            # The caller's task was cancelled: record the ending, then let the cancel go on.
+            # The caller's task was cancelled: record the ending, then let the cancel go on. A
+            # durable run stores nothing more, so it resumes from its latest checkpoint.
+            if durable is not None:
+                with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
+                    await durable.interrupted()
             if rs.state not in TERMINAL:
                 move = decide(rs.state, _CANCEL, rs.counters)
                 rs.state = move.dest
@@ -565,9 +621,6 @@ class Agent(Generic[DepsT]):
                 if rs.pending_tool_calls:
                     ctx.close_pending_calls("the run was cancelled")
                 rs.error = "the task running the agent was cancelled"
-                if durable is not None:
-                    with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
-                        durable.interrupted(rs)
             raise
         finally:
             if timer is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -226,6 +227,10 @@ class InMemoryCheckpointer:
         with self._lock:
             return sorted(self._summaries.values(), key=lambda s: s.updated_at, reverse=True)
 
+    def io_executor(self) -> None:
+        """None: the store keeps no I/O, so an agent calls it on the event loop's thread."""
+        return
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -324,6 +329,17 @@ class CrashingCheckpointer:
     def runs(self) -> list[RunSummary]:
         """The inner store's runs."""
         return self.inner.runs()
+
+    def io_executor(self) -> Executor | None:
+        """Where the inner store's calls run (``None``: in the caller's thread)."""
+        method = getattr(self.inner, "io_executor", None)
+        return method() if callable(method) else None
+
+    def forget(self, run_id: str) -> None:
+        """Let the inner store drop what it keeps for ``run_id``."""
+        forget = getattr(self.inner, "forget", None)
+        if callable(forget):
+            forget(run_id)
 
     def close(self) -> None:
         """Close the inner store."""

@@ -1,13 +1,12 @@
-"""The PostgreSQL checkpointer (psycopg 3, the ``[postgres]`` extra): runs shared by several
-processes and machines."""
+"""The PostgreSQL checkpointer (psycopg 3 with its pool, the ``[postgres]`` extra): runs shared
+by several processes and machines."""
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     CheckpointError,
@@ -30,69 +29,111 @@ _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 class PostgresCheckpointer(SQLCheckpointer):
     """Checkpoints in PostgreSQL, in the tables of ``schema`` (created when missing).
 
-    ``timeout_s`` bounds how long a write waits for a lock held by another worker before
-    :class:`~fsm_agent.StoreLockedError`. Writes are committed before they return, so with
-    ``synchronous_commit`` on (the server's default) a checkpoint survives a crash of the
-    process, of the machine and of the server. One instance may be shared by the runs of a
-    process (its connection is guarded by a lock).
+    The store holds a pool of up to ``pool_size`` connections (``psycopg_pool``); a connection
+    that dropped is noticed when it is taken from the pool and replaced, so a restarted server
+    or a severed connection costs the write that was under way (a
+    :class:`~fsm_agent.CheckpointError`), not the store. An agent runs the store's calls on
+    ``pool_size`` threads of its own, never on the event loop's. One instance is meant to be
+    shared by all the runs of a process.
+
+    ``timeout_s`` bounds how long a write waits for a lock held by another worker (then
+    :class:`~fsm_agent.StoreLockedError`) and how long a call waits for a connection. Writes
+    are committed before they return, so with ``synchronous_commit`` on (the server's default)
+    a checkpoint survives a crash of the process, of the machine and of the server.
     """
 
     placeholder = "%s"
     real = "DOUBLE PRECISION"
     lock_clause = " FOR UPDATE"
 
-    def __init__(self, dsn: str, *, schema: str = "fsm_agent", timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "fsm_agent",
+        timeout_s: float = 5.0,
+        pool_size: int = 4,
+    ) -> None:
         if not _NAME.fullmatch(schema):
             raise ConfigurationError(
                 f"schema {schema!r} must be a lower-case SQL name (letters, digits, '_')"
             )
+        if pool_size < 1:
+            raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
         try:
             import psycopg
+            import psycopg_pool
         except ImportError:
             raise MissingExtraError(
-                "PostgresCheckpointer", extra="postgres", module="psycopg 3"
+                "PostgresCheckpointer", extra="postgres", module="psycopg 3 and psycopg_pool"
             ) from None
         super().__init__(f'"{schema}".')
         self.schema = schema
+        self.io_threads = pool_size
         self._psycopg = psycopg
-        self._lock = threading.Lock()
-        try:
-            self._conn: psycopg.Connection[tuple[object, ...]] = psycopg.connect(
-                dsn, autocommit=True, connect_timeout=max(1, round(timeout_s))
+        self._timeout_s = timeout_s
+        lock_ms = int(timeout_s * 1000)
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(f"SET lock_timeout = {lock_ms}")
+
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[object, ...]]] = (
+            psycopg_pool.ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout_s))},
+                configure=configure,
+                check=psycopg_pool.ConnectionPool.check_connection,
+                timeout=timeout_s,
+                open=False,
+                name=f"fsm-agent-{schema}",
             )
-        except psycopg.Error as exc:
-            raise CheckpointError(f"cannot connect to the checkpoint database: {exc}") from None
+        )
         try:
-            with self._guard():
-                self._conn.execute(f"SET lock_timeout = {int(timeout_s * 1000)}")
+            self._pool.open(wait=True, timeout=timeout_s)
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            raise CheckpointError(
+                f"cannot connect to the checkpoint database within {timeout_s} s ({exc}); check "
+                "that the server runs and the URL is right"
+            ) from None
+        try:
             with self._write() as cur:
                 # One migrating worker at a time: the others wait, then find the schema ready.
                 cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 self._migrate(cur)
         except BaseException:
-            self._conn.close()
+            self._pool.close()
             raise
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointer(schema={self.schema!r})"
 
     @contextmanager
-    def _guard(self) -> Iterator[None]:
-        with self._lock:
-            try:
-                yield
-            except self._psycopg.Error as exc:
-                raise _translate(exc, self._psycopg) from exc
+    def _connection(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        """A connection of the pool, its errors translated."""
+        import psycopg_pool
+
+        try:
+            with self._pool.connection(timeout=self._timeout_s) as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise CheckpointError(
+                f"no connection to the checkpoint database within {self._timeout_s} s ({exc})"
+            ) from None
+        except self._psycopg.Error as exc:
+            raise _translate(exc, self._psycopg) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
-        with self._guard(), self._conn.transaction(), self._conn.cursor() as cur:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             yield cur
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with self._guard(), self._conn.cursor() as cur:
+        with self._connection() as conn, conn.cursor() as cur:
             yield cur
 
     def _is_duplicate(self, exc: BaseException) -> bool:
@@ -104,9 +145,9 @@ class PostgresCheckpointer(SQLCheckpointer):
             cur.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
     def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self._conn.close()
+        """Wait for the calls handed to the store's threads, then close the pool."""
+        self._stop_io()
+        self._pool.close()
 
 
 def _translate(exc: Exception, psycopg: object) -> FsmAgentError:

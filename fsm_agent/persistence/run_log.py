@@ -9,22 +9,38 @@ settles the call as "outcome unknown" (for the model, or as a question for a hum
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Literal
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Literal, TypeVar
 
 from pydantic import JsonValue
+from pydantic_core import PydanticSerializationError
 
 from .. import errors
 from ..errors import ModelError
-from ..machine.table import TERMINAL, State
+from ..machine.table import TERMINAL, State, StopReason
 from ..messages import ModelResponse, ToolCall, ToolResult
 from ..run_state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
-from . import UNKNOWN_OUTCOME_PREFIX, Checkpointer, Durability, EffectRecord
+from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
+from .storable import storable_response, storable_result
 
-__all__ = ["RecordedToolError", "RunLog", "UnknownOutcome", "encode_model_outcome"]
+T = TypeVar("T")
+
+__all__ = [
+    "RecordedToolError",
+    "RunLog",
+    "UnknownOutcome",
+    "encode_model_outcome",
+    "in_store_thread",
+    "io_executor_of",
+    "load_checkpoint",
+    "unknown_result",
+]
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -42,12 +58,27 @@ UNKNOWN_QUESTION = (
 )
 
 
+def unknown_result(call: ToolCall) -> ToolResult:
+    """The result of a non-idempotent call a crash cut short, settled by the model. It is not
+    marked an error: the call may well have succeeded, and counting it as a failed tool turn
+    would make the resumed run's counters differ from those of the run that was not
+    interrupted (the text tells the model what is known)."""
+    content = UNKNOWN_RESULT.format(name=call.name, id=call.id)
+    return ToolResult(call_id=call.id, name=call.name, content=content)
+
+
 class RecordedToolError(Exception):
     """The error a tool raised in an earlier process, as its journal recorded it."""
 
 
 class RunLog:
-    """Saves one run's checkpoints and journals its effects (see the module docstring)."""
+    """Saves one run's checkpoints and journals its effects (see the module docstring).
+
+    The store's calls run on the store's I/O thread(s) (:func:`io_executor_of`), never on the
+    event loop's, in the order the run makes them: each waits for the run's previous write, and
+    a write after a failed one fails the same way without being made. In ``sync`` mode the run
+    awaits every write; in ``async`` mode it awaits intents only (and every write when the run
+    rests), and hands checkpoints and outcomes to the thread."""
 
     def __init__(
         self,
@@ -66,79 +97,116 @@ class RunLog:
         self.journal = mode is not Durability.EXIT
         self.unknown_outcome = unknown_outcome
         self.effects = effects or {}
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: list[Future[None]] = []
+        executor = io_executor_of(store)
+        self._own_executor = executor is _OWN
+        self._executor: Executor | None = executor if isinstance(executor, Executor) else None
+        self._tail: Future[None] | None = None
+
+    # -- the ordered lane of writes -------------------------------------------------------------
+    def _submit(self, fn: Callable[..., object], *args: object) -> Future[None] | None:
+        """Start ``fn(*args)`` after the run's previous write; ``None`` when done inline."""
+        executor = self._executor
+        if executor is None:
+            if not self._own_executor:  # a store in memory: no I/O to keep off the loop
+                fn(*args)
+                return None
+            executor = self._executor = ThreadPoolExecutor(
+                1, thread_name_prefix=f"fsm-agent-{self.run_id}"
+            )
+        future = executor.submit(_after, self._tail, fn, args)
+        self._tail = future
+        return future
+
+    async def _write(self, fn: Callable[..., object], *args: object) -> None:
+        """``fn(*args)`` in the lane, awaited. A cancel stops the wait, not the write: a write is
+        made whole or not at all."""
+        future = self._submit(fn, *args)
+        if future is not None:
+            await asyncio.shield(asyncio.wrap_future(future))
+
+    async def flush(self) -> None:
+        """Wait until every write handed to the store's thread is stored; raise the first that
+        failed."""
+        tail = self._tail
+        if tail is not None:
+            await asyncio.shield(asyncio.wrap_future(tail))
+
+    def close(self) -> None:
+        """Let the store drop what it keeps in memory for the run, after the run's writes."""
+        forget = getattr(self.store, "forget", None)
+        if callable(forget):
+            if self._executor is None:
+                forget(self.run_id)
+            else:
+                with contextlib.suppress(RuntimeError):  # the store was closed already
+                    self._executor.submit(_after_all, self._tail, forget, self.run_id)
+        if self._own_executor and self._executor is not None:
+            self._executor.shutdown(wait=False)  # queued writes still run
+            self._executor = None
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def claim(self, rs: RunState) -> None:
+    async def claim(self, rs: RunState) -> None:
         """Write the next checkpoint now, whatever the mode: the resume of a worker that loaded
         an older version fails here, before anything runs."""
-        self.store.save(rs, version=self.version + 1)
+        await self._write(self._save, rs, self.version + 1)
         self.version += 1
 
-    def moved(self, rs: RunState) -> None:
-        """Save the state after a move, as the durability mode says."""
+    async def read_journal(self) -> None:
+        """Read the run's journal from the store (after :meth:`claim`, so that no other worker
+        can add to it any more)."""
+        effects: dict[str, EffectRecord] = {}
+        await self._write(lambda: effects.update(self.store.effects(self.run_id)))
+        self.effects = effects
+
+    async def moved(self, rs: RunState) -> None:
+        """Save the state after a move, as the durability mode says. A cancelled run is not
+        saved: its latest checkpoint stays, and the run can be resumed from it."""
+        state = rs.state
+        resting = state in TERMINAL or state is State.SUSPENDED
+        if resting and rs.stop_reason is StopReason.CANCELLED and state is State.ABORTED:
+            await self.flush()
+            return
         mode = self.mode
         if mode is Durability.SYNC:
-            self.store.save(rs, version=self.version + 1)
+            await self._write(self._save, rs, self.version + 1)
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
-            self._submit(self._save_copy, _snapshot(rs), self.version)
-            if rs.state in TERMINAL or rs.state is State.SUSPENDED:
-                self.flush()
-        elif rs.state in TERMINAL or rs.state is State.SUSPENDED:
-            self.store.save(rs, version=self.version + 1)
+            self._submit(self._save, _snapshot(rs), self.version)
+            if resting:
+                await self.flush()
+        elif resting:
+            await self._write(self._save, rs, self.version + 1)
             self.version += 1
 
-    def interrupted(self, rs: RunState) -> None:
-        """Save the ending of a run whose task was cancelled (its last move is not saved yet)."""
-        if self.mode is Durability.ASYNC:
-            self.flush()
-        self.store.save(rs, version=self.version + 1)
-        self.version += 1
+    async def interrupted(self) -> None:
+        """The run's task was cancelled: store what was handed to the store's thread, and
+        nothing more, so that the run resumes from its latest checkpoint."""
+        await self.flush()
 
-    def _save_copy(self, rs: RunState, version: int) -> None:
+    def _save(self, rs: RunState, version: int) -> None:
         self.store.save(rs, version=version)
 
-    def _submit(self, fn: Callable[..., None], *args: object) -> None:
-        self._raise_failed()
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"fsm-agent-{self.run_id}")
-        self._pending.append(self._writer.submit(fn, *args))
-
-    def _raise_failed(self) -> None:
-        while self._pending and self._pending[0].done():
-            self._pending.pop(0).result()
-
-    def flush(self) -> None:
-        """Wait until every background write is stored; raise the first that failed."""
-        pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
-
-    def close(self) -> None:
-        """Stop the background writer (after its queued writes)."""
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
-
     # -- the journal ----------------------------------------------------------------------------
-    def _intent(self, key: str, kind: Literal["model", "tool"]) -> None:
-        if self._pending:
-            self.flush()  # the intent must be stored before the effect starts
-        self.store.record_intent(self.run_id, key, kind, version=self.version)
+    async def _intent(self, key: str, kind: Literal["model", "tool"]) -> None:
+        """Store the intent before the effect starts (after every earlier write of the run)."""
+        await self._write(self._record_intent, key, kind, self.version)
 
-    def _result(self, key: str, result: str) -> None:
+    def _record_intent(self, key: str, kind: Literal["model", "tool"], version: int) -> None:
+        self.store.record_intent(self.run_id, key, kind, version=version)
+
+    async def _result(self, key: str, result: str) -> None:
+        """Store the outcome: awaited in ``sync`` mode, handed to the store's thread in
+        ``async`` mode (the run's next awaited write waits for it)."""
         if self.mode is Durability.ASYNC:
             self._submit(self._record, key, result, self.version)
         else:
-            self.store.record_result(self.run_id, key, result, version=self.version)
+            await self._write(self._record, key, result, self.version)
 
     def _record(self, key: str, result: str, version: int) -> None:
         self.store.record_result(self.run_id, key, result, version=version)
 
-    def begin_model_call(
+    async def begin_model_call(
         self, rs: RunState
     ) -> tuple[str | None, ModelResponse | ModelError | None]:
         """Before the run's ``rs.model_calls``-th model call: the outcome (response or error)
@@ -151,16 +219,25 @@ class RunLog:
         if record is not None and record.result is not None:
             return None, _decode_model(record.result)
         if record is None:
-            self._intent(key, "model")
+            await self._intent(key, "model")
         return key, None
 
-    def model_answered(self, key: str, response: ModelResponse) -> None:
-        """Record the response of the call ``key``."""
-        self._result(key, encode_model_outcome(response))
+    async def model_answered(self, key: str | None, response: ModelResponse) -> ModelResponse:
+        """Record the response of the call ``key`` (none: not journaled); returns it as the
+        run keeps it, with any text that cannot be stored replaced (see
+        :mod:`~fsm_agent.persistence.storable`)."""
+        try:
+            encoded = encode_model_outcome(response)
+        except PydanticSerializationError:
+            response = storable_response(response)
+            encoded = encode_model_outcome(response)
+        if key is not None:
+            await self._result(key, encoded)
+        return response
 
-    def model_failed(self, key: str, exc: Exception) -> None:
+    async def model_failed(self, key: str, exc: Exception) -> None:
         """Record the error of the call ``key``."""
-        self._result(key, encode_model_outcome(exc))
+        await self._result(key, encode_model_outcome(exc))
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
@@ -168,19 +245,21 @@ class RunLog:
         """Run one call through the journal: reuse a recorded outcome, settle a call a crash cut
         short, or record the intent, run the tool and record its outcome."""
         if not self.journal:
-            return await tool.execute(call, context, default_timeout_s=default_timeout_s)
+            return _storable(await tool.execute(call, context, default_timeout_s=default_timeout_s))
         key = f"{context.step}/tool/{call.id}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
             return _decode_tool(record.result, call)
         if record is None:
-            self._intent(key, "tool")
+            await self._intent(key, "tool")
         elif not tool.idempotent:
             execution = self._unknown(call)
-            self._result(key, _encode_tool(execution))
+            await self._result(key, _encode_tool(execution))
             return execution
-        execution = await tool.execute(call, context, default_timeout_s=default_timeout_s)
-        self._result(key, _encode_tool(execution))
+        execution = _storable(
+            await tool.execute(call, context, default_timeout_s=default_timeout_s)
+        )
+        await self._result(key, _encode_tool(execution))
         return execution
 
     def _unknown(self, call: ToolCall) -> ToolExecution:
@@ -189,11 +268,65 @@ class RunLog:
             return ToolExecution(
                 ToolResult(call_id=call.id, name=call.name, content=""), question=question
             )
-        content = UNKNOWN_RESULT.format(name=call.name, id=call.id)
-        return ToolExecution(
-            ToolResult(call_id=call.id, name=call.name, content=content, is_error=True),
-            error=RecordedToolError(content),
-        )
+        return ToolExecution(unknown_result(call))
+
+
+_OWN = object()
+"""What :func:`io_executor_of` answers for a store that names no executor of its own."""
+
+
+def io_executor_of(store: Checkpointer) -> Executor | object | None:
+    """Where ``store``'s calls run: the executor its ``io_executor()`` gives, ``None`` (in the
+    caller's thread) for a store that keeps no I/O (its ``io_executor()`` returns ``None``), or
+    a thread of the run's own for a store without the method."""
+    method = getattr(store, "io_executor", None)
+    if not callable(method):
+        return _OWN
+    executor = method()
+    if executor is not None and not isinstance(executor, Executor):
+        return _OWN
+    return executor
+
+
+async def in_store_thread(store: Checkpointer, fn: Callable[[], T]) -> T:
+    """``fn()`` (a call of ``store``) where the store's I/O runs (see :func:`io_executor_of`),
+    awaited. A cancel stops the wait, not the call."""
+    executor = io_executor_of(store)
+    if executor is None:
+        return fn()
+    if executor is _OWN:
+        return await asyncio.shield(asyncio.to_thread(fn))
+    assert isinstance(executor, Executor)
+    return await asyncio.shield(asyncio.wrap_future(executor.submit(fn)))
+
+
+async def load_checkpoint(store: Checkpointer, run_id: str) -> Checkpoint:
+    """``store.load(run_id)``, off the event loop's thread."""
+    return await in_store_thread(store, lambda: store.load(run_id))
+
+
+def _after(
+    previous: Future[None] | None, fn: Callable[..., object], args: tuple[object, ...]
+) -> None:
+    """Run ``fn(*args)`` once ``previous`` is stored; fail as it failed, writing nothing."""
+    if previous is not None:
+        previous.result()
+    fn(*args)
+
+
+def _after_all(previous: Future[None] | None, fn: Callable[[str], object], run_id: str) -> None:
+    """Run ``fn(run_id)`` once ``previous`` is stored or failed."""
+    if previous is not None:
+        with contextlib.suppress(BaseException):
+            previous.result()
+    fn(run_id)
+
+
+def _storable(execution: ToolExecution) -> ToolExecution:
+    result = storable_result(execution.result)
+    return (
+        execution if result is execution.result else dataclasses.replace(execution, result=result)
+    )
 
 
 def _snapshot(rs: RunState) -> RunState:

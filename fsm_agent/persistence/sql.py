@@ -8,17 +8,26 @@ Tables (``{t}`` is the dialect's table prefix)::
     {t}runs         one row per run: its latest checkpoint version and position (for listing)
     {t}checkpoints  one row per move: (run_id, version) → the run state
     {t}effects      the write-ahead journal: (run_id, key) → intent, then result
+    {t}outputs      the full text of the run's cut tool outputs: (run_id, output id) → text
 
 A checkpoint row stores the run state without its message thread and trace, plus the messages
 and moves that changed since the run's previous row (``messages_from`` is the index the stored
 messages start at; the thread is rebuilt by replaying the rows in order). A compaction or a
-trimmed tool output rewrites the thread from the first message that changed.
+trimmed tool output rewrites the thread from the first message that changed. The full text of a
+cut tool output is written once, to ``outputs``, by the checkpoint that first holds it; so a
+checkpoint's size does not grow with the run's history.
+
+The store keeps, per run it is writing, what it last wrote (to write only what changed); it
+drops that when the run rests (done, aborted, suspended) or when :meth:`SQLCheckpointer.forget`
+is called (the agent calls it when a run's task ends, however it ended).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
@@ -32,6 +41,10 @@ from ..run_state import RunState, StoredMove
 from . import Checkpoint, EffectRecord, RunSummary, conflict
 
 __all__ = ["MIGRATIONS", "SQLCheckpointer"]
+
+_SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
+_RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
+_NONE: frozenset[str] = frozenset()
 
 _MESSAGES = TypeAdapter(list[Message])
 _MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
@@ -51,6 +64,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: list runs by recency without a scan
     ("CREATE INDEX runs_by_time ON {t}runs (updated_at)",),
+    # 3: the full text of cut tool outputs, written once each instead of with every checkpoint
+    (
+        "CREATE TABLE {t}outputs (run_id TEXT NOT NULL, output_id TEXT NOT NULL, "
+        "text TEXT NOT NULL, PRIMARY KEY (run_id, output_id))",
+    ),
 )
 """The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
 
@@ -77,14 +95,18 @@ class Cursor(Protocol):
 
 
 class _Saved:
-    """What this process last wrote for a run: the version and the thread it held."""
+    """What this process last wrote for a run: the version, the thread it held and the ids of
+    the stored tool outputs."""
 
-    __slots__ = ("messages", "trace", "version")
+    __slots__ = ("messages", "outputs", "trace", "version")
 
-    def __init__(self, version: int, messages: list[Message], trace: int) -> None:
+    def __init__(
+        self, version: int, messages: list[Message], trace: int, outputs: frozenset[str]
+    ) -> None:
         self.version = version
         self.messages = messages
         self.trace = trace
+        self.outputs = outputs
 
 
 def _changed_from(saved: list[Message], current: list[Message]) -> int:
@@ -106,10 +128,36 @@ class SQLCheckpointer:
     real = "REAL"
     lock_clause = ""  # appended to the fencing read (PostgreSQL locks the run's row)
 
+    io_threads = 1
+    """How many threads run the store's calls for the agent (see :meth:`io_executor`)."""
+
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
         self._saved: dict[str, _Saved] = {}
         self._queries: dict[str, str] = {}
+        self._io: ThreadPoolExecutor | None = None
+        self._io_lock = threading.Lock()
+
+    def io_executor(self) -> Executor:
+        """The threads an agent runs this store's calls on, so that the event loop's thread
+        never waits for the database (``io_threads`` of them, started when first asked for,
+        stopped by :meth:`close`)."""
+        with self._io_lock:
+            if self._io is None:
+                self._io = ThreadPoolExecutor(self.io_threads, thread_name_prefix="fsm-agent-store")
+            return self._io
+
+    def _stop_io(self) -> None:
+        """Wait for the calls handed to the store's threads, then stop them."""
+        with self._io_lock:
+            io, self._io = self._io, None
+        if io is not None:
+            io.shutdown(wait=True)
+
+    def forget(self, run_id: str) -> None:
+        """Drop what the store keeps in memory for ``run_id`` (its next checkpoint from this
+        process is then written whole)."""
+        self._saved.pop(run_id, None)
 
     # -- dialect --------------------------------------------------------------------------------
     def _write(self) -> AbstractContextManager[Cursor]:
@@ -181,13 +229,16 @@ class SQLCheckpointer:
         run_id = state.run_id
         messages = state.messages
         trace = state.trace
+        outputs = state.tool_outputs
         saved = self._saved.get(run_id)
         if saved is not None and saved.version == version - 1 and saved.trace <= len(trace):
             messages_from = _changed_from(saved.messages, messages)
             trace_from = saved.trace
+            new_outputs = [k for k in outputs if k not in saved.outputs] if outputs else []
         else:
             messages_from = trace_from = 0
-        body = state.model_dump_json(exclude={"messages", "trace"})
+            new_outputs = list(outputs)
+        body = state.model_dump_json(exclude=_SEPARATE)
         new_messages = _MESSAGES.dump_json(messages[messages_from:]).decode()
         new_moves = _MOVES.dump_json(trace[trace_from:]).decode()
         now = time.time()
@@ -231,11 +282,25 @@ class SQLCheckpointer:
                 ),
                 (run_id, version, now, body, messages_from, new_messages, trace_from, new_moves),
             )
-        self._saved[run_id] = _Saved(version, list(messages), len(trace))
+            for output_id in new_outputs:
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO {t}outputs (run_id, output_id, text) VALUES (?, ?, ?) "
+                        "ON CONFLICT (run_id, output_id) DO UPDATE SET text = excluded.text"
+                    ),
+                    (run_id, output_id, outputs[output_id]),
+                )
+        if state.state in _RESTING:
+            self._saved.pop(run_id, None)  # a resting run is resumed by load(), if at all
+        else:
+            self._saved[run_id] = _Saved(
+                version, list(messages), len(trace), frozenset(outputs) if outputs else _NONE
+            )
 
-    def _latest(self, cur: Cursor, run_id: str) -> int | None:
+    def _latest(self, cur: Cursor, run_id: str, *, lock: bool = True) -> int | None:
+        lock_clause = self.lock_clause if lock else ""
         cur.execute(
-            self._sql("SELECT version FROM {t}runs WHERE run_id = ?" + self.lock_clause), (run_id,)
+            self._sql("SELECT version FROM {t}runs WHERE run_id = ?" + lock_clause), (run_id,)
         )
         row = cur.fetchone()
         return int(row[0]) if row is not None else None
@@ -251,8 +316,21 @@ class SQLCheckpointer:
                 (run_id,),
             )
             rows = cur.fetchall()
+            latest = self._latest(cur, run_id, lock=False) if rows else None
+            if rows:
+                cur.execute(
+                    self._sql("SELECT output_id, text FROM {t}outputs WHERE run_id = ?"),
+                    (run_id,),
+                )
+                outputs = dict(cur.fetchall())
         if not rows:
             raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+        if latest != rows[-1][0]:
+            raise CorruptCheckpointError(
+                f"run {run_id!r}: the store's runs row says checkpoint {latest}, but the newest "
+                f"checkpoint row is {rows[-1][0]}: a checkpoint row was deleted or the runs row "
+                "was changed by hand; restore the store from a backup (nothing was changed)"
+            )
         messages: list[Message] = []
         trace: list[Move] = []
         for version, _, _, messages_from, new_messages, trace_from, new_moves in rows:
@@ -270,7 +348,9 @@ class SQLCheckpointer:
             raise _corrupt(run_id, version, exc) from None
         state.messages = messages
         state.trace = trace
-        self._saved[run_id] = _Saved(version, list(messages), len(trace))
+        if outputs or state.tool_outputs:
+            state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
+        self._saved[run_id] = _Saved(version, list(messages), len(trace), frozenset(outputs))
         return Checkpoint(run_id, version, state, float(saved_at))
 
     # -- effects --------------------------------------------------------------------------------

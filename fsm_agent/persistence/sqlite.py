@@ -96,7 +96,8 @@ class SQLiteCheckpointer(SQLCheckpointer):
         return isinstance(exc, sqlite3.IntegrityError)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Wait for the calls handed to the store's thread, then close the connection."""
+        self._stop_io()
         with self._lock:
             self._conn.close()
 

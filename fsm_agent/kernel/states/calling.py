@@ -305,18 +305,18 @@ async def call_model(
             raise Interrupted
     if not (stream and ctx.listening and agent.streams):
         return await answer_quietly(ctx, request)
-    key, recorded = _begin(ctx)
+    key, recorded = await _begin(ctx)
     try:
         response = _replayed(recorded) if recorded is not None else await _stream(ctx, request)
     except ModelError as exc:
-        _failed(ctx, key, exc)
+        await _failed(ctx, key, exc)
         raise
-    return _answered(ctx, key, request, response)
+    return await _answered(ctx, key, request, response)
 
 
 async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
     """The call itself, with its journal entry and usage (see :func:`call_model`)."""
-    key, recorded = _begin(ctx)
+    key, recorded = await _begin(ctx)
     try:
         if recorded is not None:
             response = _replayed(recorded)
@@ -325,17 +325,17 @@ async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
             if not isinstance(response, ModelResponse):
                 raise _not_a_response(response)
     except ModelError as exc:
-        _failed(ctx, key, exc)
+        await _failed(ctx, key, exc)
         raise
-    return _answered(ctx, key, request, response)
+    return await _answered(ctx, key, request, response)
 
 
-def _begin(ctx: RunContext) -> tuple[str | None, ModelResponse | ModelError | None]:
+async def _begin(ctx: RunContext) -> tuple[str | None, ModelResponse | ModelError | None]:
     """Count the call; its journal key, and what an earlier process recorded for it."""
     ctx.rs.model_calls += 1
     if ctx.durable is None:
         return None, None
-    return ctx.durable.begin_model_call(ctx.rs)
+    return await ctx.durable.begin_model_call(ctx.rs)
 
 
 def _replayed(recorded: ModelResponse | ModelError) -> ModelResponse:
@@ -348,17 +348,17 @@ def _not_a_response(value: object) -> MalformedResponseError:
     return MalformedResponseError(f"the model returned {type(value).__name__}, not a ModelResponse")
 
 
-def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
+async def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
     if key is not None and ctx.durable is not None:
-        ctx.durable.model_failed(key, exc)
+        await ctx.durable.model_failed(key, exc)
 
 
-def _answered(
+async def _answered(
     ctx: RunContext, key: str | None, request: ModelRequest, response: ModelResponse
 ) -> Answer:
     """Journal the response and add its usage to the run's."""
-    if key is not None and ctx.durable is not None:
-        ctx.durable.model_answered(key, response)
+    if ctx.durable is not None:
+        response = await ctx.durable.model_answered(key, response)
     # A provider that reports no request count made one all the same.
     unreported = 0 if response.usage.requests else 1
     ctx.rs.usage = ctx.rs.usage.plus(response.usage, requests=unreported)

@@ -1,0 +1,69 @@
+"""The fingerprint of an agent's definition, stored with each of its durable runs.
+
+A run resumed by another agent than the one that started it would mix two definitions: calls
+the first agent's model made to tools the second does not have, a policy whose limits the
+stored counters were not counted under. The fingerprint names the parts that matter (the tools
+with their schemas and flags, the system prompt, the policy) by a short digest each, so a
+mismatch can say which part changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DefinitionChangedError
+
+if TYPE_CHECKING:
+    from ..kernel.agent import Agent
+
+__all__ = ["check_definition", "definition_fingerprint"]
+
+PARTS = ("tools", "system_prompt", "policy")
+"""The parts of an agent's definition the fingerprint covers, in its order."""
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def definition_fingerprint(agent: Agent[Any]) -> str:
+    """``tools=…;system_prompt=…;policy=…``: a digest of each part of ``agent``'s definition."""
+    tools = sorted(
+        (
+            tool.name,
+            tool.definition.description,
+            tool.definition.parameters,
+            tool.idempotent,
+            tool.needs_approval,
+        )
+        for tool in agent.tools.values()
+    )
+    parts = {
+        "tools": _digest(tools),
+        "system_prompt": _digest(agent.system_prompt),
+        "policy": _digest(agent.policy.model_dump(mode="json")),
+    }
+    return ";".join(f"{name}={parts[name]}" for name in PARTS)
+
+
+def _parts(fingerprint: str) -> dict[str, str]:
+    return dict(item.partition("=")[::2] for item in fingerprint.split(";"))
+
+
+def check_definition(run_id: str, stored: str | None, current: str) -> None:
+    """Raise :class:`~fsm_agent.DefinitionChangedError` when a run started under ``stored``
+    resumes under ``current`` (a run stored without a fingerprint passes)."""
+    if stored is None or stored == current:
+        return
+    old, new = _parts(stored), _parts(current)
+    changed = tuple(name for name in PARTS if old.get(name) != new.get(name)) or PARTS
+    raise DefinitionChangedError(
+        f"run {run_id!r} was started by an agent with other {', '.join(changed)}; resuming it "
+        "would mix the two. Resume it with the agent that started it, or pass "
+        "allow_changed_definition=True to resume it under this one",
+        run_id=run_id,
+        changed=changed,
+    )

@@ -1,0 +1,416 @@
+"""What durable runs promise, checked against SQLite and PostgreSQL: at most once under racing
+workers, cancellation as an interruption, a damaged store named as such, the agent's definition
+checked on resume, counters that a crash does not change, text that JSON cannot carry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from durable_scenario import PROMPT, RUN_ID, make_agent
+from fsm_agent import Agent, Policy, Runtime, State, StopReason, tool
+from fsm_agent.errors import (
+    CheckpointConflictError,
+    CorruptCheckpointError,
+    DefinitionChangedError,
+    RunFinishedError,
+)
+from fsm_agent.events import AbortedEvent
+from fsm_agent.messages import Message
+from fsm_agent.persistence import (
+    Checkpoint,
+    Checkpointer,
+    CrashingCheckpointer,
+    EffectRecord,
+    InMemoryCheckpointer,
+    RunSummary,
+    SimulatedCrash,
+    SQLiteCheckpointer,
+)
+from fsm_agent.run_state import RunState
+from fsm_agent.testing import ScriptedModel, text, tool_call
+
+DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _postgres() -> Iterator[Checkpointer]:
+    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    try:
+        psycopg.connect(DSN, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    store = PostgresCheckpointer(DSN, schema=f"fsm_test_{uuid.uuid4().hex[:12]}")
+    yield store
+    store.drop_schema()
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
+    """A fresh SQLite file, or a fresh schema on the PostgreSQL server."""
+    if request.param == "sqlite":
+        sqlite_store = SQLiteCheckpointer(tmp_path / "runs.db")
+        yield sqlite_store
+        sqlite_store.close()
+    else:
+        yield from _postgres()
+
+
+def _raw(store: Checkpointer, sql: str) -> None:
+    """Run one statement on the store's database, behind its back."""
+    with store._write() as cur:  # type: ignore[attr-defined]
+        cur.execute(sql.format(t=store._prefix))  # type: ignore[attr-defined]
+
+
+class Hooked:
+    """A store that calls ``before_save`` before its first save (the claim of a resume): the
+    moment another worker acts, forced instead of hoped for."""
+
+    def __init__(self, inner: Checkpointer, before_save: Callable[[], None]) -> None:
+        self.inner = inner
+        self.before_save: Callable[[], None] | None = before_save
+
+    def save(self, state: RunState, *, version: int) -> None:
+        """Call the hook once, then store."""
+        hook, self.before_save = self.before_save, None
+        if hook is not None:
+            hook()
+        self.inner.save(state, version=version)
+
+    def load(self, run_id: str) -> Checkpoint:
+        """The inner store's."""
+        return self.inner.load(run_id)
+
+    def record_intent(
+        self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int
+    ) -> None:
+        """The inner store's."""
+        self.inner.record_intent(run_id, key, kind, version=version)
+
+    def record_result(self, run_id: str, key: str, result: str, *, version: int) -> None:
+        """The inner store's."""
+        self.inner.record_result(run_id, key, result, version=version)
+
+    def effects(self, run_id: str) -> dict[str, EffectRecord]:
+        """The inner store's."""
+        return self.inner.effects(run_id)
+
+    def runs(self) -> list[RunSummary]:
+        """The inner store's."""
+        return self.inner.runs()
+
+    def close(self) -> None:
+        """Nothing: the test closes the inner store."""
+
+
+def _checkpoint_before_the_charge() -> int:
+    """How many checkpoints the scenario writes before the charge's intent (so that a crash
+    after that many leaves the charge pending and unjournaled)."""
+    for crash_after in range(1, 40):
+        memory = InMemoryCheckpointer()
+        agent = make_agent(CrashingCheckpointer(memory, crash_after), lambda _: None)
+        with pytest.raises(SimulatedCrash):
+            agent.run_sync(PROMPT)
+        state = memory.load(RUN_ID).state
+        key = f"{state.counters.steps}/tool/c2"
+        pending = [c.id for c in state.pending_tool_calls]
+        if (
+            state.state is State.DISPATCHING
+            and "c2" in pending
+            and key not in memory.effects(RUN_ID)
+        ):
+            return crash_after
+    raise AssertionError("the scenario never waits to dispatch the charge")
+
+
+BEFORE_CHARGE = _checkpoint_before_the_charge()
+
+
+def _crashed_before_the_charge(store: Checkpointer, seen: Counter[str]) -> tuple[int, int, str]:
+    """Worker A's run, stopped with the charge pending: its model position, the version it
+    holds and the charge's journal key."""
+    agent = make_agent(CrashingCheckpointer(store, BEFORE_CHARGE), lambda w: seen.update([w]))
+    with pytest.raises(SimulatedCrash):
+        agent.run_sync(PROMPT)
+    checkpoint = store.load(RUN_ID)
+    key = f"{checkpoint.state.counters.steps}/tool/c2"
+    return agent.model.position, checkpoint.version, key  # type: ignore[attr-defined]
+
+
+def test_a_resume_racing_a_live_worker_never_runs_its_tool_again(store: Checkpointer) -> None:
+    """Worker B loads the run; worker A, still alive, journals the charge's intent and starts
+    it; then B claims the run. B reads the journal after its claim, so it sees A's intent and
+    settles the charge as outcome unknown instead of charging again; A's next write fails."""
+    seen: Counter[str] = Counter()
+    position, version, key = _crashed_before_the_charge(store, seen)
+
+    def worker_a_charges() -> None:
+        store.record_intent(RUN_ID, key, "tool", version=version)
+        seen.update(["charge"])  # A's charge is under way
+
+    b = make_agent(Hooked(store, worker_a_charges), lambda w: seen.update([w]), position=position)  # type: ignore[arg-type]
+    result = asyncio.run(b.resume(RUN_ID))
+    assert seen["charge"] == 1  # A's only
+    [charge] = [r for m in result.messages for r in m.tool_results if r.call_id == "c2"]
+    assert charge.content.startswith("Error: outcome unknown")
+    with pytest.raises(CheckpointConflictError):  # A lost the run: its result is refused
+        store.record_result(RUN_ID, key, '{"result": "charged"}', version=version)
+
+
+def test_the_losing_resume_runs_nothing(store: Checkpointer) -> None:
+    """Two workers resume one run: the second claim fails before anything runs."""
+    seen: Counter[str] = Counter()
+    position, _, _ = _crashed_before_the_charge(store, seen)
+    before = sum(seen.values())
+    winner = make_agent(store, lambda w: seen.update([w]), position=position)
+
+    def winner_resumes() -> None:  # between the loser's load and its claim
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as other:
+            other.submit(asyncio.run, winner.resume(RUN_ID)).result()
+
+    done = sum(seen.values())
+    loser = make_agent(Hooked(store, winner_resumes), lambda w: seen.update([w]), position=position)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointConflictError):
+        asyncio.run(loser.resume(RUN_ID))
+    assert done == before
+    assert seen["charge"] == 1  # the winner's
+    assert store.load(RUN_ID).state.state is State.DONE
+
+
+def test_a_deleted_newest_checkpoint_is_damage_not_another_worker(store: Checkpointer) -> None:
+    """A store missing its newest checkpoint row says so, instead of blaming another worker."""
+    seen: Counter[str] = Counter()
+    position, version, _ = _crashed_before_the_charge(store, seen)
+    _raw(store, f"DELETE FROM {{t}}checkpoints WHERE run_id = '{RUN_ID}' AND version = {version}")
+    with pytest.raises(CorruptCheckpointError, match="checkpoint row was deleted"):
+        asyncio.run(make_agent(store, lambda _: None, position=position).resume(RUN_ID))
+
+
+# -- cancellation is an interruption --------------------------------------------------------------
+
+
+def _cancellable(
+    store: Checkpointer, started: asyncio.Event | None, seen: Counter[str]
+) -> Agent[None]:
+    @tool
+    async def wait(ticket: int) -> str:
+        """Wait for a ticket."""
+        seen.update(["wait"])
+        if started is not None:
+            started.set()
+            await asyncio.sleep(30)
+        return f"ticket {ticket} served"
+
+    return Agent(
+        ScriptedModel([tool_call("wait", {"ticket": 7}, id="w1"), text("Served.")]),
+        tools=[wait],
+        checkpointer=store,
+        runtime=Runtime(new_id=lambda: "run_cancel"),
+    )
+
+
+def test_a_cancelled_durable_run_stays_resumable_until_abandoned(store: Checkpointer) -> None:
+    """task.cancel() leaves the run resumable from its latest checkpoint; resuming finishes
+    it; abandon() ends a run for good."""
+    seen: Counter[str] = Counter()
+
+    async def cancel_mid_tool() -> None:
+        started = asyncio.Event()
+        task = asyncio.create_task(_cancellable(store, started, seen).run("serve"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_tool())
+    stored = store.load("run_cancel").state
+    assert stored.state not in (State.DONE, State.ABORTED)
+    result = asyncio.run(_cancellable(store, None, seen).resume("run_cancel"))
+    assert result.ok and result.output == "Served."
+
+    asyncio.run(cancel_mid_tool_again(store, seen))
+    abandoned = asyncio.run(_cancellable(store, None, seen).abandon("run_cancel"))
+    assert abandoned.state is State.ABORTED and abandoned.stop_reason is StopReason.CANCELLED
+    with pytest.raises(RunFinishedError):
+        asyncio.run(_cancellable(store, None, seen).resume("run_cancel"))
+
+
+async def cancel_mid_tool_again(store: Checkpointer, seen: Counter[str]) -> None:
+    """A second run under the same id (the first is done): start, then cancel it by handle."""
+    _raw(store, "DELETE FROM {t}checkpoints WHERE run_id = 'run_cancel'")
+    _raw(store, "DELETE FROM {t}runs WHERE run_id = 'run_cancel'")
+    _raw(store, "DELETE FROM {t}effects WHERE run_id = 'run_cancel'")
+    started = asyncio.Event()
+    agent = _cancellable(store, started, seen)
+    from fsm_agent import RunHandle
+
+    handle = RunHandle()
+    events: list[Any] = []
+
+    async def listen() -> None:
+        async for event in agent.run_stream("serve", handle=handle):
+            events.append(event)
+
+    task = asyncio.create_task(listen())
+    await started.wait()
+    handle.cancel()
+    await task
+    assert handle.result is not None and handle.result.stop_reason is StopReason.CANCELLED
+    assert any(
+        isinstance(e, AbortedEvent) and e.stop_reason is StopReason.CANCELLED for e in events
+    )
+    assert store.load("run_cancel").state.state not in (State.DONE, State.ABORTED)
+
+
+# -- the agent's definition -----------------------------------------------------------------------
+
+
+def test_resuming_under_another_definition_is_refused_unless_allowed(store: Checkpointer) -> None:
+    """A run started under one system prompt is not resumed under another without consent."""
+    seen: Counter[str] = Counter()
+    position, _, _ = _crashed_before_the_charge(store, seen)
+    other = make_agent(store, lambda w: seen.update([w]), position=position)
+    other.system_prompt = "Spend freely."
+    other.system_message = Message.system(other.system_prompt)
+    before = Counter(seen)
+    with pytest.raises(DefinitionChangedError, match="system_prompt") as caught:
+        asyncio.run(other.resume(RUN_ID))
+    assert caught.value.changed == ("system_prompt",)
+    assert seen == before  # nothing ran
+    result = asyncio.run(other.resume(RUN_ID, allow_changed_definition=True))
+    assert result.ok
+
+
+# -- counters after a crash -----------------------------------------------------------------------
+
+
+def test_an_outcome_unknown_result_is_not_a_failed_tool_turn() -> None:
+    """A charge cut short by a crash settles as outcome unknown; the resumed run's counters
+    equal those of the run that was not interrupted."""
+
+    def agent(store: Checkpointer, crash: bool) -> Agent[None]:
+        @tool
+        def charge(amount: int) -> str:
+            """Charge an amount."""
+            if crash:
+                raise SimulatedCrash("the process died inside the charge")
+            return f"charged {amount}"
+
+        return Agent(
+            ScriptedModel([tool_call("charge", {"amount": 5}, id="c1"), text("Done.")]),
+            tools=[charge],
+            checkpointer=store,
+            runtime=Runtime(new_id=lambda: "run_count"),
+        )
+
+    baseline = agent(InMemoryCheckpointer(), crash=False).run_sync("charge 5")
+    store = InMemoryCheckpointer()
+    with pytest.raises(SimulatedCrash):
+        agent(store, crash=True).run_sync("charge 5")
+    resumed_agent = agent(store, crash=False)
+    resumed_agent.model.calls = 1  # type: ignore[attr-defined]
+    resumed = asyncio.run(resumed_agent.resume("run_count"))
+    [charge] = [r for m in resumed.messages for r in m.tool_results]
+    assert charge.content.startswith("Error: outcome unknown")
+    assert resumed.counters == baseline.counters
+
+
+# -- text JSON cannot carry -----------------------------------------------------------------------
+
+
+def test_lone_surrogates_are_replaced_and_the_history_says_so(store: Checkpointer) -> None:
+    """A tool output and a model answer with lone surrogates checkpoint and resume."""
+    name = os.fsdecode(b"report-\xff.txt")  # a lone surrogate, as the file system gives it
+
+    @tool
+    def listing() -> str:
+        """List the files."""
+        return f"found {name}"
+
+    agent = Agent(
+        ScriptedModel([tool_call("listing", {}, id="l1"), text(f"The file is {name}.")]),
+        tools=[listing],
+        checkpointer=store,
+        runtime=Runtime(new_id=lambda: "run_text"),
+    )
+    result = agent.run_sync("list")
+    assert result.ok and result.output is not None
+    assert "\ufffd" in result.output and "replaced with U+FFFD" in result.output
+    [found] = [r for m in result.messages for r in m.tool_results]
+    assert found.content.startswith("found report-\ufffd.txt") and "1 character" in found.content
+    assert tuple(store.load("run_text").state.messages) == tuple(result.messages)
+
+
+# -- what a checkpoint costs ----------------------------------------------------------------------
+
+
+def test_a_checkpoint_does_not_grow_with_the_history(tmp_path: Path) -> None:
+    """A cut tool output is written once; the checkpoint of turn 10 is about as big as that of
+    turn 1, and the store keeps nothing for a run once it ended."""
+    big = "x" * 200_000
+    turns = [tool_call("fetch", {"n": n}, id=f"f{n}") for n in range(10)] + [text("Done.")]
+
+    @tool
+    def fetch(n: int) -> str:
+        """Fetch a page."""
+        return big if n == 0 else f"page {n}"
+
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    agent = Agent(
+        ScriptedModel(turns),
+        tools=[fetch],
+        checkpointer=store,
+        policy=Policy.model_validate({"max_steps": 50, "tool_output": {"max_chars": 1_000}}),
+        runtime=Runtime(new_id=lambda: "run_big"),
+    )
+    result = agent.run_sync("fetch ten pages")
+    assert result.ok
+    db = sqlite3.connect(tmp_path / "runs.db")
+    sizes = [
+        row[0]
+        for row in db.execute(
+            "SELECT length(body) + length(messages) + length(trace) FROM checkpoints "
+            "WHERE run_id = 'run_big' ORDER BY version"
+        )
+    ]
+    assert max(sizes) < 20_000, sizes  # the 200 KB output is in none of them
+    (written,) = db.execute("SELECT count(*) FROM outputs WHERE run_id = 'run_big'").fetchone()
+    assert written == 1
+    assert store._saved == {}  # type: ignore[attr-defined]
+    assert store.load("run_big").state.tool_outputs == result.run_state.tool_outputs
+    store.close()
+
+
+def test_a_shared_store_keeps_nothing_for_runs_that_ended(tmp_path: Path) -> None:
+    """Many runs through one store leave no per-run memory behind, ended or crashed."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    ids = iter(f"run_{n}" for n in range(40))
+    for n in range(20):
+        agent = Agent(
+            ScriptedModel([text(f"answer {n}")]),
+            checkpointer=store,
+            runtime=Runtime(new_id=lambda: next(ids)),
+        )
+        agent.run_sync("hi")
+    for _ in range(20):
+        agent = Agent(
+            ScriptedModel([text("never")]),
+            checkpointer=CrashingCheckpointer(store, 2),
+            runtime=Runtime(new_id=lambda: next(ids)),
+        )
+        with pytest.raises(SimulatedCrash):
+            agent.run_sync("hi")
+    assert store._saved == {}  # type: ignore[attr-defined]
+    store.close()
