@@ -24,7 +24,7 @@ from fsm_agent.errors import (
     RunFinishedError,
 )
 from fsm_agent.events import AbortedEvent
-from fsm_agent.messages import Message
+from fsm_agent.messages import Message, validate_history
 from fsm_agent.persistence import (
     Checkpoint,
     Checkpointer,
@@ -414,3 +414,25 @@ def test_a_shared_store_keeps_nothing_for_runs_that_ended(tmp_path: Path) -> Non
             agent.run_sync("hi")
     assert store._saved == {}  # type: ignore[attr-defined]
     store.close()
+
+
+def test_runs_abandon_ends_a_run_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fsm-agent runs abandon`` ends a resumable run; abandoning it again is refused."""
+    from fsm_agent.cli import main
+
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path)
+    _crashed_before_the_charge(store, Counter())
+    store.close()
+    assert main(["runs", "abandon", RUN_ID, "--db", str(path), "--reason", "customer left"]) == 0
+    assert "abandoned" in capsys.readouterr().out
+    stored = SQLiteCheckpointer(path)
+    state = stored.load(RUN_ID).state
+    stored.close()
+    assert state.state is State.ABORTED and state.stop_reason is StopReason.CANCELLED
+    assert state.error == "the run was abandoned: customer left"
+    validate_history(state.messages)  # every call kept its one result
+    assert main(["runs", "abandon", RUN_ID, "--db", str(path)]) != 0
+    assert "already ended" in capsys.readouterr().err

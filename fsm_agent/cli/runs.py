@@ -1,11 +1,14 @@
-"""``fsm-agent runs``: list the runs of a checkpoint store, or show one."""
+"""``fsm-agent runs``: list the runs of a checkpoint store, show one, or abandon one."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from datetime import UTC, datetime
 
-from ..errors import CheckpointError, UnknownRunError
+from ..errors import CheckpointError, ConfigurationError, ResumeError
+from ..kernel.agent import Agent
+from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, open_checkpointer
 from .args import UsageError, existing_store, mask_url, nonnegative_int
 
@@ -14,8 +17,18 @@ __all__ = ["add_arguments", "handle"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``fsm-agent runs``."""
-    parser.add_argument("action", choices=("list", "show"), help="list the runs, or show one")
-    parser.add_argument("run_id", nargs="?", help="with show: the run")
+    parser.add_argument(
+        "action",
+        choices=("list", "show", "abandon"),
+        help="list the runs, show one, or abandon one (it ends for good: no resume)",
+    )
+    parser.add_argument("run_id", nargs="?", help="with show and abandon: the run")
+    parser.add_argument(
+        "--reason",
+        default="abandoned by an operator",
+        metavar="TEXT",
+        help="with abandon: why (kept as the run's error)",
+    )
     parser.add_argument(
         "--db",
         required=True,
@@ -38,8 +51,8 @@ def _when(timestamp: float) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     """List the runs of a store, or show one."""
-    if args.action == "show" and not args.run_id:
-        raise UsageError("runs show needs a RUN_ID")
+    if args.action in ("show", "abandon") and not args.run_id:
+        raise UsageError(f"runs {args.action} needs a RUN_ID")
     if args.action == "list" and args.run_id:
         raise UsageError("runs list takes no RUN_ID")
     try:
@@ -49,13 +62,31 @@ def handle(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             _list(store)
-        else:
+        elif args.action == "show":
             _show(store, args.run_id, args.last)
-    except UnknownRunError as exc:
+        else:
+            _abandon(store, args.run_id, args.reason)
+    except ResumeError as exc:  # an unknown run, or one that ended
         raise UsageError(str(exc)) from None
     finally:
         store.close()
     return 0
+
+
+class _NoModel:
+    """The model of the agent that abandons a run: abandoning calls none."""
+
+    name = "none"
+    context_window = None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Never called."""
+        raise ConfigurationError("abandoning a run calls no model")
+
+
+def _abandon(store: Checkpointer, run_id: str, reason: str) -> None:
+    result = asyncio.run(Agent(_NoModel(), checkpointer=store).abandon(run_id, reason=reason))
+    print(f"run {run_id} abandoned: {result.state.value} ({result.stop_reason}); {result.error}")
 
 
 def _list(store: Checkpointer) -> None:
