@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -436,3 +437,63 @@ def test_runs_abandon_ends_a_run_from_the_command_line(
     validate_history(state.messages)  # every call kept its one result
     assert main(["runs", "abandon", RUN_ID, "--db", str(path)]) != 0
     assert "already ended" in capsys.readouterr().err
+
+
+# -- the event loop never waits for the store ----------------------------------------------------
+
+
+class Watched:
+    """Records the thread of every call to the store it wraps."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.threads: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name not in ("save", "load", "record_intent", "record_result", "effects"):
+            return attribute
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            self.threads.add(threading.get_ident())
+            return attribute(*args, **kwargs)
+
+        return watched
+
+
+def test_store_calls_never_run_on_the_event_loop_thread(store: Checkpointer) -> None:
+    """Every checkpoint, journal write and load of a run and of its resume runs on the store's
+    threads; the loop's thread only waits for them."""
+    watched = Watched(store)
+    seen: Counter[str] = Counter()
+    loop_threads: set[int] = set()
+
+    async def main() -> None:
+        loop_threads.add(threading.get_ident())
+        agent = make_agent(CrashingCheckpointer(watched, BEFORE_CHARGE), seen.update)  # type: ignore[arg-type]
+        with pytest.raises(SimulatedCrash):
+            await agent.run(PROMPT)
+        resumed = make_agent(watched, seen.update, position=agent.model.position)  # type: ignore[arg-type, attr-defined]
+        assert (await resumed.resume(RUN_ID)).ok
+
+    asyncio.run(main())
+    assert watched.threads and not watched.threads & loop_threads
+
+
+@pytest.mark.postgres
+def test_the_postgres_store_reconnects_after_its_connections_drop() -> None:
+    """The server ends every connection of the store's pool between two runs; the second run
+    gets a new connection and completes."""
+    psycopg = pytest.importorskip("psycopg")
+    for store in _postgres():
+        assert make_agent(store, lambda _: None).run_sync(PROMPT).ok
+        for table in ("checkpoints", "runs", "effects"):  # the same run again, from scratch
+            _raw(store, f"DELETE FROM {{t}}{table}")
+        with psycopg.connect(DSN, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (f"fsm_agent:{store.schema}",),  # type: ignore[attr-defined]
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        assert make_agent(store, lambda _: None).run_sync(PROMPT).ok

@@ -82,7 +82,11 @@ class PostgresCheckpointer(SQLCheckpointer):
                 dsn,
                 min_size=1,
                 max_size=pool_size,
-                kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout_s))},
+                kwargs={
+                    "autocommit": True,
+                    "connect_timeout": max(1, round(timeout_s)),
+                    "application_name": f"fsm_agent:{schema}",  # for pg_stat_activity
+                },
                 configure=configure,
                 check=psycopg_pool.ConnectionPool.check_connection,
                 timeout=timeout_s,
