@@ -309,6 +309,12 @@ EXTERNAL = (
         "ours / SDK ≤ 1.0",
     ),
     External("checkpoint overhead", "checkpoint.py", (), "—"),
+    External(
+        "event-loop lag with 1,000 durable runs in flight",
+        "durable_lag.py",
+        ("--runs", "300", "--step-runs", "10"),
+        "worst lag ≤ 10 ms; sync step ≤ 3× plain (SQLite)",
+    ),
     External("process start-up", "startup.py", ("--runs", "5"), "import ≤ 150 ms, demo ≤ 0.5 s"),
 )
 

@@ -401,7 +401,7 @@ class Agent(Generic[DepsT]):
                 "nothing to resume",
                 run_id=run_id,
             )
-        fingerprint = definition_fingerprint(self)
+        fingerprint = self._definition()
         if not allow_changed:
             check_definition(run_id, rs.definition, fingerprint)
         rs.definition = fingerprint
@@ -454,7 +454,7 @@ class Agent(Generic[DepsT]):
         rs = RunState.start(self.runtime.new_id())
         log = None
         if self.checkpointer is not None:
-            rs.definition = definition_fingerprint(self)
+            rs.definition = self._definition()
             log = RunLog(
                 self.checkpointer,
                 rs.run_id,
@@ -627,6 +627,15 @@ class Agent(Generic[DepsT]):
                 timer.cancel()
             if durable is not None:
                 durable.close()
+
+    def _definition(self) -> str:
+        """The fingerprint of this agent's definition, computed again when one of its parts
+        was replaced."""
+        key = (id(self.tools), self.system_prompt, id(self.policy))
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None or cached[0] != key:
+            cached = self._fingerprint = (key, definition_fingerprint(self))
+        return cached[1]
 
     def _result(self, ctx: RunContext) -> RunResult:
         result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)

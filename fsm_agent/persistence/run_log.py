@@ -101,6 +101,9 @@ class RunLog:
         self._own_executor = executor is _OWN
         self._executor: Executor | None = executor if isinstance(executor, Executor) else None
         self._tail: Future[None] | None = None
+        prepare = getattr(store, "prepare_save", None)
+        write = getattr(store, "write_prepared", None)
+        self._split = (prepare, write) if callable(prepare) and callable(write) else None
 
     # -- the ordered lane of writes -------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> Future[None] | None:
@@ -148,7 +151,8 @@ class RunLog:
     async def claim(self, rs: RunState) -> None:
         """Write the next checkpoint now, whatever the mode: the resume of a worker that loaded
         an older version fails here, before anything runs."""
-        await self._write(self._save, rs, self.version + 1)
+        save, args = self._saving(rs, self.version + 1)
+        await self._write(save, *args)
         self.version += 1
 
     async def read_journal(self) -> None:
@@ -168,15 +172,21 @@ class RunLog:
             return
         mode = self.mode
         if mode is Durability.SYNC:
-            await self._write(self._save, rs, self.version + 1)
+            save, args = self._saving(rs, self.version + 1)
+            await self._write(save, *args)
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
-            self._submit(self._save, _snapshot(rs), self.version)
+            if self._split is None:
+                self._submit(self._save, _snapshot(rs), self.version)
+            else:
+                save, args = self._saving(rs, self.version)
+                self._submit(save, *args)
             if resting:
                 await self.flush()
         elif resting:
-            await self._write(self._save, rs, self.version + 1)
+            save, args = self._saving(rs, self.version + 1)
+            await self._write(save, *args)
             self.version += 1
 
     async def interrupted(self) -> None:
@@ -186,6 +196,16 @@ class RunLog:
 
     def _save(self, rs: RunState, version: int) -> None:
         self.store.save(rs, version=version)
+
+    def _saving(
+        self, rs: RunState, version: int
+    ) -> tuple[Callable[..., object], tuple[object, ...]]:
+        """The call that stores ``rs`` as ``version``, encoded now when the store can split
+        encoding from writing (the encoded checkpoint no longer depends on ``rs``)."""
+        if self._split is None:
+            return self._save, (rs, version)
+        prepare, write = self._split
+        return write, (prepare(rs, version=version),)
 
     # -- the journal ----------------------------------------------------------------------------
     async def _intent(self, key: str, kind: Literal["model", "tool"]) -> None:

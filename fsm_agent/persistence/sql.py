@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter, ValidationError
@@ -40,7 +41,7 @@ from ..messages import Message
 from ..run_state import RunState, StoredMove
 from . import Checkpoint, EffectRecord, RunSummary, conflict
 
-__all__ = ["MIGRATIONS", "SQLCheckpointer"]
+__all__ = ["MIGRATIONS", "PreparedSave", "SQLCheckpointer"]
 
 _SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
 _RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
@@ -92,6 +93,23 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]:
         """The remaining rows."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSave:
+    """A checkpoint encoded for writing (see :meth:`SQLCheckpointer.prepare_save`)."""
+
+    run_id: str
+    version: int
+    state: str
+    stop: str | None
+    steps: int
+    body: str
+    messages_from: int
+    messages: str
+    trace_from: int
+    trace: str
+    outputs: tuple[tuple[str, str], ...]
 
 
 class _Saved:
@@ -226,6 +244,13 @@ class SQLCheckpointer:
     def save(self, state: RunState, *, version: int) -> None:
         """Store ``state`` as checkpoint ``version``; only the messages and moves that changed
         since this process's previous checkpoint of the run are written."""
+        self.write_prepared(self.prepare_save(state, version=version))
+
+    def prepare_save(self, state: RunState, *, version: int) -> PreparedSave:
+        """The encoding half of :meth:`save` (no I/O): what :meth:`write_prepared` stores. An
+        agent encodes on the event loop's thread and writes on the store's, so that the
+        store's thread holds the interpreter's lock only briefly. Checkpoints of a run are
+        prepared and written in order."""
         run_id = state.run_id
         messages = state.messages
         trace = state.trace
@@ -238,11 +263,37 @@ class SQLCheckpointer:
         else:
             messages_from = trace_from = 0
             new_outputs = list(outputs)
-        body = state.model_dump_json(exclude=_SEPARATE)
-        new_messages = _MESSAGES.dump_json(messages[messages_from:]).decode()
-        new_moves = _MOVES.dump_json(trace[trace_from:]).decode()
+        if state.state in _RESTING:
+            self._saved.pop(run_id, None)  # a resting run is resumed by load(), if at all
+        else:
+            self._saved[run_id] = _Saved(
+                version, list(messages), len(trace), frozenset(outputs) if outputs else _NONE
+            )
+        return PreparedSave(
+            run_id=run_id,
+            version=version,
+            state=state.state.value,
+            stop=state.stop_reason.value if state.stop_reason is not None else None,
+            steps=state.counters.steps,
+            body=state.model_dump_json(exclude=_SEPARATE),
+            messages_from=messages_from,
+            messages=_MESSAGES.dump_json(messages[messages_from:]).decode(),
+            trace_from=trace_from,
+            trace=_MOVES.dump_json(trace[trace_from:]).decode(),
+            outputs=tuple((k, outputs[k]) for k in new_outputs),
+        )
+
+    def write_prepared(self, prepared: PreparedSave) -> None:
+        """The writing half of :meth:`save`."""
+        try:
+            self._write_prepared(prepared)
+        except BaseException:
+            self._saved.pop(prepared.run_id, None)  # the next checkpoint is written whole
+            raise
+
+    def _write_prepared(self, p: PreparedSave) -> None:
+        run_id, version = p.run_id, p.version
         now = time.time()
-        stop = state.stop_reason.value if state.stop_reason is not None else None
         with self._write() as cur:
             if version == 1:
                 try:
@@ -251,7 +302,7 @@ class SQLCheckpointer:
                             "INSERT INTO {t}runs (run_id, version, state, stop_reason, steps, "
                             "updated_at) VALUES (?, ?, ?, ?, ?, ?)"
                         ),
-                        (run_id, 1, state.state.value, stop, state.counters.steps, now),
+                        (run_id, 1, p.state, p.stop, p.steps, now),
                     )
                 except Exception as exc:
                     if self._is_duplicate(exc):
@@ -263,15 +314,7 @@ class SQLCheckpointer:
                         "UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, steps = ?, "
                         "updated_at = ? WHERE run_id = ? AND version = ?"
                     ),
-                    (
-                        version,
-                        state.state.value,
-                        stop,
-                        state.counters.steps,
-                        now,
-                        run_id,
-                        version - 1,
-                    ),
+                    (version, p.state, p.stop, p.steps, now, run_id, version - 1),
                 )
                 if cur.rowcount != 1:
                     raise conflict(run_id, version, self._latest(cur, run_id))
@@ -280,22 +323,16 @@ class SQLCheckpointer:
                     "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
                     "messages, trace_from, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
-                (run_id, version, now, body, messages_from, new_messages, trace_from, new_moves),
+                (run_id, version, now, p.body, p.messages_from, p.messages, p.trace_from, p.trace),
             )
-            for output_id in new_outputs:
+            for output_id, output in p.outputs:
                 cur.execute(
                     self._sql(
                         "INSERT INTO {t}outputs (run_id, output_id, text) VALUES (?, ?, ?) "
                         "ON CONFLICT (run_id, output_id) DO UPDATE SET text = excluded.text"
                     ),
-                    (run_id, output_id, outputs[output_id]),
+                    (run_id, output_id, output),
                 )
-        if state.state in _RESTING:
-            self._saved.pop(run_id, None)  # a resting run is resumed by load(), if at all
-        else:
-            self._saved[run_id] = _Saved(
-                version, list(messages), len(trace), frozenset(outputs) if outputs else _NONE
-            )
 
     def _latest(self, cur: Cursor, run_id: str, *, lock: bool = True) -> int | None:
         lock_clause = self.lock_clause if lock else ""

@@ -1,0 +1,224 @@
+"""Does the event loop stall while many durable runs write their checkpoints?
+
+``--runs`` runs (default 1,000) are started on one agent over ``--ramp`` seconds (a burst of a
+thousand starts in one turn of the loop would measure the burst), most in flight together. Each
+makes ``--steps`` tool calls to a tool that sleeps 20 ms under a 1 s timeout, then answers; the
+model answers at once. Beside them a task measures its own wake-up delay: it asks to sleep
+1 ms, over and over, and records how late it woke. Reported per store (no checkpointer, SQLite,
+PostgreSQL when ``--pg`` answers), for the default durability (``sync``):
+
+* the worst and the 99th-percentile wake-up delay (target: worst ≤ 10 ms),
+* how many tool calls timed out (target: no more than without a checkpointer),
+* runs per second.
+
+A store kept in memory (no I/O at all) gives the loop's own cost of durable runs as a reference.
+Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
+step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
+
+    python benchmarks/durable_lag.py [--runs 1000] [--steps 2] [--pg postgresql://…]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fsm_agent import Agent, ModelRequest, ModelResponse, Policy, tool
+from fsm_agent.persistence import Checkpointer, InMemoryCheckpointer, SQLiteCheckpointer
+from fsm_agent.testing import text, tool_call
+
+DEFAULT_PG = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+TIMED_OUT = "timed out"
+
+
+@tool(timeout_s=1.0)
+async def fetch(n: int) -> str:
+    """Wait for a slow service."""
+    await asyncio.sleep(0.02)
+    return f"page {n}"
+
+
+@tool
+def look(n: int) -> str:
+    """Look something up at once."""
+    return f"result {n}"
+
+
+class Stepping:
+    """Calls ``tool_name`` until the request holds ``steps`` tool results, then answers (it
+    keeps no state, so one instance serves every run)."""
+
+    def __init__(self, steps: int, tool_name: str) -> None:
+        self.steps = steps
+        self.tool_name = tool_name
+
+    @property
+    def name(self) -> str:
+        return "stepping"
+
+    @property
+    def context_window(self) -> int | None:
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        done = sum(len(m.tool_results) for m in request.messages)
+        if done >= self.steps:
+            return text("done")  # type: ignore[return-value]
+        return tool_call(self.tool_name, {"n": done}, id=f"c{done}")  # type: ignore[return-value]
+
+
+def _agent(
+    steps: int, store: Checkpointer | None, mode: str = "sync", *, slow: bool = True
+) -> Agent[None]:
+    return Agent(
+        Stepping(steps, "fetch" if slow else "look"),
+        tools=[fetch if slow else look],
+        policy=Policy(max_steps=steps + 5),
+        checkpointer=store,
+        durability=mode,
+    )
+
+
+async def _watch(stop: asyncio.Event, lags: list[float]) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        asked = loop.time()
+        await asyncio.sleep(0.001)
+        lags.append(loop.time() - asked - 0.001)
+
+
+async def _in_flight(
+    runs: int, steps: int, store: Checkpointer | None, ramp_s: float
+) -> dict[str, Any]:
+    agent = _agent(steps, store)
+    stop = asyncio.Event()
+    lags: list[float] = []
+    flying = [0, 0]  # now, peak
+
+    async def one() -> Any:
+        flying[0] += 1
+        flying[1] = max(flying)
+        try:
+            return await agent.run("go")
+        finally:
+            flying[0] -= 1
+
+    watcher = asyncio.create_task(_watch(stop, lags))
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    tasks = []
+    for n in range(runs):  # started over ramp_s, not in one burst of the loop
+        tasks.append(asyncio.create_task(one()))
+        if n % 10 == 9:
+            await asyncio.sleep(ramp_s * 10 / runs)
+    results = await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await watcher
+    timeouts = sum(
+        TIMED_OUT in r.content for res in results for m in res.messages for r in m.tool_results
+    )
+    lags.sort()
+    return {
+        "ok": sum(r.ok for r in results),
+        "worst_ms": lags[-1] * 1e3,
+        "p99_ms": lags[int(len(lags) * 0.99)] * 1e3,
+        "timeouts": timeouts,
+        "runs_per_s": runs / elapsed,
+        "peak": flying[1],
+    }
+
+
+def _per_step(steps: int, store: Checkpointer | None, mode: str) -> float:
+    agent = _agent(steps, store, mode, slow=False)
+    started = time.perf_counter()
+    result = asyncio.run(agent.run("go"))
+    elapsed = time.perf_counter() - started
+    assert result.ok, result.stop_reason
+    return elapsed / steps * 1e6
+
+
+def _close(store: Checkpointer | None) -> None:
+    if store is None:
+        return
+    drop = getattr(store, "drop_schema", None)
+    if drop is not None:
+        drop()
+    store.close()
+
+
+def _postgres(dsn: str) -> Checkpointer | None:
+    try:
+        from fsm_agent.persistence import PostgresCheckpointer
+
+        return PostgresCheckpointer(dsn, schema=f"fsm_bench_{uuid.uuid4().hex[:10]}", timeout_s=2)
+    except Exception as exc:  # no server, no extra: the row says why
+        print(f"postgresql: not measured ({type(exc).__name__}: {exc})")
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--ramp", type=float, default=1.0, help="seconds to start them over")
+    parser.add_argument("--step-runs", type=int, default=30, help="steps timed per mode")
+    parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL ('' to skip)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, Any] = {
+            "none": lambda: None,
+            "memory": InMemoryCheckpointer,
+            "sqlite": lambda: SQLiteCheckpointer(Path(tmp) / f"{uuid.uuid4().hex}.db"),
+        }
+        if args.pg:
+            stores["postgresql"] = lambda: _postgres(args.pg)
+        lag_rows: list[str] = []
+        step_rows: list[str] = []
+        for name, make in stores.items():
+            store = make()
+            if name != "none" and store is None:
+                continue
+            row = asyncio.run(_in_flight(args.runs, args.steps, store, args.ramp))
+            lag_rows.append(
+                f"{name}: {row['ok']}/{args.runs} ok, {row['peak']} at once at peak, "
+                f"worst lag {row['worst_ms']:.1f} ms, "
+                f"p99 {row['p99_ms']:.1f} ms, {row['timeouts']} tool timeouts, "
+                f"{row['runs_per_s']:.0f} runs/s"
+            )
+            _close(store)
+            if name in ("none", "memory"):
+                continue
+            costs: dict[str, float] = {}
+            for mode in ("sync", "async", "exit"):
+                store = make()
+                costs[mode] = statistics.median(
+                    _per_step(args.step_runs, store, mode) for _ in range(3)
+                )
+                _close(store)
+            plain = statistics.median(_per_step(args.step_runs, None, "sync") for _ in range(3))
+            step_rows.append(
+                f"{name} per step: plain {plain:.0f} µs, "
+                + ", ".join(f"{m} {c:.0f} µs ({c / plain:.1f}×)" for m, c in costs.items())
+            )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"{args.runs} runs in flight, {args.steps} tool steps each (sync durability); "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs"
+    )
+    for line in lag_rows + step_rows:
+        print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()
