@@ -4,12 +4,15 @@ A server that echoes the key (in an HTTP error, a 200 carrying an error object, 
 ``error`` event, an undecodable event, a foreign body) places it where a length limit cuts the
 text, so a mask applied after the cut would leave most of the key. The sweep checks every sink a
 run writes to: the exception (text, args, body), ``RunResult.error``, the events, a recording,
-a SQLite store and the log.
+the SQLite and PostgreSQL stores, the log, and what ``fsm-agent runs show`` and ``fsm-agent
+replay`` print.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -162,10 +165,14 @@ def test_the_key_is_masked_in_every_error_shape(provider: str, shape: str) -> No
     "shape", ["200 carrying an error", "stream error event", "http error message"]
 )
 def test_the_key_reaches_no_sink_of_a_run(
-    provider: str, shape: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    provider: str,
+    shape: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A run whose model echoes the key keeps it out of the result, the events, a recording,
-    the SQLite store and the log."""
+    the SQLite store, the log, ``fsm-agent runs show`` and ``fsm-agent replay``."""
     caplog.set_level(logging.DEBUG)
     reply, _ = SHAPES[shape](provider)
     store = tmp_path / "runs.db"
@@ -194,6 +201,59 @@ def test_the_key_reaches_no_sink_of_a_run(
     for path in tmp_path.glob("runs.db*"):
         assert not leaks(path.read_bytes().decode("utf-8", "replace")), path.name
     assert not leaks(caplog.text)
+    printed = _cli_output(["replay", str(recording)], capsys)
+    for summary in SQLiteCheckpointer(store).runs():
+        printed += _cli_output(["runs", "show", summary.run_id, "--db", str(store)], capsys)
+    assert printed and not leaks(printed)
+
+
+def _cli_output(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``fsm-agent ARGV`` prints, both streams."""
+    from fsm_agent.cli import main
+
+    main(argv)
+    out, err = capsys.readouterr()
+    return out + err
+
+
+@pytest.mark.postgres
+@providers
+def test_the_key_reaches_no_postgres_table(provider: str) -> None:
+    """A run whose model echoes the key in a 200 error object and in a stream error event
+    keeps it out of every PostgreSQL table the run writes."""
+    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    dsn = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        psycopg.connect(dsn, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers ({exc})")
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    schema = f"fsm_test_{uuid.uuid4().hex[:12]}"
+    checkpointer = PostgresCheckpointer(dsn, schema=schema)
+    shapes = iter(["200 carrying an error", "stream error event"] * 4)
+
+    async def scenario() -> None:
+        async with ProviderServer(lambda request: SHAPES[next(shapes)](provider)[0]) as server:
+            model = MAKERS[provider](server.url)
+            retry = RetryPolicy(max_retries=1, base_delay_s=0.0, jitter=0.0)
+            agent: Agent[None] = Agent(model, checkpointer=checkpointer, policy=Policy(retry=retry))
+            await agent.run("hi")
+            _ = [e async for e in agent.run_stream("and again")]
+            await model.aclose()
+
+    try:
+        run(scenario())
+        with psycopg.connect(dsn) as conn:
+            dumped = " ".join(
+                str(row)
+                for table in ("runs", "checkpoints", "effects", "outputs")
+                for row in conn.execute(f'SELECT * FROM "{schema}".{table}').fetchall()
+            )
+        assert "**********" in dumped and not leaks(dumped)
+    finally:
+        checkpointer.drop_schema()
+        checkpointer.close()
 
 
 def test_scrubbing_masks_before_cutting_and_twice_changes_nothing() -> None:
