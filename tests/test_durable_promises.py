@@ -413,6 +413,11 @@ def test_a_shared_store_keeps_nothing_for_runs_that_ended(tmp_path: Path) -> Non
         )
         with pytest.raises(SimulatedCrash):
             agent.run_sync("hi")
+    changed = Agent(ScriptedModel([text("never")]), checkpointer=store, system_prompt="Other.")
+    with pytest.raises(RunFinishedError):  # a resume refused after loading the run
+        asyncio.run(changed.resume("run_0"))
+    with pytest.raises(DefinitionChangedError):
+        asyncio.run(changed.resume("run_39"))
     assert store._saved == {}  # type: ignore[attr-defined]
     store.close()
 

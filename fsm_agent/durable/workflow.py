@@ -1,7 +1,8 @@
 """The DBOS workflow that runs one agent, and what goes in and out of it.
 
 A worker process registers agent factories by name; the workflow rebuilds the agent from its
-factory on every execution (the first, and any recovery in another process), makes its model
+factory on every execution (the first, and any recovery by a worker started under the crashed
+one's executor id), makes its model
 and tool calls steps (:mod:`fsm_agent.durable.steps`) and drives it on the unchanged kernel. A
 recovered execution replays the recorded steps, so it retraces the same moves to where the
 crashed one stopped and goes on from there.

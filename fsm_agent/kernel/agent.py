@@ -394,7 +394,37 @@ class Agent(Generic[DepsT]):
                 f"{type(resume).__name__}"
             )
         checkpoint = await load_checkpoint(store, run_id)
-        rs = checkpoint.state
+        log = RunLog(
+            store,
+            run_id,
+            version=checkpoint.version,
+            mode=self.durability,
+            unknown_outcome=self.unknown_outcome,
+        )
+        try:
+            rs = await self._claim(log, checkpoint.state, token, decisions, allow_changed)
+        except BaseException:
+            log.close()  # the store keeps nothing for a run that was not resumed
+            raise
+        handle = handle or RunHandle()
+        if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
+            handle._ctx = None  # the same run, resumed from its checkpoint
+            handle._pause_requested = False
+        ctx = self._new_context(rs, handle, deps, listening, log)
+        if rs.trace and rs.state is not State.SUSPENDED:
+            ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
+        return ctx
+
+    async def _claim(
+        self,
+        log: RunLog,
+        rs: RunState,
+        token: str | None,
+        decisions: Mapping[str, HumanDecision] | None,
+        allow_changed: bool,
+    ) -> RunState:
+        """Check a loaded run, apply the human's decisions, claim it and read its journal."""
+        run_id = log.run_id
         if rs.state in TERMINAL:
             raise RunFinishedError(
                 f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
@@ -413,23 +443,9 @@ class Agent(Generic[DepsT]):
                 f"run {run_id!r} does not wait for a human (it is {rs.state.value!r}, and any "
                 "decisions were already recorded); resume it by its id without decisions"
             )
-        log = RunLog(
-            store,
-            run_id,
-            version=checkpoint.version,
-            mode=self.durability,
-            unknown_outcome=self.unknown_outcome,
-        )
         await log.claim(rs)
         await log.read_journal()
-        handle = handle or RunHandle()
-        if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
-            handle._ctx = None  # the same run, resumed from its checkpoint
-            handle._pause_requested = False
-        ctx = self._new_context(rs, handle, deps, listening, log)
-        if rs.trace and rs.state is not State.SUSPENDED:
-            ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
-        return ctx
+        return rs
 
     def _context(
         self,

@@ -387,7 +387,8 @@ class SQLCheckpointer:
         state.trace = trace
         if outputs or state.tool_outputs:
             state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
-        self._saved[run_id] = _Saved(version, list(messages), len(trace), frozenset(outputs))
+        if state.state not in _RESTING:  # the base a resume's next checkpoint continues
+            self._saved[run_id] = _Saved(version, list(messages), len(trace), frozenset(outputs))
         return Checkpoint(run_id, version, state, float(saved_at))
 
     # -- effects --------------------------------------------------------------------------------
