@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, MCPServerError, Policy, StopReason
+from fsm_agent import Agent, MCPServerError, Model, Policy, StopReason
+from fsm_agent.fuzzing.engine import Engine, definitions_of
+from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings
@@ -316,3 +318,57 @@ def test_the_sdk_is_imported_only_by_fsm_agent_mcp() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert "[mcp] extra" in out
+
+
+def test_bounds_count_mcp_tool_calls_like_any_tool_call() -> None:
+    policy = Policy(max_tool_calls=2, max_consecutive_errors=10)
+    model = ScriptedModel(
+        [tool_calls(*[("add", {"a": i, "b": i}) for i in range(4)]), text("done")]
+    )
+
+    async def main() -> Any:
+        async with stdio(include={"add"}) as server:
+            return await Agent(model, tools=server.tools, policy=policy).run("Add.")
+
+    result = run(main())
+    limit = bounds(policy).max_tool_executions
+    assert limit == 2 and result.tool_executions == limit
+    ran = [content for content, is_error in results(result) if not is_error]
+    assert ran == ["0", "2"]
+
+
+def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
+    """Generated scripts call the server's tools (one fails, one errs over JSON-RPC, one hangs
+    past its timeout), with cancels, pauses and approvals; every run invariant holds, the
+    bounds included."""
+    server = stdio(
+        include={"add", "fail", "reject", "hang", "whoami"},
+        timeout_s=0.05,
+        needs_approval={"whoami"},
+    )
+    policy = Policy(max_steps=4, max_tool_calls=4, tool_timeout_s=0.05)
+    called: list[str] = []
+    call = server.call
+
+    async def counted(name: str, arguments: dict[str, Any]) -> str:
+        called.append(name)
+        return await call(name, arguments)
+
+    server.call = counted  # type: ignore[method-assign]
+
+    def make_agent(model: Model) -> Agent[Any]:
+        return Agent(model, tools=server.tools, policy=policy)
+
+    engine = Engine(None, seed=21)
+    try:
+        engine.loop.run_until_complete(server.__aenter__())
+        engine.make_agent = make_agent
+        engine.definitions = definitions_of(make_agent)
+        session = engine.run(range(40))
+        engine.loop.run_until_complete(server.__aexit__(None, None, None))
+    finally:
+        engine.close()
+    assert session.found is None, session.found
+    assert session.examples == 40 and session.invariants > 0
+    assert len(session.paths) > 5
+    assert {"add", "fail", "reject", "hang"} <= set(called), called
