@@ -114,13 +114,15 @@ class MCPServer:
                 f"MCP server {self.name!r} is already entered; enter it once", server=self.name
             )
         self._loop = asyncio.get_running_loop()
+        self._lock = asyncio.Lock()
         try:
             link = await self._open()
-            listed = await _bounded(self._list(link.client), self.connect_timeout_s, self.name)
+            listed = await _bounded(self._list(link.client), self)
+            self._check_names({t.name for t in listed})
+            self._tools = tuple(self._tool(t) for t in listed if self._included(t.name))
         except BaseException:
             await self._close()
             raise
-        self._tools = tuple(self._tool(t) for t in listed if self._included(t.name))
         return self
 
     async def __aexit__(
@@ -172,6 +174,28 @@ class MCPServer:
         """A new, unentered SDK client for one connection."""
         raise NotImplementedError
 
+    def _redact(self, text: str) -> str:
+        """``text`` without what this server's address may hold of a credential."""
+        return text
+
+    def _check_names(self, listed: set[str]) -> None:
+        """Refuse a tool name in ``include``, ``needs_approval`` or ``idempotent`` that the
+        server does not list: a misspelt name would otherwise leave a tool unguarded."""
+        for option, names in (
+            ("include", self.include),
+            ("needs_approval", self.needs_approval),
+            ("idempotent", self.idempotent),
+        ):
+            if names is None or isinstance(names, bool):
+                continue
+            unknown = sorted(set(names) - listed)
+            if unknown:
+                raise MCPServerError(
+                    f"MCP server {self.name!r} has no tool named {', '.join(map(repr, unknown))} "
+                    f"(given in {option}); it lists {', '.join(map(repr, sorted(listed)))}",
+                    server=self.name,
+                )
+
     def _included(self, name: str) -> bool:
         return self.include is None or name in self.include
 
@@ -203,7 +227,7 @@ class MCPServer:
         link.start()
         self._link = link
         try:
-            await _bounded(link.wait_ready(), self.connect_timeout_s, self.name)
+            await _bounded(link.wait_ready(), self)
         except BaseException:
             await link.close()
             raise
@@ -318,7 +342,7 @@ class MCPServerHTTP(MCPServer):
         connect_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(
-            name=name or _without_userinfo(url),
+            name=name or _without_secrets(url),
             prefix=prefix,
             include=include,
             timeout_s=timeout_s,
@@ -332,6 +356,9 @@ class MCPServerHTTP(MCPServer):
 
     def __repr__(self) -> str:
         return f"MCPServerHTTP({self.name!r})"  # not the URL: it may carry credentials
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self.url, _without_secrets(self.url))
 
     def _client(self) -> Client:
         return Client(self._transport(), mode=self.mode)
@@ -469,23 +496,24 @@ class _Link:
                 self._ready.set_exception(ConnectionError("the MCP connection closed"))
 
 
-async def _bounded(awaitable: Any, timeout_s: float, server: str) -> Any:
-    """Await ``awaitable`` within ``timeout_s``; a failure to connect is an MCPServerError."""
+async def _bounded(awaitable: Any, server: MCPServer) -> Any:
+    """Await ``awaitable`` within the server's connect timeout; a failure to connect is an
+    MCPServerError (whose text may reach the model, so the URL's secrets are left out)."""
+    name = server.name
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(server.connect_timeout_s):
             return await awaitable
     except TimeoutError as exc:
         raise MCPServerError(
-            f"MCP server {server!r} did not connect and list its tools within {timeout_s:g} s",
-            server=server,
+            f"MCP server {name!r} did not connect and list its tools within "
+            f"{server.connect_timeout_s:g} s",
+            server=name,
         ) from exc
     except MCPServerError:
         raise
     except Exception as exc:
-        raise MCPServerError(
-            f"cannot connect to MCP server {server!r}: {type(exc).__name__}: {exc}",
-            server=server,
-        ) from exc
+        why = server._redact(f"{type(exc).__name__}: {exc}")
+        raise MCPServerError(f"cannot connect to MCP server {name!r}: {why}", server=name) from exc
 
 
 def _unwrapped(exc: Exception) -> Exception:
@@ -541,5 +569,7 @@ def _applies(setting: bool | Collection[str], name: str) -> bool:
     return setting if isinstance(setting, bool) else name in setting
 
 
-def _without_userinfo(url: str) -> str:
+def _without_secrets(url: str) -> str:
+    """``url`` without what may carry a credential: user info, query and fragment."""
+    url = re.split(r"[?#]", url, maxsplit=1)[0]
     return re.sub(r"//[^/@]*@", "//", url, count=1)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, MCPServerError, Model, Policy, StopReason
+from fsm_agent import Agent, MCPServerError, Model, Policy, StopReason, ToolFailureMode
 from fsm_agent.fuzzing.engine import Engine, definitions_of
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
@@ -372,3 +372,62 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
     assert session.examples == 40 and session.invariants > 0
     assert len(session.paths) > 5
     assert {"add", "fail", "reject", "hang"} <= set(called), called
+
+
+@pytest.mark.parametrize("option", ["include", "needs_approval", "idempotent"])
+def test_a_misspelt_tool_name_in_an_option_is_refused(option: str) -> None:
+    async def main() -> None:
+        async with stdio(**{option: {"add", "delet"}}):
+            pass
+
+    with pytest.raises(MCPServerError, match=rf"no tool named 'delet' \(given in {option}\)"):
+        run(main())
+
+
+def test_an_http_servers_name_and_errors_leave_out_the_urls_credentials() -> None:
+    url = f"http://user:hunter2@127.0.0.1:{free_port()}/mcp?token=hunter2"
+    server = MCPServerHTTP(url, headers={"Authorization": "Bearer hunter2"}, connect_timeout_s=5)
+    assert "hunter2" not in server.name and "hunter2" not in repr(server)
+
+    async def main() -> None:
+        async with server:
+            pass
+
+    with pytest.raises(MCPServerError) as caught:
+        run(main())
+    assert "cannot connect" in str(caught.value) and "hunter2" not in str(caught.value)
+
+
+def test_parallel_calls_share_one_connection() -> None:
+    model = ScriptedModel(
+        [
+            tool_calls(*[("add", {"a": i, "b": 1}) for i in range(6)], ("whoami", {})),
+            tool_call("whoami", {}),
+            text("ok"),
+        ]
+    )
+
+    async def main() -> tuple[Any, int]:
+        async with stdio() as server:
+            agent = Agent(model, tools=server.tools, policy=Policy(parallel_tool_calls=True))
+            return await agent.run("Add."), server.reconnects
+
+    result, reconnects = run(main())
+    *added, (pid, _), (same, _) = results(result)
+    assert [content for content, _ in added] == [str(i + 1) for i in range(6)]
+    assert pid == same and reconnects == 0
+
+
+def test_under_tool_failure_mode_fail_a_server_error_ends_the_run_and_is_kept() -> None:
+    model = ScriptedModel([tool_call("fail", {"reason": "no"})])
+    policy = Policy(tool_failure_mode=ToolFailureMode.FAIL)
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await Agent(model, tools=server.tools, policy=policy).run("Fail.")
+
+    result = run(main())
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    cause = result.error.__cause__
+    assert isinstance(cause, MCPServerError)
+    assert (cause.server, cause.tool) == (Path(sys.executable).name, "fail")
