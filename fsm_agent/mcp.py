@@ -471,15 +471,16 @@ class _Link:
         """Leave the client (bounded: a server that does not answer is abandoned)."""
         self._stop.set()
         task = self._task
-        if task is None or task.done():
-            return
-        try:
-            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
-                await asyncio.shield(task)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None and not task.done():
+            if not self._ready.done():  # still connecting: nothing to leave in order
+                task.cancel()
+            # asyncio.wait raises neither the task's outcome nor its cancellation, only ours.
+            done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT_S)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task})
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # seen: a failed connection is reported where it is used
 
     async def _hold(self) -> None:
         try:

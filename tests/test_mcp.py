@@ -431,3 +431,18 @@ def test_under_tool_failure_mode_fail_a_server_error_ends_the_run_and_is_kept() 
     cause = result.error.__cause__
     assert isinstance(cause, MCPServerError)
     assert (cause.server, cause.tool) == (Path(sys.executable).name, "fail")
+
+
+def test_a_server_that_never_answers_the_handshake_is_given_up_at_the_connect_timeout() -> None:
+    silent = MCPServerStdio(
+        sys.executable, ["-c", "import time; time.sleep(60)"], connect_timeout_s=1
+    )
+
+    async def main() -> None:
+        async with silent:
+            pass
+
+    started = time.monotonic()
+    with pytest.raises(MCPServerError, match="did not connect and list its tools within 1 s"):
+        run(main())
+    assert time.monotonic() - started < 4
