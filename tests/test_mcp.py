@@ -21,6 +21,7 @@ from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings
+from fsm_agent.replay import read_recording, record, replay
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
@@ -446,3 +447,21 @@ def test_a_server_that_never_answers_the_handshake_is_given_up_at_the_connect_ti
     with pytest.raises(MCPServerError, match="did not connect and list its tools within 1 s"):
         run(main())
     assert time.monotonic() - started < 4
+
+
+def test_a_recorded_run_with_mcp_tools_replays_with_no_server(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [tool_call("add", {"a": 1, "b": 2}), tool_call("fail", {"reason": "x"}), text("3")]
+    )
+    path = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with stdio(include={"add", "fail"}) as server:
+            return await record(Agent(model, tools=server.tools), "Add.", path)
+
+    recorded = run(main())
+    (added, e1), (failed, e2) = results(recorded)
+    assert (added, e1, e2) == ("3", False, True) and failed.endswith("fail: x")
+    report = run(replay(path))
+    assert report.ok, report.divergence
+    assert [d.name for d in read_recording(path).header.tools] == ["add", "fail"]
