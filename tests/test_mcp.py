@@ -263,11 +263,14 @@ def test_an_http_server_restarted_between_calls_is_reconnected(
     assert reconnects == (1 if mode == "legacy" else 0)  # "auto" speaks a sessionless protocol
 
 
-def test_an_http_server_killed_mid_call_gives_an_error_result(http_server: HTTPServer) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_an_http_server_killed_mid_call_gives_an_error_result(
+    http_server: HTTPServer, mode: Any
+) -> None:
     model = ScriptedModel([tool_call("die", {}), tool_call("add", {"a": 1, "b": 1}), text("?")])
 
     async def main() -> Any:
-        async with MCPServerHTTP(http_server.url, mode="legacy", timeout_s=10) as server:
+        async with MCPServerHTTP(http_server.url, mode=mode, timeout_s=10) as server:
             return await Agent(model, tools=server.tools).run("Go.")
 
     started = time.monotonic()
