@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, MCPServerError, Model, Policy, StopReason, ToolFailureMode
+from fsm_agent import (
+    Agent,
+    MCPServerError,
+    Model,
+    Policy,
+    RunHandle,
+    StopReason,
+    ToolFailureMode,
+)
 from fsm_agent.fuzzing.engine import Engine, definitions_of
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
@@ -468,3 +476,27 @@ def test_a_recorded_run_with_mcp_tools_replays_with_no_server(tmp_path: Path) ->
     report = run(replay(path))
     assert report.ok, report.divergence
     assert [d.name for d in read_recording(path).header.tools] == ["add", "fail"]
+
+
+def test_a_run_cancelled_during_an_mcp_call_ends_and_the_connection_stays_usable() -> None:
+    hanging = ScriptedModel([tool_call("hang", {}), text("never")])
+    after = ScriptedModel([tool_call("add", {"a": 2, "b": 2}), text("4")])
+
+    async def main() -> tuple[Any, Any, int]:
+        async with stdio(timeout_s=30) as server:
+            handle = RunHandle()
+            agent = Agent(hanging, tools=server.tools)
+            async for event in agent.run_stream("Hang.", handle=handle):
+                if event.type == "tool_call":
+                    handle.cancel()
+            cancelled = handle.result
+            done = await Agent(after, tools=server.tools).run("Add.")
+            return cancelled, done, server.reconnects
+
+    started = time.monotonic()
+    cancelled, done, reconnects = run(main())
+    assert time.monotonic() - started < 20
+    assert cancelled is not None and cancelled.stop_reason is StopReason.CANCELLED
+    ((interrupted, is_error),) = results(cancelled)
+    assert is_error and "interrupted (cancel)" in interrupted
+    assert results(done) == [("4", False)] and reconnects == 0
