@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from ..kernel.agent import Agent
     from .postgres import PostgresCheckpointer
     from .sqlite import SQLiteCheckpointer
+    from .store_threads import StoreThreads
 
 __all__ = [
     "Checkpoint",
@@ -227,7 +227,7 @@ class InMemoryCheckpointer:
         with self._lock:
             return sorted(self._summaries.values(), key=lambda s: s.updated_at, reverse=True)
 
-    def io_executor(self) -> None:
+    def io_threads(self) -> None:
         """None: the store keeps no I/O, so an agent calls it on the event loop's thread."""
         return
 
@@ -330,9 +330,9 @@ class CrashingCheckpointer:
         """The inner store's runs."""
         return self.inner.runs()
 
-    def io_executor(self) -> Executor | None:
+    def io_threads(self) -> StoreThreads | None:
         """Where the inner store's calls run (``None``: in the caller's thread)."""
-        method = getattr(self.inner, "io_executor", None)
+        method = getattr(self.inner, "io_threads", None)
         return method() if callable(method) else None
 
     def forget(self, run_id: str) -> None:

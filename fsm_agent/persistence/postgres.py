@@ -69,7 +69,7 @@ class PostgresCheckpointer(SQLCheckpointer):
             ) from None
         super().__init__(f'"{schema}".')
         self.schema = schema
-        self.io_threads = pool_size
+        self.io_thread_count = pool_size
         self._psycopg = psycopg
         self._timeout_s = timeout_s
         lock_ms = int(timeout_s * 1000)

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Literal, TypeVar
 
 from pydantic import JsonValue
@@ -28,6 +27,7 @@ from ..run_state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
+from .store_threads import Lane, StoreThreads
 
 T = TypeVar("T")
 
@@ -37,8 +37,8 @@ __all__ = [
     "UnknownOutcome",
     "encode_model_outcome",
     "in_store_thread",
-    "io_executor_of",
     "load_checkpoint",
+    "store_threads_of",
     "unknown_result",
 ]
 
@@ -74,7 +74,7 @@ class RecordedToolError(Exception):
 class RunLog:
     """Saves one run's checkpoints and journals its effects (see the module docstring).
 
-    The store's calls run on the store's I/O thread(s) (:func:`io_executor_of`), never on the
+    The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), never on the
     event loop's, in the order the run makes them: each waits for the run's previous write, and
     a write after a failed one fails the same way without being made. In ``sync`` mode the run
     awaits every write; in ``async`` mode it awaits intents only (and every write when the run
@@ -97,55 +97,50 @@ class RunLog:
         self.journal = mode is not Durability.EXIT
         self.unknown_outcome = unknown_outcome
         self.effects = effects or {}
-        executor = io_executor_of(store)
-        self._own_executor = executor is _OWN
-        self._executor: Executor | None = executor if isinstance(executor, Executor) else None
-        self._tail: Future[None] | None = None
+        threads = store_threads_of(store)
+        self._own_threads = threads is _OWN
+        if threads is _OWN:
+            threads = StoreThreads(1, f"fsm-agent-{run_id}")
+        self._lane: Lane | None = threads.lane() if isinstance(threads, StoreThreads) else None
         prepare = getattr(store, "prepare_save", None)
         write = getattr(store, "write_prepared", None)
         self._split = (prepare, write) if callable(prepare) and callable(write) else None
 
     # -- the ordered lane of writes -------------------------------------------------------------
-    def _submit(self, fn: Callable[..., object], *args: object) -> Future[None] | None:
-        """Start ``fn(*args)`` after the run's previous write; ``None`` when done inline."""
-        executor = self._executor
-        if executor is None:
-            if not self._own_executor:  # a store in memory: no I/O to keep off the loop
-                fn(*args)
-                return None
-            executor = self._executor = ThreadPoolExecutor(
-                1, thread_name_prefix=f"fsm-agent-{self.run_id}"
-            )
-        future = executor.submit(_after, self._tail, fn, args)
-        self._tail = future
-        return future
+    def _submit(self, fn: Callable[..., object], *args: object) -> None:
+        """Start ``fn(*args)`` after the run's previous write, without waiting for it (done
+        at once for a store in memory)."""
+        if self._lane is None:
+            fn(*args)
+        else:
+            self._lane.submit(fn, *args)
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
-        """``fn(*args)`` in the lane, awaited. A cancel stops the wait, not the write: a write is
-        made whole or not at all."""
-        future = self._submit(fn, *args)
-        if future is not None:
-            await asyncio.shield(asyncio.wrap_future(future))
+        """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
+        the write: a write is made whole or not at all."""
+        if self._lane is None:
+            fn(*args)
+        else:
+            await self._lane.call(fn, *args)
 
     async def flush(self) -> None:
         """Wait until every write handed to the store's thread is stored; raise the first that
         failed."""
-        tail = self._tail
-        if tail is not None:
-            await asyncio.shield(asyncio.wrap_future(tail))
+        if self._lane is not None:
+            await self._lane.call(_nothing)
 
     def close(self) -> None:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
         forget = getattr(self.store, "forget", None)
+        lane = self._lane
         if callable(forget):
-            if self._executor is None:
+            if lane is None:
                 forget(self.run_id)
             else:
                 with contextlib.suppress(RuntimeError):  # the store was closed already
-                    self._executor.submit(_after_all, self._tail, forget, self.run_id)
-        if self._own_executor and self._executor is not None:
-            self._executor.shutdown(wait=False)  # queued writes still run
-            self._executor = None
+                    lane.finally_call(forget, self.run_id)
+        if self._own_threads and lane is not None:
+            lane.threads.close()  # after the queued writes; the run waits for none of them
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def claim(self, rs: RunState) -> None:
@@ -292,32 +287,32 @@ class RunLog:
 
 
 _OWN = object()
-"""What :func:`io_executor_of` answers for a store that names no executor of its own."""
+"""What :func:`store_threads_of` answers for a store that names no threads of its own."""
 
 
-def io_executor_of(store: Checkpointer) -> Executor | object | None:
-    """Where ``store``'s calls run: the executor its ``io_executor()`` gives, ``None`` (in the
-    caller's thread) for a store that keeps no I/O (its ``io_executor()`` returns ``None``), or
-    a thread of the run's own for a store without the method."""
-    method = getattr(store, "io_executor", None)
+def store_threads_of(store: Checkpointer) -> StoreThreads | object | None:
+    """Where ``store``'s calls run: the threads its ``io_threads()`` gives, ``None`` (in the
+    caller's thread) for a store that keeps no I/O (its ``io_threads()`` returns ``None``), or
+    threads of the run's own for a store without the method."""
+    method = getattr(store, "io_threads", None)
     if not callable(method):
         return _OWN
-    executor = method()
-    if executor is not None and not isinstance(executor, Executor):
+    threads = method()
+    if threads is not None and not isinstance(threads, StoreThreads):
         return _OWN
-    return executor
+    return threads
 
 
 async def in_store_thread(store: Checkpointer, fn: Callable[[], T]) -> T:
-    """``fn()`` (a call of ``store``) where the store's I/O runs (see :func:`io_executor_of`),
-    awaited. A cancel stops the wait, not the call."""
-    executor = io_executor_of(store)
-    if executor is None:
+    """``fn()`` (a call of ``store``) where the store's I/O runs (see
+    :func:`store_threads_of`), awaited. A cancel stops the wait, not the call."""
+    threads = store_threads_of(store)
+    if threads is None:
         return fn()
-    if executor is _OWN:
-        return await asyncio.shield(asyncio.to_thread(fn))
-    assert isinstance(executor, Executor)
-    return await asyncio.shield(asyncio.wrap_future(executor.submit(fn)))
+    if isinstance(threads, StoreThreads):
+        value: T = await threads.lane().call(fn)
+        return value
+    return await asyncio.shield(asyncio.to_thread(fn))
 
 
 async def load_checkpoint(store: Checkpointer, run_id: str) -> Checkpoint:
@@ -325,21 +320,8 @@ async def load_checkpoint(store: Checkpointer, run_id: str) -> Checkpoint:
     return await in_store_thread(store, lambda: store.load(run_id))
 
 
-def _after(
-    previous: Future[None] | None, fn: Callable[..., object], args: tuple[object, ...]
-) -> None:
-    """Run ``fn(*args)`` once ``previous`` is stored; fail as it failed, writing nothing."""
-    if previous is not None:
-        previous.result()
-    fn(*args)
-
-
-def _after_all(previous: Future[None] | None, fn: Callable[[str], object], run_id: str) -> None:
-    """Run ``fn(run_id)`` once ``previous`` is stored or failed."""
-    if previous is not None:
-        with contextlib.suppress(BaseException):
-            previous.result()
-    fn(run_id)
+def _nothing() -> None:
+    """A write that writes nothing: waiting for it waits for the lane's earlier writes."""
 
 
 def _storable(execution: ToolExecution) -> ToolExecution:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -40,6 +39,7 @@ from ..machine.table import State, StopReason
 from ..messages import Message
 from ..run_state import RunState, StoredMove
 from . import Checkpoint, EffectRecord, RunSummary, conflict
+from .store_threads import StoreThreads
 
 __all__ = ["MIGRATIONS", "PreparedSave", "SQLCheckpointer"]
 
@@ -146,31 +146,31 @@ class SQLCheckpointer:
     real = "REAL"
     lock_clause = ""  # appended to the fencing read (PostgreSQL locks the run's row)
 
-    io_threads = 1
-    """How many threads run the store's calls for the agent (see :meth:`io_executor`)."""
+    io_thread_count = 1
+    """How many threads run the store's calls for the agent (see :meth:`io_threads`)."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
         self._saved: dict[str, _Saved] = {}
         self._queries: dict[str, str] = {}
-        self._io: ThreadPoolExecutor | None = None
+        self._io: StoreThreads | None = None
         self._io_lock = threading.Lock()
 
-    def io_executor(self) -> Executor:
+    def io_threads(self) -> StoreThreads:
         """The threads an agent runs this store's calls on, so that the event loop's thread
-        never waits for the database (``io_threads`` of them, started when first asked for,
+        never waits for the database (``io_thread_count`` of them, started when first used,
         stopped by :meth:`close`)."""
         with self._io_lock:
             if self._io is None:
-                self._io = ThreadPoolExecutor(self.io_threads, thread_name_prefix="fsm-agent-store")
+                self._io = StoreThreads(self.io_thread_count, "fsm-agent-store")
             return self._io
 
     def _stop_io(self) -> None:
-        """Wait for the calls handed to the store's threads, then stop them."""
+        """Make the calls handed to the store's threads, then stop them."""
         with self._io_lock:
             io, self._io = self._io, None
         if io is not None:
-            io.shutdown(wait=True)
+            io.close()
 
     def forget(self, run_id: str) -> None:
         """Drop what the store keeps in memory for ``run_id`` (its next checkpoint from this

@@ -1,0 +1,145 @@
+"""The threads a store's calls run on, so that an event loop never waits for a database.
+
+Each run writes through a :class:`Lane`, which always uses the same thread of the store: the
+run's writes are made in the order it made them, and once one fails, the lane's later writes
+fail the same way without being made. A caller that waits for a write gets an asyncio future,
+settled from the thread with one ``call_soon_threadsafe``; cancelling the wait does not cancel
+the write (it is made whole or not at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any
+
+__all__ = ["Lane", "StoreThreads"]
+
+_Job = tuple[
+    "Lane | None",
+    Callable[..., object],
+    tuple[object, ...],
+    "asyncio.AbstractEventLoop | None",
+    "asyncio.Future[Any] | None",
+]
+
+
+class Lane:
+    """The ordered writes of one run (see the module docstring)."""
+
+    __slots__ = ("failed", "thread", "threads")
+
+    def __init__(self, threads: StoreThreads) -> None:
+        self.threads = threads
+        self.thread = threads.next_thread()
+        self.failed: BaseException | None = None  # set by the lane's thread only
+
+    def submit(self, fn: Callable[..., object], *args: object) -> None:
+        """Make ``fn(*args)`` after the lane's earlier writes, without waiting for it."""
+        self.threads.put(self.thread, (self, fn, args, None, None))
+
+    def call(self, fn: Callable[..., object], *args: object) -> asyncio.Future[Any]:
+        """Make ``fn(*args)`` after the lane's earlier writes; the future gets its value or
+        its error (or the error of an earlier write that failed)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self.threads.put(self.thread, (self, fn, args, loop, future))
+        return future
+
+    def finally_call(self, fn: Callable[..., object], *args: object) -> None:
+        """Make ``fn(*args)`` after the lane's earlier writes, whether or not they failed."""
+        self.threads.put(self.thread, (None, fn, args, None, None))
+
+
+class StoreThreads:
+    """``count`` threads, each taking jobs from its own queue (started when first used)."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self.count = max(1, count)
+        self.name = name
+        self._queues: list[SimpleQueue[_Job | None]] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        self._closed = False
+
+    def next_thread(self) -> int:
+        """The thread a new lane uses (in turn)."""
+        return next(self._turn) % self.count
+
+    def lane(self) -> Lane:
+        """A new lane of writes."""
+        return Lane(self)
+
+    def put(self, thread: int, job: _Job) -> None:
+        """Queue ``job`` on ``thread``."""
+        queues = self._queues or self._start()
+        queues[thread].put(job)
+
+    def _start(self) -> list[SimpleQueue[_Job | None]]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: the store was closed")
+            if self._queues:
+                return self._queues
+            queues: list[SimpleQueue[_Job | None]] = [SimpleQueue() for _ in range(self.count)]
+            for index, queue in enumerate(queues):
+                thread = threading.Thread(
+                    target=_work, args=(queue,), name=f"{self.name}-{index}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+            self._queues = queues
+            atexit.register(_close_at_exit, weakref.ref(self))
+            return queues
+
+    def close(self) -> None:
+        """Make the queued jobs, then stop the threads."""
+        with self._lock:
+            self._closed = True
+            queues, threads = self._queues, self._threads
+            self._queues, self._threads = [], []
+        for queue in queues:
+            queue.put(None)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+
+def _close_at_exit(threads: weakref.ref[StoreThreads]) -> None:
+    """Make the writes still queued when the program ends."""
+    alive = threads()
+    if alive is not None:
+        alive.close()
+
+
+def _work(queue: SimpleQueue[_Job | None]) -> None:
+    while (job := queue.get()) is not None:
+        lane, fn, args, loop, future = job
+        value: object = None
+        error: BaseException | None = lane.failed if lane is not None else None
+        if error is None:
+            try:
+                value = fn(*args)
+            except BaseException as exc:  # handed to the waiting run, or to the lane's next write
+                error = exc
+                if lane is not None:
+                    lane.failed = exc
+        if loop is not None and future is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, future, value, error)
+
+
+def _settle(future: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
