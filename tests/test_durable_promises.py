@@ -502,3 +502,43 @@ def test_the_postgres_store_reconnects_after_its_connections_drop() -> None:
             ).fetchone()
         assert killed is not None and killed[0] >= 1
         assert make_agent(store, lambda _: None).run_sync(PROMPT).ok
+
+
+# -- the lanes of the store's threads ----------------------------------------------------------
+
+
+def test_a_lane_keeps_order_and_fails_after_a_failed_write() -> None:
+    """A run's writes are made in order; after one fails, the later ones fail the same way and
+    are not made; a cancelled wait does not cancel its write; other lanes go on."""
+    from fsm_agent.persistence.store_threads import StoreThreads
+
+    threads = StoreThreads(2, "test-store")
+    made: list[str] = []
+    gate = threading.Event()
+
+    def write(name: str) -> str:
+        if name == "gated":
+            gate.wait(5)
+        if name == "bad":
+            raise CheckpointConflictError("lost the run", run_id="r", version=2)
+        made.append(name)
+        return name
+
+    async def main() -> None:
+        lane, other = threads.lane(), threads.lane()
+        waiting = asyncio.ensure_future(lane.call(write, "gated"))
+        lane.submit(write, "first")
+        await asyncio.sleep(0)
+        waiting.cancel()  # stops the wait only
+        gate.set()
+        assert await lane.call(write, "second") == "second"
+        with pytest.raises(CheckpointConflictError):
+            await lane.call(write, "bad")
+        lane.submit(write, "never")
+        with pytest.raises(CheckpointConflictError):
+            await lane.call(write, "never either")
+        assert await other.call(write, "elsewhere") == "elsewhere"
+
+    asyncio.run(main())
+    threads.close()
+    assert made == ["gated", "first", "second", "elsewhere"]
