@@ -542,3 +542,24 @@ def test_a_lane_keeps_order_and_fails_after_a_failed_write() -> None:
     asyncio.run(main())
     threads.close()
     assert made == ["gated", "first", "second", "elsewhere"]
+
+
+def test_a_prompt_and_an_error_text_with_lone_surrogates_are_storable(store: Checkpointer) -> None:
+    """A durable run's prompt gets the same replacement; any other text in the state (an
+    error kept as text) is replaced in what the store writes, so the checkpoint is made."""
+    agent = Agent(
+        ScriptedModel([text("Read it.")]),
+        checkpointer=store,
+        runtime=Runtime(new_id=lambda: "run_prompt"),
+    )
+    result = agent.run_sync("read " + os.fsdecode(b"notes-\xfe.md"))
+    assert result.ok
+    prompt = result.messages[0]
+    assert "notes-\ufffd.md" in prompt.text and "replaced with U+FFFD" in prompt.text
+    assert tuple(store.load("run_prompt").state.messages) == tuple(result.messages)
+
+    for memory_or_sql in (InMemoryCheckpointer(), store):
+        state = RunState.start("run_error")
+        state.error = "open failed: " + os.fsdecode(b"\xff")
+        memory_or_sql.save(state, version=1)
+        assert memory_or_sql.load("run_error").state.error == "open failed: \ufffd"

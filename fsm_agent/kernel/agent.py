@@ -44,6 +44,7 @@ from ..models import Model
 from ..persistence import Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, in_store_thread, load_checkpoint
+from ..persistence.storable import storable_message
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
@@ -471,6 +472,7 @@ class Agent(Generic[DepsT]):
         log = None
         if self.checkpointer is not None:
             rs.definition = self._definition()
+            message = storable_message(message)
             log = RunLog(
                 self.checkpointer,
                 rs.run_id,

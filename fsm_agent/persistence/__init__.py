@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from pydantic_core import PydanticSerializationError
+
 from ..errors import CheckpointConflictError, ConfigurationError, UnknownRunError
 from ..kernel.run import RunResult
 from ..machine.table import State, StopReason
@@ -171,7 +173,12 @@ class InMemoryCheckpointer:
 
     def save(self, state: RunState, *, version: int) -> None:
         """Store ``state`` as checkpoint ``version`` of its run."""
-        text = state.model_dump_json()
+        try:
+            text = state.model_dump_json()
+        except PydanticSerializationError:  # text JSON cannot carry, replaced (see storable)
+            from .storable import storable_state
+
+            text = storable_state(state).model_dump_json()
         now = time.time()
         with self._lock:
             rows = self._checkpoints.get(state.run_id, [])

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ..errors import CorruptCheckpointError, SchemaVersionError, UnknownRunError
 from ..machine.agent_machine import Move
@@ -39,6 +40,7 @@ from ..machine.table import State, StopReason
 from ..messages import Message
 from ..run_state import RunState, StoredMove
 from . import Checkpoint, EffectRecord, RunSummary, conflict
+from .storable import storable_state
 from .store_threads import StoreThreads
 
 __all__ = ["MIGRATIONS", "PreparedSave", "SQLCheckpointer"]
@@ -275,9 +277,13 @@ class SQLCheckpointer:
             state=state.state.value,
             stop=state.stop_reason.value if state.stop_reason is not None else None,
             steps=state.counters.steps,
-            body=state.model_dump_json(exclude=_SEPARATE),
+            body=_json(lambda: state.model_dump_json(exclude=_SEPARATE), state, None),
             messages_from=messages_from,
-            messages=_MESSAGES.dump_json(messages[messages_from:]).decode(),
+            messages=_json(
+                lambda: _MESSAGES.dump_json(messages[messages_from:]).decode(),
+                state,
+                lambda clean: _MESSAGES.dump_json(clean.messages[messages_from:]).decode(),
+            ),
             trace_from=trace_from,
             trace=_MOVES.dump_json(trace[trace_from:]).decode(),
             outputs=tuple((k, outputs[k]) for k in new_outputs),
@@ -444,6 +450,20 @@ class SQLCheckpointer:
             )
             rows = cur.fetchall()
         return list(_summaries(rows))
+
+
+def _json(
+    encode: Callable[[], str], state: RunState, again: Callable[[RunState], str] | None
+) -> str:
+    """``encode()``; for a state holding text JSON cannot carry, the same part of a copy with
+    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`)."""
+    try:
+        return encode()
+    except PydanticSerializationError:
+        clean = storable_state(state)
+        if again is None:
+            return clean.model_dump_json(exclude=_SEPARATE)
+        return again(clean)
 
 
 def _summaries(rows: list[Any]) -> Iterator[RunSummary]:

@@ -13,9 +13,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..messages import ModelResponse, ToolResult
+from ..messages import Message, ModelResponse, ToolResult
+from ..run_state import RunState
 
-__all__ = ["NOTE", "storable_response", "storable_result", "storable_text"]
+__all__ = [
+    "NOTE",
+    "storable_message",
+    "storable_response",
+    "storable_result",
+    "storable_state",
+    "storable_text",
+]
 
 _LONE = re.compile("[\ud800-\udfff]")
 
@@ -78,3 +86,20 @@ def storable_response(response: ModelResponse) -> ModelResponse:
     else:
         parts.append({"type": "text", "text": note})
     return ModelResponse.model_validate(data)
+
+
+def storable_message(message: Message) -> Message:
+    """``message`` (a prompt) with every lone surrogate replaced, and the note added."""
+    data, total = _walk(message.model_dump())
+    if not total:
+        return message
+    data["parts"] = [*data["parts"], {"type": "text", "text": NOTE.format(n=total)}]
+    return Message.model_validate(data)
+
+
+def storable_state(state: RunState) -> RunState:
+    """A copy of ``state`` with every lone surrogate replaced: the last resort of a store, for
+    text that reached the run state another way than a model's answer or a tool's result (an
+    exception's message kept as the run's error, say)."""
+    data, _ = _walk(state.model_dump())
+    return RunState.model_validate(data)
