@@ -109,7 +109,15 @@ class Checkpointer(Protocol):
     ``save`` stores ``version`` and needs ``version - 1`` to be the latest (none for 1); the
     effect records need ``version`` to be the latest. Otherwise they raise
     :class:`~fsm_agent.CheckpointConflictError` and write nothing. A failed write leaves what is
-    stored as it was."""
+    stored as it was.
+
+    An agent calls a store on threads, never on its event loop's: the store's own when it has
+    an ``io_threads()`` method returning a
+    :class:`~fsm_agent.persistence.store_threads.StoreThreads` (``None`` for a store without
+    I/O, called in place), else one thread per run. A store may also offer ``forget(run_id)``
+    (drop what it keeps in memory for a run; called when the run's task ends) and
+    ``prepare_save``/``write_prepared`` (encode on the loop's thread, write on the store's), as
+    the SQL stores do."""
 
     def save(self, state: RunState, *, version: int) -> None:
         """Store ``state`` as checkpoint ``version`` of its run."""
