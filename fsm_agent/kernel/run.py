@@ -155,7 +155,9 @@ class RunHandle:
 
     def cancel(self) -> None:
         """Stop the run: no model call or tool starts after this; an effect in flight is
-        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]."""
+        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]. A durable run's
+        store keeps its latest checkpoint instead, so that it can be resumed (or abandoned,
+        see :meth:`~fsm_agent.Agent.abandon`)."""
         self._cancel_requested = True
         if self._ctx is not None:
             self._ctx.request_interrupt(Outcome.CANCEL)

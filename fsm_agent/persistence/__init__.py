@@ -67,8 +67,8 @@ class Durability(StrEnum):
     """When an agent with a checkpointer writes (``docs/durability.md`` has the details)."""
 
     SYNC = "sync"  # every checkpoint and effect record is stored before the run goes on
-    ASYNC = "async"  # checkpoints and results are written in the background; intents are not
-    EXIT = "exit"  # one checkpoint when the run rests (done, aborted, suspended or cancelled)
+    ASYNC = "async"  # checkpoints and results are written without waiting; intents are awaited
+    EXIT = "exit"  # one checkpoint when the run rests (done, aborted, suspended)
 
 
 @dataclass(frozen=True, slots=True)
