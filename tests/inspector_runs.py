@@ -89,3 +89,19 @@ def gated_agent(store: Checkpointer, gate: Gate) -> Agent[Any]:
         tools=[slow_build],
         checkpointer=store,
     )
+
+
+def gated_approver(store: Checkpointer, gate: Gate) -> Agent[Any]:
+    """An agent whose one call needs approval and, once approved, waits for ``gate``."""
+
+    @tool(needs_approval=True)
+    async def deploy(target: str) -> str:
+        """Deploy a target (a human approves it first; then it waits for the gate)."""
+        await gate.wait()
+        return f"deployed {target}"
+
+    return Agent(
+        ScriptedModel([tool_call("deploy", {"target": "prod"}), text("Deployed.")]),
+        tools=[deploy],
+        checkpointer=store,
+    )

@@ -23,8 +23,8 @@ from fsm_agent.diagrams import RunPath
 from fsm_agent.inspector import REDACTED, Inspector, build, redact
 from fsm_agent.inspector.app import SECURITY_HEADERS
 from fsm_agent.inspector.views import run_path
-from fsm_agent.persistence import SQLiteCheckpointer
-from inspector_runs import HOSTILE, FilledStore, fill
+from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
+from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_approver
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -43,7 +43,7 @@ def client(inspector: Inspector) -> httpx.AsyncClient:
     )
 
 
-async def _session(store: SQLiteCheckpointer, *, answer: bool) -> AsyncIterator[Any]:
+async def _session(store: Checkpointer, *, answer: bool) -> AsyncIterator[Any]:
     filled = await fill(store)
     inspector = build(store, agent=filled.approver if answer else None, token=TOKEN)
     async with client(inspector) as http:
@@ -51,7 +51,7 @@ async def _session(store: SQLiteCheckpointer, *, answer: bool) -> AsyncIterator[
     inspector.close()
 
 
-def run(store: SQLiteCheckpointer, test: Any, *, answer: bool = False) -> None:
+def run(store: Checkpointer, test: Any, *, answer: bool = False) -> None:
     """Fill ``store``, start an inspector on it, and run ``test(filled, http)``."""
 
     async def main() -> None:
@@ -257,6 +257,48 @@ def test_decisions_for_the_wrong_calls_are_refused(store: SQLiteCheckpointer) ->
     run(store, test, answer=True)
 
 
+def test_a_second_answer_while_the_run_resumes_is_refused(store: SQLiteCheckpointer) -> None:
+    """While a resume is under way a second answer gets 409 and starts nothing."""
+    gate = Gate()
+    agent = gated_approver(store, gate)
+
+    async def main() -> None:
+        first = await agent.run("Deploy.")
+        inspector = build(store, agent=agent, token=TOKEN)
+        url = f"/api/runs/{first.run_id}"
+        async with client(inspector) as http:
+            call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
+            body = {"decisions": {call_id: {"decision": "allow"}}}
+            assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
+            await asyncio.sleep(0.1)  # the approved tool now waits for the gate
+            detail = (await http.get(url, headers=AUTH)).json()
+            assert detail["resuming"] is True and detail["state"] == "dispatching"
+            again = await http.post(f"{url}/decisions", json=body, headers=AUTH)
+            assert again.status_code == 409 and "already being resumed" in again.json()["error"]
+            gate.open()
+            done = await _wait_for(http, first.run_id, "done")
+            assert done["output"] == "Deployed." and done["resume_error"] is None
+        inspector.close()
+
+    asyncio.run(main())
+
+
+def test_the_list_is_cut_at_the_limit_and_a_broken_store_answers_503(
+    store: SQLiteCheckpointer,
+) -> None:
+    """``?limit=1`` lists the newest run only; a store that fails to read answers 503."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        limited = (await http.get("/api/runs?limit=1", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in limited] == [filled.suspended]
+        assert (await http.get("/api/runs?limit=x", headers=AUTH)).status_code == 400
+        store.close()
+        broken = await http.get("/api/runs", headers=AUTH)
+        assert broken.status_code == 503 and "cannot be read" in broken.json()["error"]
+
+    run(store, test)
+
+
 def test_pages_are_static_shells_with_a_strict_security_policy(store: SQLiteCheckpointer) -> None:
     """The pages and script load without the token, carry the CSP, and hold no run data."""
 
@@ -307,6 +349,43 @@ def test_secrets_are_redacted_from_everything_shown(
     asyncio.run(main())
 
 
+PG_DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_is_listed_shown_and_answered() -> None:
+    """The same pages over PostgreSQL: both runs listed, the finished one drawn, the suspended
+    one approved and resumed to the end."""
+    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    try:
+        psycopg.connect(PG_DSN, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    pg = PostgresCheckpointer(PG_DSN, schema=f"fsm_inspect_{os.urandom(6).hex()}")
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
+        assert {row["run_id"] for row in listed} == {filled.finished, filled.suspended}
+        detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
+        assert detail["state"] == "done" and HOSTILE in detail["tool_calls"][0]["result"]
+        svg = await http.get(f"/api/runs/{filled.finished}/diagram.svg", headers=AUTH)
+        assert "final: completed" in svg.text
+        url = f"/api/runs/{filled.suspended}"
+        call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "allow"}}}
+        assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
+        done = await _wait_for(http, filled.suspended, "done")
+        assert done["output"] == "Deleted the old log."
+
+    try:
+        run(pg, test, answer=True)
+    finally:
+        pg.drop_schema()
+        pg.close()
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fsm_agent", "inspect", *args],
@@ -335,41 +414,95 @@ def _free_port() -> int:
         return port
 
 
+class _Served:
+    """``fsm-agent inspect`` running in a subprocess: ``base`` and ``auth`` reach its API."""
+
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+        port = _free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fsm_agent", "inspect", *args, "--port", str(port)],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.process.stderr is not None
+        line = self.process.stderr.readline()
+        found = re.search(rf"http://127\.0\.0\.1:{port}/#token=(\S+)", line)
+        assert found is not None, line
+        self.auth = {"Authorization": f"Bearer {found.group(1)}"}
+        for _ in range(200):
+            try:
+                httpx.get(f"{self.base}/static/style.css")
+                return
+            except httpx.ConnectError:
+                time.sleep(0.05)
+
+    def get(self, path: str) -> Any:
+        """The JSON of an authorised GET."""
+        return httpx.get(self.base + path, headers=self.auth).json()
+
+    def close(self) -> None:
+        """Stop the command."""
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
 def test_the_command_serves_the_store_on_loopback_and_prints_the_token(
     store: SQLiteCheckpointer,
 ) -> None:
     """``fsm-agent inspect STORE`` listens on 127.0.0.1 and prints the address with a fresh
-    token, which the API then requires."""
+    token, which the API then requires; without --agent it is read-only."""
     filled = asyncio.run(fill(store))
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fsm_agent", "inspect", store.path, "--port", str(port)],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    served = _Served(store.path)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/#token=(\S+)", line)
-        assert found is not None, line
-        token = found.group(2)
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                response = httpx.get(
-                    f"{base}/api/runs", headers={"Authorization": f"Bearer {token}"}
-                )
-                break
-            except httpx.ConnectError:
-                time.sleep(0.05)
-        assert {row["run_id"] for row in response.json()["runs"]} == {
-            filled.finished,
-            filled.suspended,
-        }
-        assert httpx.get(f"{base}/api/runs").status_code == 401
+        listed = served.get("/api/runs")
+        assert {row["run_id"] for row in listed["runs"]} == {filled.finished, filled.suspended}
+        assert listed["can_answer"] is False
+        assert httpx.get(f"{served.base}/api/runs").status_code == 401
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
+        served.close()
+
+
+FACTORY = """
+from fsm_agent import Agent, tool
+from fsm_agent.testing import ScriptedModel, text
+
+
+@tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    \"\"\"Delete a file.\"\"\"
+    return f"deleted {path}"
+
+
+def make() -> Agent:
+    return Agent(ScriptedModel([text("Deleted the old log.")]), tools=[delete_file])
+"""
+
+
+def test_the_command_answers_through_the_agent_its_factory_builds(
+    store: SQLiteCheckpointer, tmp_path: Path
+) -> None:
+    """``--agent module:factory``: the factory's agent (given the store, as it has none)
+    resumes the approved run to the end."""
+    filled = asyncio.run(fill(store))
+    (tmp_path / "inspector_factory.py").write_text(FACTORY, encoding="utf-8")
+    served = _Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path)
+    try:
+        url = f"/api/runs/{filled.suspended}"
+        call_id = served.get(url)["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "allow"}}}
+        posted = httpx.post(f"{served.base}{url}/decisions", json=body, headers=served.auth)
+        assert posted.status_code == 202
+        for _ in range(200):
+            detail = served.get(url)
+            if detail["state"] == "done":
+                break
+            time.sleep(0.05)
+        assert detail["output"] == "Deleted the old log."
+        assert detail["tool_calls"][0]["result"] == "deleted build/old.log"
+    finally:
+        served.close()

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from ..approval import Approval, HumanDecision, ResumeHandle, apply_decisions
 from ..diagrams import RenderingUnavailableError
-from ..errors import ResumeError, UnknownRunError
+from ..errors import CheckpointError, ResumeError, UnknownRunError
 from ..kernel.agent import Agent
 from ..machine.table import State
 from ..persistence import Checkpointer
@@ -54,6 +54,7 @@ _STATIC = {
     "style.css": "text/css; charset=utf-8",
 }
 _PAGES = {"index": "index.html", "run": "run.html"}
+_LISTED = 500  # runs the list shows unless ?limit= says otherwise (newest first)
 _CACHED = 1000  # decoded states and drawn diagrams kept, by run and checkpoint version
 
 
@@ -134,7 +135,12 @@ class Inspector:
                     "missing or wrong access token: open the address fsm-agent inspect printed "
                     "(it ends in #token=…) or send 'Authorization: Bearer TOKEN'",
                 )
-            return await endpoint(request)
+            try:
+                return await endpoint(request)
+            except UnknownRunError as exc:
+                return _error(404, str(exc))
+            except CheckpointError as exc:  # the database is down or locked: try again later
+                return _error(503, f"the checkpoint store cannot be read: {exc}")
 
         return guarded
 
@@ -169,10 +175,16 @@ class Inspector:
     async def _runs(self, request: Request) -> Response:
         state = request.query_params.get("state", "")
         search = request.query_params.get("q", "").strip().lower()
+        try:
+            limit = max(1, int(request.query_params.get("limit", _LISTED)))
+        except ValueError:
+            return _error(400, "limit must be a whole number")
 
         def rows() -> list[Any]:
             found = []
             for summary in self.store.runs():
+                if len(found) >= limit:
+                    break
                 if state and summary.state.value != state:
                     continue
                 row = run_row(summary, self._state(summary.run_id, summary.version))
@@ -193,21 +205,15 @@ class Inspector:
 
     async def _run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        try:
-            checkpoint = await self._read(lambda: self.store.load(run_id))
-        except UnknownRunError as exc:
-            return _error(404, str(exc))
+        checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
-        detail["resuming"] = any(t.get_name() == run_id for t in self._resuming)
+        detail["resuming"] = self._is_resuming(run_id)
         detail["resume_error"] = redact(self.failures.get(run_id, "")) or None
         return JSONResponse(detail)
 
     async def _diagram(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        try:
-            checkpoint = await self._read(lambda: self.store.load(run_id))
-        except UnknownRunError as exc:
-            return _error(404, str(exc))
+        checkpoint = await self._read(lambda: self.store.load(run_id))
         key = (run_id, checkpoint.version)
         if len(self._svgs) > _CACHED:
             self._svgs.clear()
@@ -226,6 +232,8 @@ class Inspector:
                 "this inspector is read-only: start it with an agent to answer "
                 "(fsm-agent inspect STORE --agent module:factory, or serve(store, agent=...))",
             )
+        if self._is_resuming(run_id):
+            return _error(409, f"run {run_id!r} is already being resumed")
         try:
             body = await request.json()
             decisions = _decisions(body)
@@ -245,6 +253,9 @@ class Inspector:
         self._resuming.add(task)
         task.add_done_callback(self._resuming.discard)
         return JSONResponse({"resuming": run_id}, status_code=202)
+
+    def _is_resuming(self, run_id: str) -> bool:
+        return any(task.get_name() == run_id for task in self._resuming)
 
     async def _resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
         assert self.agent is not None
