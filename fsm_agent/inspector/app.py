@@ -181,7 +181,7 @@ class Inspector:
             return _error(400, "limit must be a whole number")
 
         def rows() -> list[Any]:
-            found = []
+            found: list[Any] = []
             for summary in self.store.runs():
                 if len(found) >= limit:
                     break
