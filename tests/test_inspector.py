@@ -24,7 +24,7 @@ from fsm_agent.inspector import REDACTED, Inspector, build, redact
 from fsm_agent.inspector.app import SECURITY_HEADERS
 from fsm_agent.inspector.views import run_path
 from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
-from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_approver
+from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_agent, gated_approver
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -136,6 +136,32 @@ def test_the_diagram_draws_the_run_path_with_counts(store: SQLiteCheckpointer) -
         assert "×2" in svg and "final: completed" in svg
 
     run(store, test)
+
+
+def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointer) -> None:
+    """While the run waits in ``dispatching`` its path is drawn but no state reads "final"."""
+    gate = Gate()
+    agent = gated_agent(store, gate)
+
+    async def main() -> None:
+        task = asyncio.create_task(agent.run("Build."))
+        for _ in range(500):  # the run's tool now waits for the gate
+            if any(r.state is State.DISPATCHING for r in store.runs()):
+                break
+            await asyncio.sleep(0.01)
+        (summary,) = store.runs()
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
+            assert "<title>dispatching</title>" in svg and "×1" in svg
+            assert ">final</text>" not in svg
+            gate.open()
+            await task
+            svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
+            assert ">final: completed</text>" in svg
+        inspector.close()
+
+    asyncio.run(main())
 
 
 def test_the_path_read_from_a_checkpoint_equals_the_one_read_from_events(

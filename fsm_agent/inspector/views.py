@@ -9,12 +9,13 @@ import re
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import JsonValue
 
 from ..diagrams import RunPath, plan, render, to_dot
-from ..machine.table import Counters, State
+from ..machine.table import TERMINAL, Counters, State
 from ..messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
 from ..run_state import RunState
@@ -99,8 +100,12 @@ def run_path(rs: RunState) -> RunPath | None:
 
 def diagram_svg(rs: RunState) -> bytes:
     """The machine as SVG with the run's path and counts drawn on it (needs Graphviz, the
-    ``[diagrams]`` extra)."""
-    return render(to_dot(plan(run=run_path(rs), title="fsm_agent")), "svg")
+    ``[diagrams]`` extra). A run still moving has no final state yet: the page lights up the
+    state it is in instead."""
+    drawn = plan(run=run_path(rs), title="fsm_agent")
+    if rs.state not in TERMINAL and rs.state is not State.SUSPENDED:
+        drawn = replace(drawn, nodes=tuple(replace(node, final=False) for node in drawn.nodes))
+    return render(to_dot(drawn), "svg")
 
 
 def _arguments(call: ToolCall) -> JsonValue:
