@@ -171,6 +171,7 @@ def test_approving_a_suspended_run_resumes_it_to_the_end(
         question.locator("button.approve").click()
         expect(page.locator("#current-state")).to_have_text("done")
         expect(page.locator("#output")).to_have_text("Deleted the old log.")
+        expect(page.locator("#notice")).to_be_hidden()
         expect(page.locator("#questions-section")).to_be_hidden()
         expect(page.locator("#diagram g.node.current title")).to_have_text("done")
     assert store.load(filled.suspended).state.output == "Deleted the old log."

@@ -125,6 +125,7 @@ const RUN_ID = decodeURIComponent(location.pathname.replace(/^\/runs\//, ""));
 let shownVersion = null;
 let shownDiagram = null;
 let lastDetail = null;
+let answered = false; // an answer was sent and its run has not moved on yet
 
 function counterText(counters) {
   return Object.entries(counters)
@@ -160,6 +161,7 @@ async function answer(callId, decision, text) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
+    answered = true;
     notice("Resuming the run…");
   } catch (error) {
     notice(error.message);
@@ -283,8 +285,12 @@ async function followRun() {
     await loadDiagram(detail);
     const resting = TERMINAL.has(detail.state) && !detail.resuming;
     document.getElementById("live").textContent = resting ? "at rest" : "following live";
-    if (detail.resume_error) notice("The resume failed: " + detail.resume_error);
-    else if (!changed && !detail.resuming && document.getElementById("notice").textContent.startsWith("Resuming")) notice("");
+    if (detail.resume_error) {
+      notice("The resume failed: " + detail.resume_error);
+    } else if (answered && !detail.resuming && detail.state !== "suspended") {
+      answered = false;
+      notice("");
+    }
     delay = resting ? 3000 : 500;
   } catch (error) {
     notice(error.message);
