@@ -563,3 +563,13 @@ def test_a_prompt_and_an_error_text_with_lone_surrogates_are_storable(store: Che
         state.error = "open failed: " + os.fsdecode(b"\xff")
         memory_or_sql.save(state, version=1)
         assert memory_or_sql.load("run_error").state.error == "open failed: \ufffd"
+
+
+def test_reading_a_run_leaves_nothing_in_the_store(tmp_path: Path) -> None:
+    """A reader (the inspector, ``runs show``) that loads a run still going keeps nothing."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    _crashed_before_the_charge(store, Counter())
+    store.forget(RUN_ID)
+    assert store.load(RUN_ID).state.state is State.DISPATCHING
+    assert store._saved == {}  # type: ignore[attr-defined]
+    store.close()

@@ -505,7 +505,7 @@ from fsm_agent.testing import ScriptedModel, text
 
 @tool(needs_approval=True)
 def delete_file(path: str) -> str:
-    \"\"\"Delete a file.\"\"\"
+    \"\"\"Delete a file (a human approves it first).\"\"\"
     return f"deleted {path}"
 
 

@@ -41,7 +41,7 @@ from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.table import TERMINAL, Outcome, State
 from ..messages import Message, ToolDefinition, Usage, validate_history
 from ..models import Model
-from ..persistence import Checkpointer, Durability
+from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, in_store_thread, load_checkpoint
 from ..persistence.storable import storable_message
@@ -403,7 +403,7 @@ class Agent(Generic[DepsT]):
             unknown_outcome=self.unknown_outcome,
         )
         try:
-            rs = await self._claim(log, checkpoint.state, token, decisions, allow_changed)
+            rs = await self._claim(log, checkpoint, token, decisions, allow_changed)
         except BaseException:
             log.close()  # the store keeps nothing for a run that was not resumed
             raise
@@ -419,13 +419,14 @@ class Agent(Generic[DepsT]):
     async def _claim(
         self,
         log: RunLog,
-        rs: RunState,
+        checkpoint: Checkpoint,
         token: str | None,
         decisions: Mapping[str, HumanDecision] | None,
         allow_changed: bool,
     ) -> RunState:
         """Check a loaded run, apply the human's decisions, claim it and read its journal."""
         run_id = log.run_id
+        rs = checkpoint.state
         if rs.state in TERMINAL:
             raise RunFinishedError(
                 f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
@@ -444,7 +445,7 @@ class Agent(Generic[DepsT]):
                 f"run {run_id!r} does not wait for a human (it is {rs.state.value!r}, and any "
                 "decisions were already recorded); resume it by its id without decisions"
             )
-        await log.claim(rs)
+        await log.claim(rs, checkpoint)
         await log.read_journal()
         return rs
 

@@ -143,9 +143,12 @@ class RunLog:
             lane.threads.close()  # after the queued writes; the run waits for none of them
 
     # -- checkpoints ----------------------------------------------------------------------------
-    async def claim(self, rs: RunState) -> None:
+    async def claim(self, rs: RunState, loaded: Checkpoint | None = None) -> None:
         """Write the next checkpoint now, whatever the mode: the resume of a worker that loaded
-        an older version fails here, before anything runs."""
+        an older version (``loaded``) fails here, before anything runs."""
+        continue_from = getattr(self.store, "continue_from", None)
+        if loaded is not None and callable(continue_from):
+            await self._write(continue_from, loaded)
         save, args = self._saving(rs, self.version + 1)
         await self._write(save, *args)
         self.version += 1

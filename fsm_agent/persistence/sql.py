@@ -348,9 +348,22 @@ class SQLCheckpointer:
         row = cur.fetchone()
         return int(row[0]) if row is not None else None
 
+    def continue_from(self, checkpoint: Checkpoint) -> None:
+        """A worker continues the run from ``checkpoint`` (which :meth:`load` gave it): keep
+        its thread, so that the next checkpoint writes only the messages that changed (until
+        the run rests or :meth:`forget`). Its cut tool outputs are written again, once."""
+        state = checkpoint.state
+        if state.state not in _RESTING:
+            self._saved[checkpoint.run_id] = _Saved(
+                checkpoint.version, list(state.messages), len(state.trace), _NONE
+            )
+
     def load(self, run_id: str) -> Checkpoint:
-        """The latest checkpoint of ``run_id``, rebuilt from its rows."""
+        """The latest checkpoint of ``run_id``, rebuilt from its rows (the store keeps nothing
+        of it; see :meth:`continue_from`)."""
         with self._read() as cur:
+            # The runs row first: a checkpoint committed meanwhile can only add rows after it.
+            latest = self._latest(cur, run_id, lock=False)
             cur.execute(
                 self._sql(
                     "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
@@ -359,7 +372,6 @@ class SQLCheckpointer:
                 (run_id,),
             )
             rows = cur.fetchall()
-            latest = self._latest(cur, run_id, lock=False) if rows else None
             if rows:
                 cur.execute(
                     self._sql("SELECT output_id, text FROM {t}outputs WHERE run_id = ?"),
@@ -368,7 +380,7 @@ class SQLCheckpointer:
                 outputs = dict(cur.fetchall())
         if not rows:
             raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
-        if latest != rows[-1][0]:
+        if latest is None or latest > rows[-1][0]:
             raise CorruptCheckpointError(
                 f"run {run_id!r}: the store's runs row says checkpoint {latest}, but the newest "
                 f"checkpoint row is {rows[-1][0]}: a checkpoint row was deleted or the runs row "
@@ -393,8 +405,6 @@ class SQLCheckpointer:
         state.trace = trace
         if outputs or state.tool_outputs:
             state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
-        if state.state not in _RESTING:  # the base a resume's next checkpoint continues
-            self._saved[run_id] = _Saved(version, list(messages), len(trace), frozenset(outputs))
         return Checkpoint(run_id, version, state, float(saved_at))
 
     # -- effects --------------------------------------------------------------------------------
