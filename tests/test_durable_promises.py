@@ -573,3 +573,29 @@ def test_reading_a_run_leaves_nothing_in_the_store(tmp_path: Path) -> None:
     assert store.load(RUN_ID).state.state is State.DISPATCHING
     assert store._saved == {}  # type: ignore[attr-defined]
     store.close()
+
+
+def test_a_checkpoint_committed_during_a_load_is_not_taken_for_damage(tmp_path: Path) -> None:
+    """Another worker's checkpoint that commits while a load reads the rows is just newer."""
+    path = tmp_path / "runs.db"
+
+    class Racing(SQLiteCheckpointer):
+        """Commits another worker's checkpoint just before the load reads the runs row."""
+
+        other: Callable[[], None] | None = None
+
+        def _latest(self, cur: Any, run_id: str, *, lock: bool = True) -> int | None:
+            other, self.other = self.other, None
+            if other is not None and not lock:
+                other()
+            return super()._latest(cur, run_id, lock=lock)
+
+    writer = SQLiteCheckpointer(path)
+    _crashed_before_the_charge(writer, Counter())
+    current = writer.load(RUN_ID)
+    reader = Racing(path)
+    reader.other = lambda: writer.save(current.state, version=current.version + 1)
+    loaded = reader.load(RUN_ID)
+    assert loaded.version in (current.version, current.version + 1)
+    reader.close()
+    writer.close()
