@@ -473,13 +473,15 @@ def test_store_calls_never_run_on_the_event_loop_thread(store: Checkpointer) -> 
     seen: Counter[str] = Counter()
     loop_threads: set[int] = set()
 
+    position, _, _ = _crashed_before_the_charge(store, seen)  # the crash, simulated in place
+
     async def main() -> None:
         loop_threads.add(threading.get_ident())
-        agent = make_agent(CrashingCheckpointer(watched, BEFORE_CHARGE), seen.update)  # type: ignore[arg-type]
-        with pytest.raises(SimulatedCrash):
-            await agent.run(PROMPT)
-        resumed = make_agent(watched, seen.update, position=agent.model.position)  # type: ignore[arg-type, attr-defined]
+        resumed = make_agent(watched, seen.update, position=position)  # type: ignore[arg-type]
         assert (await resumed.resume(RUN_ID)).ok
+        for table in ("checkpoints", "runs", "effects"):  # the same run again, from the start
+            _raw(store, f"DELETE FROM {{t}}{table}")
+        assert (await make_agent(watched, seen.update).run(PROMPT)).ok  # type: ignore[arg-type]
 
     asyncio.run(main())
     assert watched.threads and not watched.threads & loop_threads

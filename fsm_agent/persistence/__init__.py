@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from ..kernel.agent import Agent
     from .postgres import PostgresCheckpointer
     from .sqlite import SQLiteCheckpointer
-    from .store_threads import StoreThreads
 
 __all__ = [
     "Checkpoint",
@@ -345,10 +344,11 @@ class CrashingCheckpointer:
         """The inner store's runs."""
         return self.inner.runs()
 
-    def io_threads(self) -> StoreThreads | None:
-        """Where the inner store's calls run (``None``: in the caller's thread)."""
-        method = getattr(self.inner, "io_threads", None)
-        return method() if callable(method) else None
+    def io_threads(self) -> None:
+        """None: an agent calls this store in place, so that the simulated crash stops the run
+        right at the chosen write, as a real one would (on a store's thread it would surface
+        only at the run's next awaited write)."""
+        return
 
     def forget(self, run_id: str) -> None:
         """Let the inner store drop what it keeps for ``run_id``."""

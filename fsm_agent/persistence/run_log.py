@@ -77,8 +77,11 @@ class RunLog:
     The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), never on the
     event loop's, in the order the run makes them: each waits for the run's previous write, and
     a write after a failed one fails the same way without being made. In ``sync`` mode the run
-    awaits every write; in ``async`` mode it awaits intents only (and every write when the run
-    rests), and hands checkpoints and outcomes to the thread."""
+    awaits every checkpoint and every tool record; in ``async`` mode it awaits tool intents
+    only (and every write when the run rests), and hands checkpoints and outcomes to the
+    thread. A model call's intent and outcome
+    are never awaited: a lost one means the call is made again, which the next awaited write
+    (the move's checkpoint) bounds."""
 
     def __init__(
         self,
@@ -237,7 +240,9 @@ class RunLog:
         if record is not None and record.result is not None:
             return None, _decode_model(record.result)
         if record is None:
-            await self._intent(key, "model")
+            # Not awaited: an intent without an outcome and no record both mean "call it",
+            # so the model's intent only has to precede its outcome, which the lane keeps.
+            self._submit(self._record_intent, key, "model", self.version)
         return key, None
 
     async def model_answered(self, key: str | None, response: ModelResponse) -> ModelResponse:
@@ -250,12 +255,12 @@ class RunLog:
             response = storable_response(response)
             encoded = encode_model_outcome(response)
         if key is not None:
-            await self._result(key, encoded)
+            self._submit(self._record, key, encoded, self.version)
         return response
 
     async def model_failed(self, key: str, exc: Exception) -> None:
         """Record the error of the call ``key``."""
-        await self._result(key, encode_model_outcome(exc))
+        self._submit(self._record, key, encode_model_outcome(exc), self.version)
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
