@@ -601,3 +601,17 @@ def test_a_checkpoint_committed_during_a_load_is_not_taken_for_damage(tmp_path: 
     assert loaded.version in (current.version, current.version + 1)
     reader.close()
     writer.close()
+
+
+def test_an_unreachable_postgres_store_fails_at_once_with_its_password_masked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``runs list --db postgresql://user:PASSWORD@…`` with no server there: a usage error
+    that does not print the password (and does not wait for a pool to give up)."""
+    pytest.importorskip("psycopg_pool", reason="the [postgres] extra is not installed")
+    from fsm_agent.cli import main
+
+    code = main(["runs", "list", "--db", "postgresql://fsm:s3cr3t-pw@127.0.0.1:1/none"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "cannot" in err
+    assert "s3cr3t-pw" not in out + err

@@ -74,6 +74,12 @@ class PostgresCheckpointer(SQLCheckpointer):
         self._timeout_s = timeout_s
         lock_ms = int(timeout_s * 1000)
 
+        connect_timeout = max(1, round(timeout_s))
+        try:  # one plain connection first: a wrong URL or a server down fails at once
+            psycopg.connect(dsn, connect_timeout=connect_timeout).close()
+        except psycopg.Error as exc:
+            raise CheckpointError(f"cannot connect to the checkpoint database: {exc}") from None
+
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(f"SET lock_timeout = {lock_ms}")
 
@@ -84,7 +90,7 @@ class PostgresCheckpointer(SQLCheckpointer):
                 max_size=pool_size,
                 kwargs={
                     "autocommit": True,
-                    "connect_timeout": max(1, round(timeout_s)),
+                    "connect_timeout": connect_timeout,
                     "application_name": f"fsm_agent:{schema}",  # for pg_stat_activity
                 },
                 configure=configure,
