@@ -615,3 +615,16 @@ def test_an_unreachable_postgres_store_fails_at_once_with_its_password_masked(
     out, err = capsys.readouterr()
     assert code == 2 and "cannot" in err
     assert "s3cr3t-pw" not in out + err
+
+
+def test_the_lag_benchmark_still_runs(tmp_path: Path) -> None:
+    """``benchmarks/durable_lag.py`` plays a few runs on SQLite (nothing here is timed)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import durable_lag
+
+    store = SQLiteCheckpointer(tmp_path / "lag.db")
+    row = asyncio.run(durable_lag._in_flight(5, 1, store, 0.01))
+    store.close()
+    assert row["ok"] == 5 and row["timeouts"] == 0 and row["peak"] >= 1
