@@ -43,12 +43,13 @@ from ..messages import Message, ToolDefinition, Usage, validate_history
 from ..models import Model
 from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
-from ..persistence.run_log import RunLog, UnknownOutcome, in_store_thread, load_checkpoint
+from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
+from .abandon import abandon_run
 from .checks import check_user_code
 from .context import Emitted, Interrupted, LoopSettings
 from .run import RunHandle, RunResult, Runtime
@@ -302,30 +303,7 @@ class Agent(Generic[DepsT]):
         :class:`~fsm_agent.UnknownRunError`, :class:`~fsm_agent.RunFinishedError` for a run
         that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
         wrote the run meanwhile (it is still running: cancel it there first)."""
-        store = self.checkpointer
-        if store is None:
-            raise ConfigurationError("abandon needs an agent with a checkpointer")
-        checkpoint = await load_checkpoint(store, run_id)
-        rs = checkpoint.state
-        if rs.state in TERMINAL:
-            raise RunFinishedError(
-                f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
-                "nothing to abandon",
-                run_id=run_id,
-            )
-        move = self._decide(rs.state, Outcome.CANCEL, rs.counters)
-        rs.counters = move.counters
-        rs.state = move.dest
-        rs.stop_reason = move.stop
-        rs.trace.append(move)
-        if rs.pending_tool_calls:
-            RunContext(self, rs, listening=False, handle=RunHandle()).close_pending_calls(
-                "the run was abandoned"
-            )
-        rs.resume_token = None
-        rs.error = f"the run was abandoned: {reason}"
-        await in_store_thread(store, lambda: store.save(rs, version=checkpoint.version + 1))
-        return RunResult.of(rs)
+        return await abandon_run(self, run_id, reason)
 
     async def resume_stream(
         self,
