@@ -143,7 +143,7 @@ class RunLog:
                 with contextlib.suppress(RuntimeError):  # the store was closed already
                     lane.finally_call(forget, self.run_id)
         if self._own_threads and lane is not None:
-            lane.threads.close()  # after the queued writes; the run waits for none of them
+            lane.threads.close(wait=False)  # after the queued writes, which nobody awaits
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def claim(self, rs: RunState, loaded: Checkpoint | None = None) -> None:

@@ -99,14 +99,16 @@ class StoreThreads:
             atexit.register(_close_at_exit, weakref.ref(self))
             return queues
 
-    def close(self) -> None:
-        """Make the queued jobs, then stop the threads."""
+    def close(self, *, wait: bool = True) -> None:
+        """Make the queued jobs, then stop the threads (``wait``: return once they stopped)."""
         with self._lock:
             self._closed = True
             queues, threads = self._queues, self._threads
             self._queues, self._threads = [], []
         for queue in queues:
             queue.put(None)
+        if not wait:
+            return
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join()
