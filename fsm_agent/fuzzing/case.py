@@ -42,7 +42,7 @@ from ..messages import (
 from ..models import Model
 from ..policy import Policy
 from ..run_state import RunState
-from ..testing import DEFAULT_USAGE, Failure, ScriptExhaustedError, Turn, VirtualClock
+from ..scripted import DEFAULT_USAGE, Failure, ScriptExhaustedError, Turn, VirtualClock
 from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
 from .invariants import RunRecord
 
