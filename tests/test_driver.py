@@ -65,6 +65,9 @@ class Recorder:
 class SlowSummary:
     """A model that asks for a tool, then takes ``delay`` seconds over the tools-off summary."""
 
+    name = "slow-summary"
+    context_window: int | None = None
+
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.requests: list[ModelRequest] = []
@@ -436,3 +439,56 @@ def test_building_a_machine_logs_nothing(caplog: pytest.LogCaptureFixture) -> No
     caplog.set_level(logging.DEBUG)
     AgentMachine(TABLE)
     assert [r for r in caplog.records if r.name.startswith("transitions")] == []
+
+
+# -- user code that hangs or answers garbage ---------------------------------------------------
+def test_a_hanging_verifier_rejects_the_answer_after_the_hook_timeout() -> None:
+    calls: list[str] = []
+
+    async def verify(*, output: str, run_state: RunState) -> bool:
+        calls.append(output)
+        if len(calls) == 1:
+            await asyncio.sleep(60)
+        return True
+
+    agent, _, _ = make_agent(
+        [text("first"), text("second")], verifier=verify, policy=Policy(hook_timeout_s=0.01)
+    )
+    events, result = stream(agent)
+    assert (result.stop_reason, result.output) == (StopReason.COMPLETED, "second")
+    assert any(isinstance(e, HookErrorEvent) and "TimeoutError" in e.error for e in events)
+
+
+def test_a_verifier_answering_garbage_rejects_the_answer() -> None:
+    async def verify(*, output: str, run_state: RunState) -> object:
+        return "looks fine to me"
+
+    agent, _, _ = make_agent(
+        [text("first"), text("second")], verifier=verify, policy=Policy(max_verifications=1)
+    )
+    events, result = stream(agent)
+    assert result.stop_reason is StopReason.UNVERIFIED
+    assert any(isinstance(e, HookErrorEvent) and e.hook == "verifier" for e in events)
+
+
+def test_a_run_inside_a_task_group_is_cancelled_with_its_siblings() -> None:
+    """A sibling's failure cancels the run's task in the same tick as the run's own cancel:
+    the TaskGroup still sees the run cancelled and raises the sibling's error."""
+    handle = RunHandle()
+
+    async def sibling() -> None:
+        await asyncio.sleep(0.01)
+        handle.cancel()
+        raise ValueError("the sibling failed")
+
+    async def main() -> None:
+        agent = Agent(Hangs(lambda: None))
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(agent.run("go", handle=handle))
+            group.create_task(sibling())
+        raise AssertionError(f"unreachable: {run}")
+
+    with pytest.raises(ExceptionGroup) as info:
+        asyncio.run(main())
+    assert info.group_contains(ValueError)
+    assert handle.result is not None and handle.result.stop_reason is StopReason.CANCELLED

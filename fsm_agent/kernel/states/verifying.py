@@ -1,14 +1,17 @@
 """The ``verifying`` state: the verifier (or the done-tool requirement) judges a plain answer.
 
 The verifier is user code, so each call has a defined outcome: a verdict or a bool is the
-answer; a verifier that raises, or returns something else, rejects the answer with feedback
-that says it could not be verified (a ``hook_error`` event and a warning on the ``fsm_agent``
-logger tell the operator), which spends the verification budget like any rejection. An
-interrupt while an async verifier runs cuts it short and becomes the state's outcome.
+answer; a verifier that raises, returns something else, writes a run-state attribute that is
+not a field, or (async) overruns the policy's ``hook_timeout_s`` rejects the answer with
+feedback that says it could not be verified (a ``hook_error`` event and a warning on the
+``fsm_agent`` logger tell the operator), which spends the verification budget like any
+rejection. An interrupt while an async verifier runs cuts it short and becomes the state's
+outcome.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -44,8 +47,9 @@ class Verdict:
         return cls(False, feedback)
 
 
-async def _awaited(answer: Awaitable[Verdict | bool]) -> Verdict | bool:
-    return await answer
+async def _awaited(answer: Awaitable[Verdict | bool], timeout_s: float) -> Verdict | bool:
+    async with asyncio.timeout(timeout_s):
+        return await answer
 
 
 async def handle_verifying(ctx: RunContext) -> Outcome:
@@ -59,7 +63,9 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
         try:
             answer = agent.verifier(output=rs.last_text, run_state=rs)
             verdict: Verdict | bool = (
-                answer if isinstance(answer, Verdict | bool) else await ctx.effect(_awaited(answer))
+                answer
+                if isinstance(answer, Verdict | bool)
+                else await ctx.effect(_awaited(answer, agent.policy.hook_timeout_s))
             )
             if not isinstance(verdict, Verdict | bool):
                 raise TypeError(f"the verifier returned {type(verdict).__name__}")
