@@ -11,7 +11,7 @@ built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeo
 resumes suspended runs, and checks every run invariant after every run (invariant 2
 against :func:`fsm_agent.machine.bounds.bounds`). A run that does not end by itself is stopped and
 reported. Cases are decoded from seeded random bytes (the same seed, the same examples); on a
-violation the bytes are shrunk (:mod:`._fuzz_shrink`), and the report carries the shrunk case
+violation the bytes are shrunk (:mod:`.shrink`), and the report carries the shrunk case
 as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
 Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
 replaces the agent's runtime with its virtual clock.
