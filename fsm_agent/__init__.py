@@ -71,6 +71,7 @@ from .errors import (
 from .events import Event
 from .hooks import HookSet, MockResult, SkipTool
 from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
+from .kernel.driver import UndeclaredOutcomeError
 from .kernel.states import Verdict
 from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
 from .machine.table import Counters, Limits, Outcome, State, StopReason
@@ -242,6 +243,7 @@ __all__ = [
     "ToolResult",
     "TraceError",
     "TrimToolOutputs",
+    "UndeclaredOutcomeError",
     "UnknownRunError",
     "Usage",
     "UsageLimits",
