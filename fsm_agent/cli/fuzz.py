@@ -14,10 +14,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..targets import load_factory
+
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
 
-__all__ = ["add_fuzz_arguments", "run_fuzz_command"]
+__all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
 
 PROFILE_NAMES = ("dev", "ci", "fuzz")
 
@@ -63,7 +65,7 @@ def _positive_int(text: str) -> int:
 def run_fuzz_command(args: argparse.Namespace) -> int:
     """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
     from .. import fuzzing
-    from ..fuzzing.jobs import fuzz_in_processes, load_factory
+    from ..fuzzing.jobs import fuzz_in_processes
 
     profile = fuzzing.PROFILES[args.profile]
     factory = None
