@@ -298,9 +298,11 @@ async def _record_cancel(ctx: RunContext) -> None:
     if rs.state in TERMINAL or (last is not None and last.dest is _SUSPENDED):
         return  # the run already rests
     move = ctx.agent.decide(rs.state, _CANCEL, rs.counters)
+    rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
     rs.trace.append(move)
+    ctx.last_move = move
     if rs.pending_tool_calls:
         ctx.close_pending_calls("the run was cancelled")
     rs.error = "the task running the agent was cancelled"
