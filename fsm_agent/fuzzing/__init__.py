@@ -19,6 +19,11 @@ replaces the agent's runtime with its virtual clock.
 :func:`fuzz` does not need hypothesis; the strategies for your own property tests
 (:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans`, :func:`verifiers`) do
 (``pip install -e '.[testing]'`` in a checkout), and import it when first used.
+
+Read in order: :mod:`.decoding` (bytes to cases), :mod:`.case` (a case, the built-in agent,
+running one), :mod:`.invariants` (what every run must keep), :mod:`.engine` (the search),
+:mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
+:mod:`.strategies` (hypothesis strategies for your own property tests).
 """
 
 from __future__ import annotations
