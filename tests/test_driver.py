@@ -509,3 +509,11 @@ def test_a_listener_that_stops_reading_unwinds_the_run_where_it_stands() -> None
     asyncio.run(main())
     assert handle.result is None and recorder.endings == []
     assert len(model.requests) == 1  # nothing ran after the listener left
+
+
+def test_fsm_agent_fuzz_turns_the_declaration_check_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsm_agent.cli import main
+
+    monkeypatch.delenv(driver.CHECK_ENV)
+    assert main(["fuzz", "--examples", "3", "--seed", "1"]) == 0
+    assert driver._checking()
