@@ -31,7 +31,7 @@ async def abandon_run(agent: Agent[Any], run_id: str, reason: str) -> RunResult:
             "nothing to abandon",
             run_id=run_id,
         )
-    move = agent._decide(rs.state, Outcome.CANCEL, rs.counters)
+    move = agent.decide(rs.state, Outcome.CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
