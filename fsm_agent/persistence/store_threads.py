@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import itertools
 import threading
 import weakref
@@ -68,6 +69,7 @@ class StoreThreads:
         self._lock = threading.Lock()
         self._turn = itertools.count()
         self._closed = False
+        self._at_exit: Callable[[], None] | None = None
 
     def next_thread(self) -> int:
         """The thread a new lane uses (in turn)."""
@@ -96,7 +98,8 @@ class StoreThreads:
                 thread.start()
                 self._threads.append(thread)
             self._queues = queues
-            atexit.register(_close_at_exit, weakref.ref(self))
+            self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+            atexit.register(self._at_exit)
             return queues
 
     def close(self, *, wait: bool = True) -> None:
@@ -105,6 +108,9 @@ class StoreThreads:
             self._closed = True
             queues, threads = self._queues, self._threads
             self._queues, self._threads = [], []
+            at_exit, self._at_exit = self._at_exit, None
+        if at_exit is not None:
+            atexit.unregister(at_exit)
         for queue in queues:
             queue.put(None)
         if not wait:
