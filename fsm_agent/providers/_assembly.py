@@ -12,6 +12,7 @@ from pydantic import JsonValue, ValidationError
 from ..errors import MalformedResponseError
 from ..messages import (
     FinishReason,
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -20,8 +21,10 @@ from ..messages import (
     Role,
     TextPart,
     ToolCall,
+    ToolResult,
     Usage,
     parse_arguments,
+    trusted,
 )
 
 __all__ = [
@@ -122,6 +125,20 @@ def finish_tool_call(
     """A closed tool call: empty arguments become ``{}``; invalid JSON keeps the raw text and
     ``arguments=None`` so the call is answered with a validation error, never run blindly."""
     raw = arguments if arguments.strip() else "{}"
+    if provider_data is None and type(name) is str and type(raw) is str:
+        # Every field is checked here or by the parser, which validates the arguments as
+        # JSON values while it reads them: validating the call again would repeat that work.
+        return trusted(
+            ToolCall,
+            {
+                "type": "tool_call",
+                "id": call_id if type(call_id) is str and call_id else new_call_id(),
+                "name": name,
+                "arguments_json": raw,
+                "arguments": parse_arguments(raw),
+                "provider_data": None,
+            },
+        )
     try:
         return ToolCall(
             id=call_id or new_call_id(),
@@ -153,16 +170,24 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
     ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
     dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
     """
-    calls = [p for p in parts if isinstance(p, ToolCall)]
-    if calls and reason in (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS):
+    calls = visible = False
+    for part in parts:  # one pass: is there a call, is there text
+        if isinstance(part, ToolCall):
+            calls = True
+        elif isinstance(part, TextPart) and part.text:
+            visible = True
+    if calls and reason in _CALLING:
         return FinishReason.TOOL_CALLS, list(parts)
     if calls:
         return reason, [p for p in parts if not isinstance(p, ToolCall)]
     if reason is FinishReason.TOOL_CALLS:
         return FinishReason.ERROR, list(parts)
-    if reason is FinishReason.STOP and not any(isinstance(p, TextPart) and p.text for p in parts):
+    if reason is FinishReason.STOP and not visible:
         return FinishReason.OTHER, list(parts)
     return reason, list(parts)
+
+
+_CALLING = frozenset({FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS})
 
 
 def build_response(
@@ -176,6 +201,27 @@ def build_response(
     """Reconcile and wrap the assembled parts into the final response."""
     final_reason, kept = reconcile(reason, parts)
     merged = _merge_text(kept)
+    if (
+        _PARTS.issuperset(map(type, merged))
+        and type(usage) is Usage
+        and type(raw_reason) in _OPTIONAL_STR
+        and type(response_id) in _OPTIONAL_STR
+        and type(model_name) in _OPTIONAL_STR
+    ):
+        # The parts and usage are built models and the rest is checked above: validating the
+        # wrappers again would only re-check that.
+        message = trusted(Message, {"role": _ASSISTANT, "parts": tuple(merged)})
+        return trusted(
+            ModelResponse,
+            {
+                "message": message,
+                "finish_reason": final_reason,
+                "raw_finish_reason": raw_reason,
+                "usage": usage,
+                "response_id": response_id,
+                "model_name": model_name,
+            },
+        )
     return ModelResponse(
         message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
         finish_reason=final_reason,
@@ -184,6 +230,11 @@ def build_response(
         response_id=response_id,
         model_name=model_name,
     )
+
+
+_PARTS = frozenset({TextPart, ReasoningPart, ImagePart, ToolCall, ToolResult})
+_OPTIONAL_STR = frozenset({str, type(None)})
+_ASSISTANT = Role.ASSISTANT
 
 
 def _merge_text(parts: Sequence[Part]) -> list[Part]:

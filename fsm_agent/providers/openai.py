@@ -34,6 +34,7 @@ from ..messages import (
     ToolCallDelta,
     ToolResult,
     Usage,
+    trusted,
 )
 from ._assembly import (
     JSONObject,
@@ -93,12 +94,19 @@ def _usage(value: object) -> Usage | None:
         return None
     prompt = as_obj(usage.get("prompt_tokens_details"))
     completion = as_obj(usage.get("completion_tokens_details"))
-    return Usage(
-        requests=1,
-        input_tokens=as_int(usage.get("prompt_tokens")) or 0,
-        output_tokens=as_int(usage.get("completion_tokens")) or 0,
-        cache_read_tokens=as_int(prompt.get("cached_tokens")) or 0,
-        reasoning_tokens=as_int(completion.get("reasoning_tokens")) or 0,
+    # Each count is checked to be an integer as it is read; a validating constructor would
+    # only check that again.
+    return trusted(
+        Usage,
+        {
+            "requests": 1,
+            "input_tokens": as_int(usage.get("prompt_tokens")) or 0,
+            "output_tokens": as_int(usage.get("completion_tokens")) or 0,
+            "cache_read_tokens": as_int(prompt.get("cached_tokens")) or 0,
+            "cache_write_tokens": 0,
+            "reasoning_tokens": as_int(completion.get("reasoning_tokens")) or 0,
+            "cost_usd": 0.0,
+        },
     )
 
 
@@ -426,7 +434,9 @@ class OpenAIChatModel(ProviderBase):
         if thought:
             parts.append(ReasoningPart(text=thought, provider_data={"provider": _PROVIDER}))
         refusal = as_str(message.get("refusal"))
-        parts.append(TextPart(text=(as_str(message.get("content")) or "") + (refusal or "")))
+        text = (as_str(message.get("content")) or "") + (refusal or "")
+        if text:  # an empty text part would be dropped when the parts are merged
+            parts.append(TextPart(text=text))
         for value in as_list(message.get("tool_calls")):
             wire = as_obj(value)
             function = as_obj(wire.get("function"))
