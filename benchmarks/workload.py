@@ -170,7 +170,7 @@ class WireModel:
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
-        self._parse = _openai_parser()
+        self._parse = openai_parser()
 
     @property
     def name(self) -> str:
@@ -189,7 +189,7 @@ class WireModel:
 
 
 @functools.cache
-def _openai_parser() -> Callable[[dict[str, Any]], ModelResponse]:
+def openai_parser() -> Callable[[dict[str, Any]], ModelResponse]:
     """The OpenAI provider's reader of a whole ``chat.completion`` body."""
     from fsm_agent.providers import OpenAIChatModel
 
