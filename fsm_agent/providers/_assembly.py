@@ -41,6 +41,7 @@ __all__ = [
     "new_call_id",
     "object_arguments",
     "reconcile",
+    "text_part",
     "thinking_budget",
 ]
 
@@ -111,6 +112,14 @@ def canonical_json(value: object) -> str:
         ) from None
 
 
+def text_part(text: str) -> TextPart:
+    """A text part of what came off the wire, a string (checked here): nothing else to
+    validate."""
+    if type(text) is str:
+        return trusted(TextPart, {"type": "text", "text": text})
+    return TextPart(text=text)
+
+
 def new_call_id(prefix: str = "call") -> str:
     """A fresh tool-call id for providers that do not send one."""
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -170,24 +179,28 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
     ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
     dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
     """
+    # One pass, dispatching on the parts' discriminator: an ``isinstance`` that misses a
+    # pydantic model costs several times a field read.
     calls = visible = False
-    for part in parts:  # one pass: is there a call, is there text
-        if isinstance(part, ToolCall):
+    for part in parts:
+        if part.type == "tool_call":
             calls = True
-        elif isinstance(part, TextPart) and part.text:
+        elif part.type == "text" and part.text:
             visible = True
-    if calls and reason in _CALLING:
-        return FinishReason.TOOL_CALLS, list(parts)
+    if calls and (reason is _STOP or reason is _OTHER or reason is _TOOL_CALLS):
+        return _TOOL_CALLS, list(parts)
     if calls:
-        return reason, [p for p in parts if not isinstance(p, ToolCall)]
-    if reason is FinishReason.TOOL_CALLS:
-        return FinishReason.ERROR, list(parts)
-    if reason is FinishReason.STOP and not visible:
-        return FinishReason.OTHER, list(parts)
+        return reason, [p for p in parts if p.type != "tool_call"]
+    if reason is _TOOL_CALLS:
+        return _ERROR, list(parts)
+    if reason is _STOP and not visible:
+        return _OTHER, list(parts)
     return reason, list(parts)
 
 
-_CALLING = frozenset({FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS})
+# Bound once: reading an enum member costs about ten global reads on Python 3.11.
+_STOP, _OTHER = FinishReason.STOP, FinishReason.OTHER
+_TOOL_CALLS, _ERROR = FinishReason.TOOL_CALLS, FinishReason.ERROR
 
 
 def build_response(
@@ -240,23 +253,27 @@ _ASSISTANT = Role.ASSISTANT
 def _merge_text(parts: Sequence[Part]) -> list[Part]:
     """Join adjacent text parts and adjacent unsigned reasoning parts (stream fragments)."""
     merged: list[Part] = []
-    for part in parts:
-        last = merged[-1] if merged else None
-        if isinstance(part, TextPart) and isinstance(last, TextPart):
-            merged[-1] = TextPart(text=last.text + part.text)
+    last: Part | None = None
+    for part in parts:  # by the discriminator, as in ``reconcile``
+        if part.type == "text" and not part.text:
+            continue
+        if part.type == "text" and last is not None and last.type == "text":
+            merged[-1] = last = TextPart(text=last.text + part.text)
         elif (
-            isinstance(part, ReasoningPart)
-            and isinstance(last, ReasoningPart)
+            part.type == "reasoning"
+            and last is not None
+            and last.type == "reasoning"
             and last.signature is None
             and not last.redacted
             and not part.redacted
             and last.provider_data == part.provider_data
         ):
-            merged[-1] = ReasoningPart(
+            merged[-1] = last = ReasoningPart(
                 text=last.text + part.text,
                 signature=part.signature,
                 provider_data=part.provider_data,
             )
-        elif not (isinstance(part, TextPart) and not part.text):
+        else:
             merged.append(part)
+            last = part
     return merged

@@ -46,6 +46,7 @@ from ._assembly import (
     canonical_json,
     finish_tool_call,
     object_arguments,
+    text_part,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
@@ -65,6 +66,8 @@ _FINISH: dict[str, FinishReason] = {
     "content_filter": FinishReason.CONTENT_FILTER,
     "sensitive": FinishReason.CONTENT_FILTER,
 }
+# Bound once: reading an enum member costs about ten global reads on Python 3.11.
+_OTHER, _CONTENT_FILTER = FinishReason.OTHER, FinishReason.CONTENT_FILTER
 # Servers that report a failed generation with HTTP 200 and one of these: nothing is committed,
 # so the attempt is a retryable server error rather than a finished turn.
 _FAILED = frozenset({"abort", "error", "network_error", "cancelled", "capacity"})
@@ -74,7 +77,7 @@ _NOT_FINISHED = frozenset({"", "null"})
 
 def openai_finish_reason(raw: str) -> FinishReason:
     """Normalise a Chat Completions ``finish_reason``; unknown values are ``other``."""
-    return _FINISH.get(raw, FinishReason.OTHER)
+    return _FINISH.get(raw, _OTHER)
 
 
 def _error_info(payload: object) -> ErrorInfo:
@@ -303,7 +306,7 @@ class _StreamAssembler:
             parts.append(
                 ReasoningPart(text="".join(self.reasoning), provider_data={"provider": _PROVIDER})
             )
-        parts.append(TextPart(text="".join(self.text)))
+        parts.append(text_part("".join(self.text)))
         parts.extend(slot.close() for slot in self.slots)
         reason = FinishReason.CONTENT_FILTER if self.refused else openai_finish_reason(raw)
         return build_response(
@@ -436,7 +439,7 @@ class OpenAIChatModel(ProviderBase):
         refusal = as_str(message.get("refusal"))
         text = (as_str(message.get("content")) or "") + (refusal or "")
         if text:  # an empty text part would be dropped when the parts are merged
-            parts.append(TextPart(text=text))
+            parts.append(text_part(text))
         for value in as_list(message.get("tool_calls")):
             wire = as_obj(value)
             function = as_obj(wire.get("function"))
@@ -451,11 +454,7 @@ class OpenAIChatModel(ProviderBase):
                 )
             )
         reason = (
-            FinishReason.CONTENT_FILTER
-            if refusal
-            else openai_finish_reason(raw)
-            if raw is not None
-            else FinishReason.OTHER
+            _CONTENT_FILTER if refusal else openai_finish_reason(raw) if raw is not None else _OTHER
         )
         return build_response(
             parts,
