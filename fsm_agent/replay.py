@@ -61,7 +61,7 @@ from .messages import (
 )
 from .persistence.run_log import RecordedToolError
 from .policy import Policy
-from .testing import VirtualClock
+from .scripted import VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:

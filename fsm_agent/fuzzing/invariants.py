@@ -18,7 +18,7 @@ from ..machine.bounds import Bounds, bounds
 from ..machine.table import Counters, Limits, State, StopReason
 from ..messages import Message, ModelRequest, ModelResponse, Role, Usage
 from ..policy import Policy
-from ..testing import Turn
+from ..scripted import Turn
 
 __all__ = [
     "ABORT_REASONS",
