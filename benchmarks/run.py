@@ -333,7 +333,7 @@ def memory_in_subprocess(name: str, concurrency: int, timeout_s: float) -> Memor
 
 def measure_memory(results: Results) -> None:
     """Probes in fresh processes, two at a time (the figures are memory, not time), the
-    costliest first. 10,000 runs only for fsm_agent and the floor (a peer's 1,000 runs take
+    costliest first. 10,000 runs only for fsm_agent and the floors (a peer's 1,000 runs take
     minutes under tracemalloc); a probe past the time limit is redone with fewer runs."""
     settings = results.settings
     few, many = CONCURRENCY
@@ -344,7 +344,9 @@ def measure_memory(results: Results) -> None:
                 f"{adapter.name}: no memory figure (synchronous: its runs cannot share an "
                 "event loop)"
             )
-    ours = [n for n in names if n in (FloorAdapter.name, FsmAgentAdapter.name)]
+    ours = [
+        n for n in names if n in (PlainFloorAdapter.name, FloorAdapter.name, FsmAgentAdapter.name)
+    ]
     peers = [n for n in names if n not in ours]
     if peers and not settings.peer_memory:
         results.notes.append(f"peers' memory is measured in the full run only ({', '.join(peers)})")
