@@ -27,6 +27,7 @@ from fsm_agent.machine.checker import (
     replay,
 )
 from fsm_agent.machine.table import (
+    DECLARATIONS,
     TABLE,
     Counter,
     Outcome,
@@ -396,3 +397,22 @@ def test_the_checker_explores_every_declared_interrupt() -> None:
     moves = replay([*path, (S.FINALIZING, On.DEADLINE)], report.limits)
     assert moves[-2].stop is StopReason.MAX_STEPS
     assert moves[-1].dest is S.DONE and moves[-1].stop is StopReason.TIMEOUT
+
+
+def test_every_declared_interrupt_is_explored_under_a_policy_that_enables_it() -> None:
+    """With a verifier, a wall-clock limit, usage limits, stop conditions and
+    hook_failure_mode="fail", the checker explores every interrupt every state declares: each
+    such row is used, the step-limit summary call's deadline and usage limit included."""
+    policy = Policy(
+        max_steps=3,
+        max_wall_clock_s=5.0,
+        usage_limits=UsageLimits(max_requests=10),
+        hook_failure_mode="fail",
+    )
+    report = check(policy, verification=True, stop_conditions=True)
+    assert report.proven, report.format()
+    interrupt_rows = [
+        i for i, row in enumerate(TABLE) if row.outcome in DECLARATIONS[row.source].interrupts
+    ]
+    assert len(interrupt_rows) > 20
+    assert [i for i in interrupt_rows if i in report.disabled_rows] == []

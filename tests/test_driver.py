@@ -492,3 +492,28 @@ def test_a_run_inside_a_task_group_is_cancelled_with_its_siblings() -> None:
         asyncio.run(main())
     assert info.group_contains(ValueError)
     assert handle.result is not None and handle.result.stop_reason is StopReason.CANCELLED
+
+
+def test_a_listener_that_stops_reading_unwinds_the_run_where_it_stands() -> None:
+    recorder = Recorder()
+    agent, model, _ = make_agent(
+        [tool_call("look"), tool_call("look"), text("never")], tools=[look], hooks=[recorder]
+    )
+    handle = RunHandle()
+
+    async def main() -> None:
+        async for event in agent.run_stream("go", handle=handle):
+            if event.type == "tool_result":
+                break  # the listener leaves: the stream is closed
+
+    asyncio.run(main())
+    assert handle.result is None and recorder.endings == []
+    assert len(model.requests) == 1  # nothing ran after the listener left
+
+
+def test_fsm_agent_fuzz_turns_the_declaration_check_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsm_agent.cli import main
+
+    monkeypatch.delenv(driver.CHECK_ENV)
+    assert main(["fuzz", "--examples", "3", "--seed", "1"]) == 0
+    assert driver._checking()

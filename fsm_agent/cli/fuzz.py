@@ -10,14 +10,17 @@ Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytes
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..targets import load_factory
+
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
 
-__all__ = ["add_fuzz_arguments", "run_fuzz_command"]
+__all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
 
 PROFILE_NAMES = ("dev", "ci", "fuzz")
 
@@ -63,8 +66,12 @@ def _positive_int(text: str) -> int:
 def run_fuzz_command(args: argparse.Namespace) -> int:
     """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
     from .. import fuzzing
-    from ..fuzzing.jobs import fuzz_in_processes, load_factory
+    from ..fuzzing.jobs import fuzz_in_processes
+    from ..kernel.driver import CHECK_ENV
 
+    # The kernel asserts every handler outcome against its state's declaration while fuzzed
+    # (worker processes inherit the setting).
+    os.environ.setdefault(CHECK_ENV, "1")
     profile = fuzzing.PROFILES[args.profile]
     factory = None
     if args.target is not None:

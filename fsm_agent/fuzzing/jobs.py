@@ -10,46 +10,23 @@ method: a ``module:factory`` target is imported by name in each.
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
-import os
 import queue
 import random
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
+from ..targets import load_factory
 from . import FuzzProgress, FuzzReport, fuzz_failure
 from .decoding import Choices, read_case
 from .engine import Engine, Found, Session, definitions_of
 
-__all__ = ["fuzz_in_processes", "load_factory"]
+__all__ = ["fuzz_in_processes"]
 
 _POLL_S = 0.5
-
-
-def load_factory(target: str) -> Any:
-    """The object ``module:attribute`` names (the current directory is importable, as for
-    ``python -m``); raises ``ValueError`` with a one-line reason."""
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"TARGET must look like module:factory, not {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    if not callable(value):
-        raise ValueError(f"{target} is not callable")
-    return value
 
 
 @dataclass(frozen=True, slots=True)

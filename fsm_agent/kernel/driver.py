@@ -2,11 +2,11 @@
 
 Each move goes through four layers, in this order, one concern each:
 
-1. **next outcome** (:func:`ready_outcome`, else the handler, then :func:`handled_outcome`):
-   an interrupt the driver sees first (cancel, a hook failure under
-   ``hook_failure_mode="fail"``, and in the states that declare the limits: the deadline, a
-   usage limit, a stop condition), else the state's fast path, else its handler (the effects).
-   Under the test suite it asserts that the outcome is declared for the state.
+1. **next outcome** (:func:`ready_outcome`, else the state's handler): an interrupt the
+   driver sees first (cancel, a hook failure under ``hook_failure_mode="fail"``, and in the
+   states that declare the limits: the deadline, a usage limit, a stop condition), else the
+   state's fast path, else its handler (the effects). Under the test suite
+   (:func:`assert_declared`) the outcome must be declared for the state.
 2. **decide**: the pure ``decide(state, outcome, counters)`` of the machine picks the move.
 3. **apply** (:func:`apply`): counters, state, trace and stop reason; the calls still pending
    get their results; then the checkpoint, before anyone hears of the move.
@@ -45,8 +45,8 @@ __all__ = [
     "CHECK_ENV",
     "UndeclaredOutcomeError",
     "apply",
+    "assert_declared",
     "drive",
-    "handled_outcome",
     "publish",
     "ready_outcome",
 ]
@@ -141,17 +141,14 @@ def ready_outcome(
     return outcome
 
 
-def handled_outcome(ctx: RunContext, state: State, outcome: Outcome, *, check: bool) -> Outcome:
-    """Layer 1, after the effects: the outcome ``state``'s handler reported, as the driver
-    takes it (``check``: assert it is declared for ``state``)."""
-    if check and outcome not in _DECLARED[state]:
+def assert_declared(state: State, outcome: Outcome) -> None:
+    """Layer 1's check under the test suite: raise :class:`UndeclaredOutcomeError` when
+    ``outcome`` (from an interrupt, a fast path or a handler) is not declared for ``state``."""
+    if outcome not in _DECLARED[state]:
         raise UndeclaredOutcomeError(
             f"the handler of {state.value!r} reported {outcome.value!r}, which "
             f"DECLARATIONS does not list for it: declare it (with its rows) or fix the handler"
         )
-    if ctx.interrupt is _CANCEL:
-        return _CANCEL  # cancelled while the handler's events went out
-    return outcome
 
 
 # -- layer 3: apply ----------------------------------------------------------------------------
@@ -271,8 +268,10 @@ async def drive(ctx: RunContext) -> None:
             outcome = ready_outcome(ctx, state, deadline, quiet=quiet)
             if outcome is None:
                 outcome = await HANDLERS[state](ctx)  # the effects
-                if check or ctx.interrupt is not None:
-                    outcome = handled_outcome(ctx, state, outcome, check=check)
+                if ctx.interrupt is _CANCEL:
+                    outcome = _CANCEL  # cancelled while the handler's events went out
+            if check:
+                assert_declared(state, outcome)
             move = decide(state, outcome, rs.counters)
             if deadline is not None:
                 rs.active_s = spent + (clock() - started)
@@ -299,9 +298,11 @@ async def _record_cancel(ctx: RunContext) -> None:
     if rs.state in TERMINAL or (last is not None and last.dest is _SUSPENDED):
         return  # the run already rests
     move = ctx.agent.decide(rs.state, _CANCEL, rs.counters)
+    rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
     rs.trace.append(move)
+    ctx.last_move = move
     if rs.pending_tool_calls:
         ctx.close_pending_calls("the run was cancelled")
     rs.error = "the task running the agent was cancelled"
