@@ -249,7 +249,7 @@ def test_overlay_highlights_path_and_final_state() -> None:
     assert "final: completed" in done
     assert diagrams.DOT_STYLES["final"]["color"] in done
     retry = _rows(Outcome.RETRYABLE_ERROR)[0]
-    retry_line = next(x for x in dot.splitlines() if f'id="row' in x and f"_{retry}_" in x)
+    retry_line = next(x for x in dot.splitlines() if 'id="row' in x and f"_{retry}_" in x)
     assert "×1" in retry_line
     assert diagrams.DOT_STYLES["visited_edge"]["color"] in retry_line
     unvisited = _rows(Outcome.FATAL_ERROR)[0]
