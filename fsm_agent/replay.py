@@ -37,6 +37,7 @@ from .events import (
     FinalEvent,
     ModelRequestEvent,
     ModelResponseEvent,
+    ModelSwitchedEvent,
     ReasoningDeltaEvent,
     RetryingEvent,
     StateChangedEvent,
@@ -289,7 +290,7 @@ def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]
                     message=message, finish_reason=FinishReason.STOP, usage=later.call
                 )
                 break
-            if isinstance(later, RetryingEvent | AbortedEvent) and later.error:
+            if isinstance(later, RetryingEvent | ModelSwitchedEvent | AbortedEvent) and later.error:
                 error_text = later.error
             elif isinstance(later, StateChangedEvent) and later.source is State.CALLING:
                 if later.outcome is Outcome.LENGTH:
