@@ -34,6 +34,8 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.events import ModelSwitchedEvent, StateChangedEvent
+from fsm_agent.fuzzing import FuzzCase, check_case
+from fsm_agent.fuzzing.decoding import Choices, read_case
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.table import TABLE, Counter
 from fsm_agent.messages import Message, ModelRequest
@@ -295,3 +297,21 @@ def test_under_the_loopback_server_429_and_503_fall_back_to_the_model_that_answe
         e for e in events if isinstance(e, StateChangedEvent) and e.outcome is Outcome.FALLBACK
     ]
     assert len(fallbacks) == 2 and all(e.row in _SWITCH_ROWS for e in fallbacks)
+
+
+def test_a_fuzz_case_can_run_on_a_chain_whose_primary_fails() -> None:
+    """The fuzzer generates cases with ``fallback``: the default agent's model is a chain whose
+    primary is rate-limited; every invariant holds, counting the primary's calls, within the
+    bound for a chain of two."""
+    case = FuzzCase(
+        script=(tool_call("add", {"a": 1, "b": 2}), text("3")),
+        policy=Policy(max_steps=3),
+        fallback=True,
+    )
+    record = check_case(case)
+    assert record.result.ok and record.result.output == "3"
+    assert record.result.counters.model_switches == 1
+    assert record.result.model_calls == 3 == len(record.model.requests)
+    assert record.bounds.max_model_calls == bounds(Policy(max_steps=3), models=2).max_model_calls
+    assert "fallback=True" in case.source()
+    assert any(read_case(Choices(bytes([i] * 64))).fallback for i in range(256))
