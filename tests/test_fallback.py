@@ -33,6 +33,7 @@ from fsm_agent import (
     StopReason,
     tool,
 )
+from fsm_agent.diagrams import Scope, plan
 from fsm_agent.events import ModelSwitchedEvent, StateChangedEvent
 from fsm_agent.fuzzing import FuzzCase, check_case
 from fsm_agent.fuzzing.decoding import Choices, read_case
@@ -315,3 +316,14 @@ def test_a_fuzz_case_can_run_on_a_chain_whose_primary_fails() -> None:
     assert record.bounds.max_model_calls == bounds(Policy(max_steps=3), models=2).max_model_calls
     assert "fallback=True" in case.source()
     assert any(read_case(Choices(bytes([i] * 64))).fallback for i in range(256))
+
+
+def test_a_diagram_for_a_chain_draws_the_switch_rows_live() -> None:
+    """A policy's drawing with ``models=2`` labels the switch rows with the chain's limit and
+    keeps them live; with one model the ``fallback`` rows are greyed (never reported)."""
+    chain = plan(scope=Scope.of(Policy(), models=2))
+    single = plan(scope=Scope.of(Policy()))
+    fallback_rows = [i for i, row in enumerate(TABLE) if row.outcome is Outcome.FALLBACK]
+    assert all(chain.edges[i].reachable for i in fallback_rows)
+    assert not any(single.edges[i].reachable for i in fallback_rows)
+    assert chain.edges[fallback_rows[0]].label == "1. fallback [model_switches < 1]"

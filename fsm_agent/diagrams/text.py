@@ -37,12 +37,20 @@ class Scope:
     impossible: frozenset[Outcome] = frozenset()
 
     @classmethod
-    def of(cls, policy: Policy, *, verifier: bool = False, stop_conditions: bool = False) -> Scope:
+    def of(
+        cls,
+        policy: Policy,
+        *,
+        verifier: bool = False,
+        stop_conditions: bool = False,
+        models: int = 1,
+    ) -> Scope:
         """The scope of an agent with ``policy``; ``verifier`` and ``stop_conditions`` say
-        whether it has a verifier and stop conditions (code, so not part of the policy)."""
+        whether it has a verifier and stop conditions (code, so not part of the policy), and
+        ``models`` how many models its fallback chain holds (1: a single model)."""
         return cls(
-            limits_of(policy, verification=verifier),
-            impossible_outcomes(policy, stop_conditions=stop_conditions),
+            limits_of(policy, verification=verifier, models=models),
+            impossible_outcomes(policy, stop_conditions=stop_conditions, models=models),
         )
 
 
