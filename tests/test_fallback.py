@@ -327,3 +327,26 @@ def test_a_diagram_for_a_chain_draws_the_switch_rows_live() -> None:
     assert all(chain.edges[i].reachable for i in fallback_rows)
     assert not any(single.edges[i].reachable for i in fallback_rows)
     assert chain.edges[fallback_rows[0]].label == "1. fallback [model_switches < 1]"
+
+
+def test_the_step_limit_summary_call_goes_to_the_model_the_run_moved_to() -> None:
+    """Calls outside ``calling`` (here the tools-off summary at the step limit) use the current
+    model of the chain, not the primary that failed."""
+
+    @tool
+    def look(q: str) -> str:
+        """Look something up."""
+        return f"seen {q}"
+
+    clock = VirtualClock()
+    primary = _model("primary", fail(RateLimitError("429")))
+    backup = _model("backup", tool_call("look", {"q": "x"}), text("the summary"))
+    agent = Agent(
+        FallbackModel(primary, backup),
+        tools=[look],
+        policy=Policy(max_steps=1, summarize_on_max_steps=True),
+        runtime=Runtime(sleep=clock.sleep, clock=clock.now),
+    )
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.MAX_STEPS and result.output == "the summary"
+    assert (primary.calls, backup.calls) == (1, 2)
