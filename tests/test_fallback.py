@@ -350,3 +350,15 @@ def test_the_step_limit_summary_call_goes_to_the_model_the_run_moved_to() -> Non
     result = agent.run_sync("go")
     assert result.stop_reason is StopReason.MAX_STEPS and result.output == "the summary"
     assert (primary.calls, backup.calls) == (1, 2)
+
+
+def test_an_effect_adapter_that_replaces_the_chain_makes_the_agent_single_model() -> None:
+    """``with_effects(model=...)`` with a plain model gives an agent whose guards read one
+    model (no switch row can fire); with another chain, that chain's length."""
+    agent = _agent(_model("a"), _model("b"), _model("c"))
+    assert agent.limits.max_model_switches == 2
+    plain = agent.with_effects(model=_model("wrapped", text("hi")))
+    assert plain.limits.max_model_switches == 0 and plain.models == (plain.model,)
+    assert plain.run_sync("hi").output == "hi"
+    rechained = agent.with_effects(model=FallbackModel(_model("x"), _model("y")))
+    assert rechained.limits.max_model_switches == 1 and len(rechained.models) == 2
