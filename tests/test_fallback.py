@@ -40,6 +40,7 @@ from fsm_agent.fuzzing.decoding import Choices, read_case
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.table import TABLE, Counter
 from fsm_agent.messages import Message, ModelRequest
+from fsm_agent.replay import record, replay
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock, fail, text, tool_call
 from helpers import stream
 from provider_server import FAST, ProviderServer, json_reply, openai_json
@@ -362,3 +363,27 @@ def test_an_effect_adapter_that_replaces_the_chain_makes_the_agent_single_model(
     assert plain.run_sync("hi").output == "hi"
     rechained = agent.with_effects(model=FallbackModel(_model("x"), _model("y")))
     assert rechained.limits.max_model_switches == 1 and len(rechained.models) == 2
+
+
+def test_a_recorded_run_that_moved_down_the_chain_replays_without_divergence(
+    tmp_path: Path,
+) -> None:
+    """Replay rebuilds the chain the run moved through (by the recorded names) and hands the
+    recorded fallback errors on, so the replayed moves and events equal the recorded ones."""
+    policy = Policy(max_steps=3, retry=RetryPolicy(max_retries=1))
+    server_error = ProviderServerError("503", status_code=503)
+    primary = _model("primary", fail(RateLimitError("429 busy", status_code=429)))
+    second = _model("second", fail(server_error), fail(server_error))
+    third = _model("third", fail(server_error), text("third answers"))
+    path = tmp_path / "run.jsonl"
+    recorded = asyncio.run(
+        record(_agent(primary, second, third, policy=policy, on=(RateLimitError,)), "hi", path)
+    )
+    assert recorded.ok and recorded.counters.model_switches == 2
+    report = asyncio.run(replay(path))
+    assert report.ok, report.divergence
+    switched = [e for e in report.events if isinstance(e, ModelSwitchedEvent)]
+    assert [(e.from_model, e.to_model) for e in switched] == [
+        ("primary", "second"),
+        ("second", "third"),
+    ]
