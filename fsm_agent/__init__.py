@@ -90,7 +90,7 @@ from .messages import (
     ToolResult,
     Usage,
 )
-from .models import Model, StreamingModel
+from .models import Model, ModelChain, StreamingModel
 from .persistence import (
     Checkpoint,
     Checkpointer,
@@ -119,7 +119,13 @@ if TYPE_CHECKING:
     from .machine.checker import CheckReport, CheckVerdict, check
     from .persistence.postgres import PostgresCheckpointer
     from .persistence.sqlite import SQLiteCheckpointer
-    from .providers import AnthropicModel, GeminiModel, OpenAIChatModel, infer_model
+    from .providers import (
+        AnthropicModel,
+        FallbackModel,
+        GeminiModel,
+        OpenAIChatModel,
+        infer_model,
+    )
     from .replay import ReplayReport
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
@@ -133,6 +139,7 @@ _LAZY = {
     "CheckVerdict": "machine.checker",
     "Conversation": "conversation",
     "DurableRuns": "durable",
+    "FallbackModel": "providers",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
     "PostgresCheckpointer": "persistence.postgres",
@@ -172,6 +179,7 @@ __all__ = [
     "DurableRunError",
     "DurableRuns",
     "Event",
+    "FallbackModel",
     "FinishReason",
     "FsmAgentError",
     "GeminiModel",
@@ -194,6 +202,7 @@ __all__ = [
     "MissingExtraError",
     "MockResult",
     "Model",
+    "ModelChain",
     "ModelConnectionError",
     "ModelError",
     "ModelRequest",

@@ -245,22 +245,25 @@ class RunLog:
             self._submit(self._record_intent, key, "model", self.version)
         return key, None
 
-    async def model_answered(self, key: str | None, response: ModelResponse) -> ModelResponse:
-        """Record the response of the call ``key`` (none: not journaled); returns it as the
-        run keeps it, with any text that cannot be stored replaced (see
+    async def model_answered(
+        self, key: str | None, response: ModelResponse, *, model: str | None = None
+    ) -> ModelResponse:
+        """Record the response of the call ``key`` (none: not journaled), and which model of a
+        fallback chain gave it when ``model`` is given; returns the response as the run keeps
+        it, with any text that cannot be stored replaced (see
         :mod:`~fsm_agent.persistence.storable`)."""
         try:
-            encoded = encode_model_outcome(response)
+            encoded = encode_model_outcome(response, model=model)
         except PydanticSerializationError:
             response = storable_response(response)
-            encoded = encode_model_outcome(response)
+            encoded = encode_model_outcome(response, model=model)
         if key is not None:
             self._submit(self._record, key, encoded, self.version)
         return response
 
-    async def model_failed(self, key: str, exc: Exception) -> None:
-        """Record the error of the call ``key``."""
-        self._submit(self._record, key, encode_model_outcome(exc), self.version)
+    async def model_failed(self, key: str, exc: Exception, *, model: str | None = None) -> None:
+        """Record the error of the call ``key`` (and the chain's model that raised it)."""
+        self._submit(self._record, key, encode_model_outcome(exc, model=model), self.version)
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
@@ -352,15 +355,18 @@ def _snapshot(rs: RunState) -> RunState:
             "human_requests": list(rs.human_requests),
             "tool_outputs": dict(rs.tool_outputs),
             "recent_turns": list(rs.recent_turns),
+            "answered_by": dict(rs.answered_by),
         }
     )
 
 
-def encode_model_outcome(outcome: ModelResponse | Exception) -> str:
+def encode_model_outcome(outcome: ModelResponse | Exception, *, model: str | None = None) -> str:
     """A model call's outcome as the journal stores it (:func:`_decode_model` reads it back):
-    the response, or the error with what classifying it needs."""
+    the response, or the error with what classifying it needs; and ``model``, the fallback
+    chain's model that made the call, when given."""
+    by = "" if model is None else '"model":' + json.dumps(model) + ","
     if isinstance(outcome, ModelResponse):
-        return '{"response":' + outcome.model_dump_json() + "}"
+        return "{" + by + '"response":' + outcome.model_dump_json() + "}"
     error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
     if isinstance(outcome, ModelError):
         error.update(
@@ -372,7 +378,7 @@ def encode_model_outcome(outcome: ModelResponse | Exception) -> str:
         )
     else:
         error["message"] = f"the model raised {type(outcome).__name__}: {outcome}"
-    return json.dumps({"error": error})
+    return json.dumps({"error": error} if model is None else {"model": model, "error": error})
 
 
 def _decode_model(text: str) -> ModelResponse | ModelError:
