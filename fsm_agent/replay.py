@@ -53,7 +53,6 @@ from .machine.table import Outcome, State
 from .messages import (
     FinishReason,
     Message,
-    ModelRequest,
     ModelResponse,
     ToolCall,
     ToolDefinition,
@@ -61,6 +60,7 @@ from .messages import (
 )
 from .persistence.run_log import RecordedToolError
 from .policy import Policy
+from .scripted import Failure, ScriptPlayer, Turn
 from .testing import VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
@@ -235,36 +235,21 @@ def is_recording(path: str | os.PathLike[str]) -> bool:
 # --- the doubles that replay a recording ----------------------------------------------------------
 
 
-class ReplayModel:
+class ReplayModel(ScriptPlayer):
     """A model that answers each call with the recording's next response, or raises the error
     the recorded call ended with. Past the last recorded call it raises a non-retryable
     :class:`~fsm_agent.ModelError` (the replay has diverged)."""
 
     def __init__(self, recording: Recording) -> None:
-        self._name = recording.header.model
-        self.calls: deque[ModelResponse | ModelError] = deque(_model_outcomes(recording.events))
-        self.requests: list[ModelRequest] = []
+        super().__init__(name=recording.header.model)
+        self.outcomes: deque[ModelResponse | ModelError] = deque(_model_outcomes(recording.events))
 
-    @property
-    def name(self) -> str:
-        """The recorded model's name."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """Unknown: the recording does not say."""
-        return None
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def next_turn(self, index: int) -> Turn:
         """The next recorded outcome."""
-        await asyncio.sleep(0)
-        self.requests.append(request)
-        if not self.calls:
-            raise ModelError("the recording has no more model calls", retryable=False)
-        outcome = self.calls.popleft()
-        if isinstance(outcome, ModelError):
-            raise outcome
-        return outcome
+        if not self.outcomes:
+            return Failure(ModelError("the recording has no more model calls", retryable=False))
+        outcome = self.outcomes.popleft()
+        return Failure(outcome) if isinstance(outcome, ModelError) else outcome
 
 
 def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]:

@@ -10,26 +10,22 @@ and :func:`fail`::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from .errors import MissingExtraError, ModelError, ProviderServerError
+from .errors import MissingExtraError, ProviderServerError
 from .messages import (
     FinishReason,
     Message,
-    ModelRequest,
     ModelResponse,
     ReasoningPart,
-    StreamDelta,
-    TextDelta,
     TextPart,
     ToolCall,
-    ToolCallDelta,
     Usage,
 )
+from .scripted import Failure, ScriptExhaustedError, StreamingScriptPlayer, Turn
 
 if TYPE_CHECKING:
     from .fuzzing import FuzzReport
@@ -51,20 +47,6 @@ __all__ = [
 ]
 
 DEFAULT_USAGE = Usage(requests=1, input_tokens=10, output_tokens=5)
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A scripted turn that raises ``error`` instead of answering."""
-
-    error: BaseException
-
-
-Turn = ModelResponse | Failure
-
-
-class ScriptExhaustedError(ModelError):
-    """The model was called more often than its script has turns (never retried)."""
 
 
 def text(content: str, *, reasoning: str | None = None, usage: Usage = DEFAULT_USAGE) -> Turn:
@@ -145,7 +127,7 @@ def fail(error: BaseException | str = "scripted server error") -> Turn:
     return Failure(error)
 
 
-class ScriptedModel:
+class ScriptedModel(StreamingScriptPlayer):
     """A model that replays ``turns`` in order and records every request in ``requests``.
 
     ``stream`` yields the answer in ``chunk_size``-character text deltas and per-call
@@ -164,71 +146,23 @@ class ScriptedModel:
         chunk_size: int = 8,
         keep_requests: bool = True,
     ) -> None:
+        super().__init__(name=name, context_window=context_window, keep_requests=keep_requests)
         self.turns = list(turns)
-        self._name = name
-        self._context_window = context_window
         self.chunk_size = chunk_size
-        self.keep_requests = keep_requests
-        self.requests: list[ModelRequest] = []
-        self.calls = 0
-
-    @property
-    def name(self) -> str:
-        """The model's name in events and traces."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """The declared context window (``None``: unknown)."""
-        return self._context_window
 
     @property
     def remaining(self) -> int:
         """Turns not yet played."""
         return len(self.turns) - self.calls
 
-    def _next(self, request: ModelRequest) -> ModelResponse:
-        index = self.calls
-        self.calls += 1
-        if self.keep_requests:
-            self.requests.append(request)
+    def next_turn(self, index: int) -> Turn:
+        """The script's turn ``index``; past its end, :class:`ScriptExhaustedError`."""
         if index >= len(self.turns):
             raise ScriptExhaustedError(
                 f"the script has {len(self.turns)} turn(s) but the model was called "
                 f"{index + 1} times; add turns to the ScriptedModel"
             )
-        turn = self.turns[index]
-        if isinstance(turn, Failure):
-            raise turn.error
-        calls = turn.message.tool_calls
-        if any(not c.id for c in calls):
-            parts = tuple(
-                p.model_copy(update={"id": f"call_{index}_{i}"})
-                if isinstance(p, ToolCall) and not p.id
-                else p
-                for i, p in enumerate(turn.message.parts)
-            )
-            turn = turn.model_copy(
-                update={"message": turn.message.model_copy(update={"parts": parts})}
-            )
-        return turn
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Play the next turn."""
-        await asyncio.sleep(0)
-        return self._next(request)
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Play the next turn as deltas, then the response."""
-        response = self._next(request)
-        await asyncio.sleep(0)
-        text_value = response.message.text
-        for start in range(0, len(text_value), self.chunk_size):
-            yield TextDelta(text=text_value[start : start + self.chunk_size])
-        for index, call in enumerate(response.message.tool_calls):
-            yield ToolCallDelta(index=index, id=call.id, name=call.name)
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json)
-        yield response
+        return self.turns[index]
 
 
 class VirtualClock:

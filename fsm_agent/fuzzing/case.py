@@ -30,19 +30,16 @@ from ..machine.table import TERMINAL, State
 from ..messages import (
     FinishReason,
     Message,
-    ModelRequest,
     ModelResponse,
-    StreamDelta,
-    TextDelta,
     ToolCall,
-    ToolCallDelta,
     ToolResult,
     Usage,
 )
 from ..models import Model
 from ..policy import Policy
 from ..run_state import RunState
-from ..testing import DEFAULT_USAGE, Failure, ScriptExhaustedError, Turn, VirtualClock
+from ..scripted import Failure, ScriptExhaustedError, ScriptPlayer, StreamingScriptPlayer, Turn
+from ..testing import DEFAULT_USAGE, VirtualClock
 from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
 from .invariants import RunRecord
 
@@ -78,75 +75,34 @@ result)."""
 
 
 # -- the scripted model ---------------------------------------------------------------------------
-class FuzzModel:
+class FuzzModel(ScriptPlayer):
     """Replays a script like :class:`~fsm_agent.testing.ScriptedModel`; with ``cycle`` the script
     starts over when it runs out, so a run that never stops keeps getting answers."""
 
     def __init__(self, turns: Sequence[Turn], *, cycle: bool = False, name: str = "fuzz") -> None:
+        super().__init__(name=name)
         self.turns = list(turns)
         self.cycle = cycle and bool(self.turns)
-        self._name = name
-        self.requests: list[ModelRequest] = []
         self.played: list[Turn] = []  # the turn answered to each request, in order
 
-    @property
-    def name(self) -> str:
-        """The model's name in events and traces."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """Unknown: compaction follows the policy's ``compaction.context_window``."""
-        return None
-
-    def _next(self, request: ModelRequest) -> ModelResponse:
-        index = len(self.requests)
-        self.requests.append(request)
+    def next_turn(self, index: int) -> Turn:
+        """The script's turn ``index`` (cycling, if the case says so)."""
         if index >= len(self.turns) and not self.cycle:
             raise ScriptExhaustedError(f"the script has {len(self.turns)} turn(s)")
         turn = self.turns[index % len(self.turns)]
         self.played.append(turn)
-        if isinstance(turn, Failure):
-            raise turn.error
-        calls = turn.message.tool_calls
-        if any(not c.id for c in calls):
-            parts = tuple(
-                p.model_copy(update={"id": f"call_{index}_{i}"})
-                if isinstance(p, ToolCall) and not p.id
-                else p
-                for i, p in enumerate(turn.message.parts)
-            )
-            message = turn.message.model_copy(update={"parts": parts})
-            turn = turn.model_copy(update={"message": message})
         return turn
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Play the next turn."""
-        await asyncio.sleep(0)
-        return self._next(request)
 
-
-class StreamingFuzzModel(FuzzModel):
+class StreamingFuzzModel(StreamingScriptPlayer, FuzzModel):
     """A :class:`FuzzModel` that also streams: text in ``chunk_size`` fragments, each tool
     call's id and name, then its arguments in two fragments."""
+
+    argument_fragments = 2
 
     def __init__(self, turns: Sequence[Turn], *, cycle: bool = False, chunk_size: int = 8) -> None:
         super().__init__(turns, cycle=cycle)
         self.chunk_size = chunk_size
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Play the next turn as fragments, then the response."""
-        response = self._next(request)
-        await asyncio.sleep(0)
-        text = response.message.text
-        for start in range(0, len(text), self.chunk_size):
-            yield TextDelta(text=text[start : start + self.chunk_size])
-        for index, call in enumerate(response.message.tool_calls):
-            yield ToolCallDelta(index=index, id=call.id, name=call.name)
-            half = len(call.arguments_json) // 2
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json[:half])
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json[half:])
-        yield response
 
 
 # -- the default agent's tools: one per behaviour -------------------------------------------------
