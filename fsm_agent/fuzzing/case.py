@@ -52,8 +52,10 @@ __all__ = [
     "FuzzModel",
     "HookAnswer",
     "HookPlan",
+    "PlannedHooks",
     "StreamingFuzzModel",
     "VerifierAnswer",
+    "case_source",
     "model_source",
     "run_case",
     "turn_source",
@@ -219,16 +221,19 @@ class HookPlan:
         """The hook object (empty when nothing is planned)."""
         if not self:
             return []
-        return [_PlannedHooks(self)]
+        return [PlannedHooks(self)]
 
 
-class _PlannedHooks:
-    """Hook methods that play a :class:`HookPlan`; only the planned points exist."""
+class PlannedHooks:
+    """Hook methods that play a :class:`HookPlan`; only the planned points exist.
+    ``failed_gates`` lists the calls whose ``approve_tool`` answer raised, hung or was not a
+    verdict: calls that must not run."""
 
     timeout_s = 0.001
     __name__ = "fuzz_hooks"
 
     def __init__(self, plan: HookPlan) -> None:
+        self.failed_gates: list[str] = []
         self._answers = {f.name: list(getattr(plan, f.name)) for f in fields(plan)}
         for point, answers in self._answers.items():
             if answers:
@@ -239,6 +244,8 @@ class _PlannedHooks:
 
         async def hook(**kwargs: Any) -> object:
             answer = answers.pop(0) if answers else "none"
+            if point == "approve_tool" and answer in ("raise", "hang", "bad"):
+                self.failed_gates.append(kwargs["call"].id)
             return await _answer(point, answer, kwargs)
 
         return hook
@@ -303,26 +310,32 @@ class FuzzCase:
 
     def source(self, indent: str = "") -> str:
         """The constructor call that rebuilds this case (non-default fields only)."""
-        inner = indent + "    "
-        lines = ["FuzzCase("]
-        if self.script:
-            lines.append(f"{inner}script=(")
-            lines.extend(f"{inner}    {turn_source(t)}," for t in self.script)
-            lines.append(f"{inner}),")
-        defaults = FuzzCase()
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "script" or value == getattr(defaults, f.name):
-                continue
-            if isinstance(value, BaseModel):
-                text = model_source(value)
-            elif isinstance(value, HookPlan):
-                text = value.source()
-            else:
-                text = repr(value)
-            lines.append(f"{inner}{f.name}={text},")
-        lines.append(f"{indent})")
-        return "\n".join(lines) if len(lines) > 2 else "FuzzCase()"
+        return case_source(self, FuzzCase(), indent)
+
+
+def case_source(case: Any, defaults: Any, indent: str = "") -> str:
+    """The constructor call that rebuilds the dataclass ``case``: its script turn by turn, then
+    each field that differs from ``defaults`` (an instance built with no arguments)."""
+    inner = indent + "    "
+    name = type(case).__name__
+    lines = [f"{name}("]
+    if case.script:
+        lines.append(f"{inner}script=(")
+        lines.extend(f"{inner}    {turn_source(t)}," for t in case.script)
+        lines.append(f"{inner}),")
+    for f in fields(case):
+        value = getattr(case, f.name)
+        if f.name == "script" or value == getattr(defaults, f.name):
+            continue
+        if isinstance(value, BaseModel):
+            text = model_source(value)
+        elif isinstance(value, HookPlan):
+            text = value.source()
+        else:
+            text = repr(value)
+        lines.append(f"{inner}{f.name}={text},")
+    lines.append(f"{indent})")
+    return "\n".join(lines) if len(lines) > 2 else f"{name}()"
 
 
 def _verifier(answers: tuple[VerifierAnswer, ...]) -> Callable[..., Verdict]:
