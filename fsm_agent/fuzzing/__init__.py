@@ -103,7 +103,6 @@ __all__ = [
     "check_seam_case",
     "check_seam_record",
     "fuzz",
-    "fuzz_seams",
     "hook_plans",
     "policies",
     "read_case",
@@ -230,33 +229,6 @@ def check_seam_case(case: SeamCase, make_agent: AgentFactory | None = None) -> S
     return record
 
 
-def fuzz_seams(
-    make_agent: AgentFactory | None = None,
-    *,
-    examples: int = 1_000,
-    seed: int | None = None,
-    max_seconds: float | None = None,
-    target: str | None = None,
-    progress: Callable[[FuzzProgress], None] | None = None,
-    attacks: Iterable[Attack | str] = ALL_ATTACKS,
-) -> FuzzReport:
-    """:func:`fuzz` in the seams mode: each case runs on the real clock with a short deadline,
-    a cancel or ``asyncio.timeout`` from outside, a stalling listener, user code that raises,
-    hangs or returns garbage, and a store whose writes fail (see
-    :mod:`fsm_agent.fuzzing.seams`); the seam invariants judge each run. ``attacks`` narrows
-    the cases to some :class:`Attack` families."""
-    return fuzz(
-        make_agent,
-        examples=examples,
-        seed=seed,
-        max_seconds=max_seconds,
-        target=target,
-        progress=progress,
-        mode="seams",
-        attacks=attacks,
-    )
-
-
 def fuzz(
     make_agent: AgentFactory | None = None,
     *,
@@ -271,7 +243,12 @@ def fuzz(
     """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first) and
     stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
     ``make_agent`` in the reproducing test; by default it is taken from the factory.
-    ``mode="seams"`` attacks the seams instead (see :func:`fuzz_seams`)."""
+
+    ``mode="seams"`` attacks the seams instead: each case runs on the real clock with a short
+    deadline, a cancel or ``asyncio.timeout`` from outside, a stalling listener, user code that
+    raises, hangs or returns garbage, and a store whose writes fail (see
+    :mod:`fsm_agent.fuzzing.seams`), and the seam invariants judge each run; ``attacks``
+    narrows its cases to some :class:`Attack` families."""
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
     end = None if max_seconds is None else time.time() + max_seconds

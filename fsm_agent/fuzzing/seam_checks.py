@@ -79,9 +79,8 @@ def _check_cancellation(record: SeamRecord) -> None:
     if record.cancel_delivered:
         if ending not in ("cancelled", "timeout"):
             where = " inside an expired asyncio.timeout" if record.timeout_expired else ""
-            raise SeamViolation(
-                3, f"the caller's cancel was swallowed{where}: the run {ending} instead"
-            )
+            how = {"returned": "returned", "store": "raised the store's error"}.get(ending, ending)
+            raise SeamViolation(3, f"the caller's cancel was swallowed{where}: the run {how}")
     elif ending == "cancelled":
         raise SeamViolation(3, "the run raised CancelledError, but nobody cancelled its task")
     if ending == "returned" and record.cancelling_at_return:
