@@ -116,6 +116,11 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
             if ctx.listening:
                 await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc)))
             verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
+        if not isinstance(verdict, Verdict | bool):  # user code returned garbage: a failure
+            if ctx.listening:
+                error = f"returned {type(verdict).__name__}; expected a Verdict or a bool"
+                await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=error))
+            verdict = Verdict.reject("the answer could not be verified (no verdict)")
         if isinstance(verdict, bool):
             verdict = Verdict(verdict, None if verdict else "The answer was not accepted.")
         if not verdict.complete:
