@@ -20,7 +20,10 @@ from ..machine.agent_machine import Move
 from ..machine.guards import GUARD_SPECS
 from ..machine.table import Counters, Limits, Outcome, Row, State
 
-__all__ = ["MoveOracle", "oracle_for"]
+__all__ = ["MEMORY", "MoveOracle", "oracle_for"]
+
+MEMORY = 100_000
+"""The most answers an oracle remembers before it starts over."""
 
 
 class _Position:
@@ -61,6 +64,7 @@ class MoveOracle:
                 conditions=[self._condition(index, _holds(row))],
             )
         self._machine.add_model(self._position, initial=State.IDLE.value)
+        self._decided: dict[tuple[State, Outcome, Counters, Limits], Move] = {}
 
     def _condition(self, index: int, holds: Callable[[Counters, Limits], bool]) -> Any:
         position = self._position
@@ -75,7 +79,16 @@ class MoveOracle:
 
     def move(self, state: State, outcome: Outcome, counters: Counters, limits: Limits) -> Move:
         """The move the rows make from ``state`` on ``outcome``; raises ``ValueError`` when no
-        row leaves ``state`` on it."""
+        row leaves ``state`` on it. (The oracle remembers its own answers: runs repeat moves.)"""
+        key = (state, outcome, counters, limits)
+        move = self._decided.get(key)
+        if move is None:
+            if len(self._decided) >= MEMORY:
+                self._decided.clear()
+            move = self._decided[key] = self._trigger(state, outcome, counters, limits)
+        return move
+
+    def _trigger(self, state: State, outcome: Outcome, counters: Counters, limits: Limits) -> Move:
         position = self._position
         self._machine.set_state(state.value, model=position)
         position.row = None
