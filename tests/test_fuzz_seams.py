@@ -58,8 +58,8 @@ def _caught(report: FuzzReport, invariant: int, *, replay: bool = True) -> SeamC
 
 
 # -- 1. one ending --------------------------------------------------------------------------------
-class DoubleEnding(Agent[None]):
-    """Planted: the terminal event goes out twice."""
+class Planted(Agent[None]):
+    """An agent whose event stream goes through :meth:`planted` (where a test plants a bug)."""
 
     async def run_stream(
         self,
@@ -69,7 +69,21 @@ class DoubleEnding(Agent[None]):
         handle: RunHandle | None = None,
         deps: None = None,
     ) -> AsyncIterator[Event]:
-        async for event in super().run_stream(prompt, history=history, handle=handle, deps=deps):
+        stream = super().run_stream(prompt, history=history, handle=handle, deps=deps)
+        async for event in self.planted(stream):
+            yield event
+
+    async def planted(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """The events as the listener sees them."""
+        async for event in events:
+            yield event
+
+
+class DoubleEnding(Planted):
+    """Planted: the terminal event goes out twice."""
+
+    async def planted(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for event in events:
             yield event
             if event.type == "final":
                 yield event
@@ -93,21 +107,12 @@ def test_seams_catch_calls_left_unanswered_at_a_deadline(monkeypatch: pytest.Mon
 
 
 # -- 3. the caller's cancellation propagates ------------------------------------------------------
-class Swallowing(Agent[None]):
+class Swallowing(Planted):
     """Planted: the caller's cancel is swallowed and the stream just ends."""
 
-    async def run_stream(
-        self,
-        prompt: str | Message,
-        *,
-        history: Sequence[Message] = (),
-        handle: RunHandle | None = None,
-        deps: None = None,
-    ) -> AsyncIterator[Event]:
+    async def planted(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         try:
-            async for event in super().run_stream(
-                prompt, history=history, handle=handle, deps=deps
-            ):
+            async for event in events:
                 yield event
         except asyncio.CancelledError:
             return
@@ -197,18 +202,11 @@ def test_seams_catch_after_run_called_twice(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # -- 7. ends in time ------------------------------------------------------------------------------
-class Lingering(Agent[None]):
+class Lingering(Planted):
     """Planted: the stream never closes after its terminal event."""
 
-    async def run_stream(
-        self,
-        prompt: str | Message,
-        *,
-        history: Sequence[Message] = (),
-        handle: RunHandle | None = None,
-        deps: None = None,
-    ) -> AsyncIterator[Event]:
-        async for event in super().run_stream(prompt, history=history, handle=handle, deps=deps):
+    async def planted(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for event in events:
             yield event
         await asyncio.Event().wait()
 
