@@ -19,6 +19,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   ├── ContextWindowExceededError  the prompt does not fit: the kernel treats it as ``length``
     │   └── MalformedResponseError the model returned something that is not a valid response
     ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
+    ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
@@ -50,6 +51,7 @@ __all__ = [
     "HookError",
     "InvalidInputError",
     "InvalidRequestError",
+    "MCPServerError",
     "MalformedResponseError",
     "MissingExtraError",
     "ModelConnectionError",
@@ -188,6 +190,17 @@ class ToolExecutionError(FsmAgentError):
         super().__init__(message)
         self.tool_name = tool_name
         self.call_id = call_id
+
+
+class MCPServerError(FsmAgentError):
+    """An MCP server answered a tool call with an error, or could not be reached, or went away
+    during the call. A tool call that meets it gets an ``is_error`` result carrying the message,
+    which the model can act on; ``server`` names the server and ``tool`` the tool (when known)."""
+
+    def __init__(self, message: str, *, server: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
+        self.tool = tool
 
 
 class HookError(FsmAgentError):

@@ -1,0 +1,502 @@
+"""MCP tools against a real MCP server (tests/mcp_server.py, built with the official SDK): over
+stdio in a subprocess and over streamable HTTP on 127.0.0.1, including a server that dies in
+the middle of a call, one that hangs, one that errs, and one restarted between two calls."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_agent import (
+    Agent,
+    MCPServerError,
+    Model,
+    Policy,
+    RunHandle,
+    StopReason,
+    ToolFailureMode,
+)
+from fsm_agent.fuzzing.engine import Engine, definitions_of
+from fsm_agent.machine.bounds import bounds
+from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
+from fsm_agent.persistence.sqlite import SQLiteCheckpointer
+from fsm_agent.policy import ToolOutputSettings
+from fsm_agent.replay import read_recording, record, replay
+from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
+
+SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
+
+
+def run(coro: Any) -> Any:
+    """Run a coroutine in a fresh event loop (the tests use no asyncio plugin)."""
+    return asyncio.run(coro)
+
+
+def stdio(**options: Any) -> MCPServerStdio:
+    return MCPServerStdio(sys.executable, [SERVER, "stdio"], **options)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class HTTPServer:
+    """The test server on 127.0.0.1:port in a subprocess, which a test may kill and restart."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, SERVER, "http", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError("the MCP test server exited at start") from None
+                time.sleep(0.05)
+        raise RuntimeError("the MCP test server did not start listening")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def http_server() -> Iterator[HTTPServer]:
+    server = HTTPServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def results(result: Any) -> list[tuple[str, bool]]:
+    return [(r.content, r.is_error) for m in result.messages for r in m.tool_results]
+
+
+def test_stdio_tools_keep_the_servers_schema_and_description() -> None:
+    async def main() -> tuple[MCPTool, ...]:
+        async with stdio(prefix="t") as server:
+            return tuple(t for t in server.tools if isinstance(t, MCPTool))
+
+    tools = {t.name: t for t in run(main())}
+    assert set(tools) == {
+        "t_add",
+        "t_fail",
+        "t_reject",
+        "t_hang",
+        "t_die",
+        "t_site_lookup",
+        "t_repeat",
+        "t_whoami",
+    }
+    add = tools["t_add"].definition
+    assert add.description == "Add two integers."
+    assert add.parameters["required"] == ["a", "b"]
+    assert "title" not in add.parameters
+    assert tools["t_site_lookup"].remote_name == "site.lookup"
+
+
+def test_an_agent_run_calls_mcp_tools_over_stdio() -> None:
+    model = ScriptedModel(
+        [
+            tool_calls(("add", {"a": 2, "b": 3}), ("site_lookup", {"key": "k"})),
+            text("5, and the value of k."),
+        ]
+    )
+
+    async def main() -> Any:
+        async with stdio(include={"add", "site.lookup"}) as server:
+            return await Agent(model, tools=server.tools).run("Add, then look up.")
+
+    result = run(main())
+    assert result.stop_reason is StopReason.COMPLETED
+    assert results(result) == [("5", False), ("value of k", False)]
+    offered = {t.name: t for t in model.requests[0].tools}
+    assert set(offered) == {"add", "site_lookup"}
+    assert offered["add"].parameters["properties"] == {
+        "a": {"title": "A", "type": "integer"},
+        "b": {"title": "B", "type": "integer"},
+    }
+
+
+def test_server_errors_become_error_results_the_model_reads() -> None:
+    model = ScriptedModel(
+        [
+            tool_call("fail", {"reason": "the disk is full"}),
+            tool_call("reject", {}),
+            tool_call("add", {"a": "x"}),
+            tool_call("add", {"a": 1, "b": 2}),
+            text("3"),
+        ]
+    )
+    policy = Policy(max_consecutive_errors=5)
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await Agent(model, tools=server.tools, policy=policy).run("Try.")
+
+    result = run(main())
+    assert result.stop_reason is StopReason.COMPLETED
+    (failed, e1), (rejected, e2), (invalid, e3), (added, e4) = results(result)
+    assert (e1, e2, e3, e4) == (True, True, True, False)
+    assert "MCPServerError" in failed and "the disk is full" in failed
+    assert "error -32000: the server refused the request" in rejected
+    assert "validation error" in invalid and added == "3"
+
+
+def test_a_stdio_server_killed_mid_call_gives_an_error_and_the_next_call_reconnects() -> None:
+    model = ScriptedModel(
+        [tool_call("die", {}), tool_call("whoami", {}), tool_call("whoami", {}), text("ok")]
+    )
+
+    async def main() -> tuple[Any, int]:
+        async with stdio(timeout_s=20) as server:
+            result = await Agent(model, tools=server.tools).run("Go.")
+            return result, server.reconnects
+
+    started = time.monotonic()
+    result, reconnects = run(main())
+    assert time.monotonic() - started < 15  # the death is noticed, not waited out
+    (died, e1), (pid, e2), (same, e3) = results(result)
+    assert e1 and "went away during the call to 'die'" in died
+    assert "may or may not have taken effect" in died
+    assert not e2 and not e3 and pid == same and int(pid) > 0
+    assert reconnects == 1 and result.stop_reason is StopReason.COMPLETED
+
+
+def test_a_hanging_tool_is_cut_off_by_its_timeout_and_the_connection_stays_usable() -> None:
+    model = ScriptedModel([tool_call("hang", {}), tool_call("add", {"a": 1, "b": 1}), text("2")])
+
+    async def main() -> tuple[Any, int]:
+        async with stdio(timeout_s=0.5) as server:
+            result = await Agent(model, tools=server.tools).run("Go.")
+            return result, server.reconnects
+
+    result, reconnects = run(main())
+    assert results(result) == [("Error: tool 'hang' timed out after 0.5 s", True), ("2", False)]
+    assert reconnects == 0
+
+
+def test_the_policy_applies_to_mcp_tools_approval_output_limits_and_the_journal(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(
+        [tool_call("repeat", {"text": "ab", "times": 5_000}, id="long"), text("long")]
+    )
+    checkpointer = SQLiteCheckpointer(tmp_path / "runs.db")
+    policy = Policy(tool_output=ToolOutputSettings(max_chars=1_000))
+
+    async def main() -> tuple[Any, Any]:
+        async with stdio(needs_approval={"repeat"}) as server:
+            agent = Agent(model, tools=server.tools, policy=policy, checkpointer=checkpointer)
+            paused = await agent.run("Repeat.")
+            assert paused.stop_reason is StopReason.SUSPENDED
+            assert paused.resume_handle is not None
+            (call,) = paused.pending
+            return paused, await agent.resume(paused.resume_handle, {call.id: True})
+
+    paused, done = run(main())
+    assert done.ok and done.run_id == paused.run_id
+    (cut, is_error), *_ = results(done)
+    assert not is_error and "showing 1000 of 10000 characters" in cut
+    assert done.run_state.tool_outputs["long"] == "ab" * 5_000
+    journal = checkpointer.effects(done.run_id)
+    assert [r.kind for r in journal.values()].count("tool") == 1
+    (tool_record,) = (r for r in journal.values() if r.kind == "tool")
+    assert tool_record.result is not None and "abab" in tool_record.result
+
+
+def test_mcp_tools_over_streamable_http(http_server: HTTPServer) -> None:
+    model = ScriptedModel([tool_call("add", {"a": 20, "b": 22}), text("42")])
+
+    async def main() -> Any:
+        async with MCPServerHTTP(http_server.url) as server:
+            assert repr(server) == f"MCPServerHTTP('{http_server.url}')"
+            return await Agent(model, tools=server.tools).run("Add.")
+
+    result = run(main())
+    assert results(result) == [("42", False)] and result.output == "42"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_an_http_server_restarted_between_calls_is_reconnected(
+    http_server: HTTPServer, mode: Any
+) -> None:
+    model = ScriptedModel([tool_call("whoami", {}), tool_call("whoami", {}), text("ok")])
+    first: list[str] = []
+
+    async def restart_after_first(server: MCPServer) -> Any:
+        agent = Agent(model, tools=server.tools)
+        async for event in agent.run_stream("Who?"):
+            if event.type == "tool_result" and not first:
+                first.append(event.content)
+                await asyncio.to_thread(http_server.stop)
+                await asyncio.to_thread(http_server.start)
+        return agent
+
+    async def main() -> int:
+        async with MCPServerHTTP(http_server.url, mode=mode) as server:
+            await restart_after_first(server)
+            return server.reconnects
+
+    reconnects = run(main())
+    assert first and int(first[0]) > 0
+    assert http_server.process is not None
+    # the second answer came from the restarted process
+    second = model.requests[2].messages[-1].tool_results[0]
+    assert not second.is_error and int(second.content) == http_server.process.pid
+    assert reconnects == (1 if mode == "legacy" else 0)  # "auto" speaks a sessionless protocol
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_an_http_server_killed_mid_call_gives_an_error_result(
+    http_server: HTTPServer, mode: Any
+) -> None:
+    model = ScriptedModel([tool_call("die", {}), tool_call("add", {"a": 1, "b": 1}), text("?")])
+
+    async def main() -> Any:
+        async with MCPServerHTTP(http_server.url, mode=mode, timeout_s=10) as server:
+            return await Agent(model, tools=server.tools).run("Go.")
+
+    started = time.monotonic()
+    result = run(main())
+    assert time.monotonic() - started < 9
+    (died, e1), (gone, e2) = results(result)
+    assert e1 and e2 and "may or may not have taken effect" in died
+    assert "cannot connect to MCP server" in gone
+    assert result.stop_reason is StopReason.COMPLETED
+
+
+def test_connecting_to_no_server_raises_a_clear_error() -> None:
+    async def main() -> None:
+        async with MCPServerHTTP(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_s=5):
+            pass
+
+    with pytest.raises(MCPServerError, match="cannot connect to MCP server"):
+        run(main())
+
+
+def test_tools_outside_the_async_with_are_refused() -> None:
+    server = stdio()
+    with pytest.raises(MCPServerError, match="async with server"):
+        _ = server.tools
+    model = ScriptedModel([tool_call("add", {"a": 1, "b": 1}), text("?")])
+
+    async def main() -> Any:
+        async with server:
+            tools = server.tools
+        return await Agent(model, tools=tools).run("Add.")
+
+    ((content, is_error),) = results(run(main()))
+    assert is_error and "is not connected" in content
+
+
+def test_the_sdk_is_imported_only_by_fsm_agent_mcp() -> None:
+    code = (
+        "import sys, fsm_agent\n"
+        "assert 'mcp' not in sys.modules\n"
+        "sys.modules['mcp'] = None\n"
+        "from fsm_agent import MissingExtraError\n"
+        "try:\n"
+        "    import fsm_agent.mcp\n"
+        "except MissingExtraError as exc:\n"
+        "    assert exc.extra == 'mcp' and isinstance(exc, ImportError)\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "[mcp] extra" in out
+
+
+def test_bounds_count_mcp_tool_calls_like_any_tool_call() -> None:
+    policy = Policy(max_tool_calls=2, max_consecutive_errors=10)
+    model = ScriptedModel(
+        [tool_calls(*[("add", {"a": i, "b": i}) for i in range(4)]), text("done")]
+    )
+
+    async def main() -> Any:
+        async with stdio(include={"add"}) as server:
+            return await Agent(model, tools=server.tools, policy=policy).run("Add.")
+
+    result = run(main())
+    limit = bounds(policy).max_tool_executions
+    assert limit == 2 and result.tool_executions == limit
+    ran = [content for content, is_error in results(result) if not is_error]
+    assert ran == ["0", "2"]
+
+
+def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
+    """Generated scripts call the server's tools (one fails, one errs over JSON-RPC, one hangs
+    past its timeout), with cancels, pauses and approvals; every run invariant holds, the
+    bounds included."""
+    server = stdio(
+        include={"add", "fail", "reject", "hang", "whoami"},
+        timeout_s=0.05,
+        needs_approval={"whoami"},
+    )
+    policy = Policy(max_steps=4, max_tool_calls=4, tool_timeout_s=0.05)
+    called: list[str] = []
+    call = server.call
+
+    async def counted(name: str, arguments: dict[str, Any]) -> str:
+        called.append(name)
+        return await call(name, arguments)
+
+    server.call = counted  # type: ignore[method-assign]
+
+    def make_agent(model: Model) -> Agent[Any]:
+        return Agent(model, tools=server.tools, policy=policy)
+
+    engine = Engine(None, seed=21)
+    try:
+        engine.loop.run_until_complete(server.__aenter__())
+        engine.make_agent = make_agent
+        engine.definitions = definitions_of(make_agent)
+        session = engine.run(range(40))
+        engine.loop.run_until_complete(server.__aexit__(None, None, None))
+    finally:
+        engine.close()
+    assert session.found is None, session.found
+    assert session.examples == 40 and session.invariants > 0
+    assert len(session.paths) > 5
+    assert {"add", "fail", "reject", "hang"} <= set(called), called
+
+
+@pytest.mark.parametrize("option", ["include", "needs_approval", "idempotent"])
+def test_a_misspelt_tool_name_in_an_option_is_refused(option: str) -> None:
+    async def main() -> None:
+        async with stdio(**{option: {"add", "delet"}}):
+            pass
+
+    with pytest.raises(MCPServerError, match=rf"no tool named 'delet' \(given in {option}\)"):
+        run(main())
+
+
+def test_an_http_servers_name_and_errors_leave_out_the_urls_credentials() -> None:
+    url = f"http://user:hunter2@127.0.0.1:{free_port()}/mcp?token=hunter2"
+    server = MCPServerHTTP(url, headers={"Authorization": "Bearer hunter2"}, connect_timeout_s=5)
+    assert "hunter2" not in server.name and "hunter2" not in repr(server)
+
+    async def main() -> None:
+        async with server:
+            pass
+
+    with pytest.raises(MCPServerError) as caught:
+        run(main())
+    assert "cannot connect" in str(caught.value) and "hunter2" not in str(caught.value)
+
+
+def test_parallel_calls_share_one_connection() -> None:
+    model = ScriptedModel(
+        [
+            tool_calls(*[("add", {"a": i, "b": 1}) for i in range(6)], ("whoami", {})),
+            tool_call("whoami", {}),
+            text("ok"),
+        ]
+    )
+
+    async def main() -> tuple[Any, int]:
+        async with stdio() as server:
+            agent = Agent(model, tools=server.tools, policy=Policy(parallel_tool_calls=True))
+            return await agent.run("Add."), server.reconnects
+
+    result, reconnects = run(main())
+    *added, (pid, _), (same, _) = results(result)
+    assert [content for content, _ in added] == [str(i + 1) for i in range(6)]
+    assert pid == same and reconnects == 0
+
+
+def test_under_tool_failure_mode_fail_a_server_error_ends_the_run_and_is_kept() -> None:
+    model = ScriptedModel([tool_call("fail", {"reason": "no"})])
+    policy = Policy(tool_failure_mode=ToolFailureMode.FAIL)
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await Agent(model, tools=server.tools, policy=policy).run("Fail.")
+
+    result = run(main())
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    cause = result.error.__cause__
+    assert isinstance(cause, MCPServerError)
+    assert (cause.server, cause.tool) == (Path(sys.executable).name, "fail")
+
+
+def test_a_server_that_never_answers_the_handshake_is_given_up_at_the_connect_timeout() -> None:
+    silent = MCPServerStdio(
+        sys.executable, ["-c", "import time; time.sleep(60)"], connect_timeout_s=1
+    )
+
+    async def main() -> None:
+        async with silent:
+            pass
+
+    started = time.monotonic()
+    with pytest.raises(MCPServerError, match="did not connect and list its tools within 1 s"):
+        run(main())
+    assert time.monotonic() - started < 4
+
+
+def test_a_recorded_run_with_mcp_tools_replays_with_no_server(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [tool_call("add", {"a": 1, "b": 2}), tool_call("fail", {"reason": "x"}), text("3")]
+    )
+    path = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with stdio(include={"add", "fail"}) as server:
+            return await record(Agent(model, tools=server.tools), "Add.", path)
+
+    recorded = run(main())
+    (added, e1), (failed, e2) = results(recorded)
+    assert (added, e1, e2) == ("3", False, True) and failed.endswith("fail: x")
+    report = run(replay(path))
+    assert report.ok, report.divergence
+    assert [d.name for d in read_recording(path).header.tools] == ["add", "fail"]
+
+
+def test_a_run_cancelled_during_an_mcp_call_ends_and_the_connection_stays_usable() -> None:
+    hanging = ScriptedModel([tool_call("hang", {}), text("never")])
+    after = ScriptedModel([tool_call("add", {"a": 2, "b": 2}), text("4")])
+
+    async def main() -> tuple[Any, Any, int]:
+        async with stdio(timeout_s=30) as server:
+            handle = RunHandle()
+            agent = Agent(hanging, tools=server.tools)
+            async for event in agent.run_stream("Hang.", handle=handle):
+                if event.type == "tool_call":
+                    handle.cancel()
+            cancelled = handle.result
+            done = await Agent(after, tools=server.tools).run("Add.")
+            return cancelled, done, server.reconnects
+
+    started = time.monotonic()
+    cancelled, done, reconnects = run(main())
+    assert time.monotonic() - started < 20
+    assert cancelled is not None and cancelled.stop_reason is StopReason.CANCELLED
+    ((interrupted, is_error),) = results(cancelled)
+    assert is_error and "interrupted (cancel)" in interrupted
+    assert results(done) == [("4", False)] and reconnects == 0
