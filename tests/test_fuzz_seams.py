@@ -226,7 +226,7 @@ def test_a_short_seams_run_on_outside_attacks_finds_nothing() -> None:
     """The attacks the kernel holds today (the others are open kernel bugs, below)."""
     report = fuzz(
         mode="seams",
-        attacks=("listener", "gates", "store"),
+        attacks=("listener", "gates", "verifier", "store"),
         examples=3_000,
         max_seconds=3,
         seed=0,
