@@ -27,11 +27,20 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+_OPT_IN = {
+    "slow": "slow tests are opt-in: run pytest -m slow",
+    "browser": "browser tests are opt-in: run pytest -m browser (needs /usr/bin/chromium)",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` are opt-in, as README.md says: they run when ``-m`` names them."""
-    if "slow" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow tests are opt-in: run pytest -m slow")
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(skip)
+    """Tests marked ``slow`` or ``browser`` are opt-in, as README.md says: they run when ``-m``
+    names their marker."""
+    chosen = config.getoption("markexpr") or ""
+    for marker, reason in _OPT_IN.items():
+        if marker in chosen:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

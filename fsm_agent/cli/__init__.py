@@ -1,7 +1,7 @@
 """The ``fsm-agent`` command line (also ``python -m fsm_agent``).
 
 This module assembles the parser and runs one command; each command lives in its own module
-(``demo``, ``run``, ``diagram``, ``check``, ``replay``, ``runs``, ``fuzz``) with an
+(``demo``, ``run``, ``diagram``, ``check``, ``replay``, ``runs``, ``fuzz``, ``inspect``) with an
 ``add_arguments(parser)`` and a handler returning the exit code. What they share is in
 :mod:`fsm_agent.cli.args` (the usage error, the policy reader, the argument types) and
 :mod:`fsm_agent.cli.trace` (how a run is shown and recorded).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..errors import FsmAgentError
-from . import demo, diagram, replay, run, runs
+from . import demo, diagram, inspect, replay, run, runs
 from .args import PROG, UsageError
 from .check import add_check_arguments, run_check_command
 from .fuzz import add_fuzz_arguments, run_fuzz_command
@@ -81,6 +81,12 @@ COMMANDS: list[Command] = [
         "fuzz the real kernel (the built-in agent, or your module:factory) against its invariants",
         add_fuzz_arguments,
         run_fuzz_command,
+    ),
+    Command(
+        "inspect",
+        "serve a local web page over a checkpoint store: runs, their path on the machine, live",
+        inspect.add_arguments,
+        inspect.handle,
     ),
 ]
 """The sub-commands, in the order ``--help`` lists them; append to add one."""

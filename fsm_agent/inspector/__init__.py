@@ -1,0 +1,34 @@
+"""The live inspector: a local web page over a checkpoint store.
+
+It lists the runs (state, stop reason, steps, usage, age; filter and search) and shows one run:
+the machine with the run's path and counts drawn on it, the timeline of moves, the messages and
+tool calls, usage, and the questions a suspended run waits on. A run in flight is followed live
+(the page polls; the current state lights up). Given an agent, the page answers a suspended
+run's questions, which resumes it through ``agent.resume``; without one it is read-only.
+
+Needs the ``[inspector]`` extra (Starlette and uvicorn) and, for the diagram, ``[diagrams]``::
+
+    from fsm_agent.inspector import serve
+
+    serve("runs.db", agent=agent)  # prints http://127.0.0.1:8765/#token=…
+
+or ``fsm-agent inspect runs.db``. ``docs/inspector.md`` shows the pages.
+"""
+
+from __future__ import annotations
+
+from ..errors import MissingExtraError
+
+try:
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:
+    raise MissingExtraError(
+        "fsm_agent.inspector", extra="inspector", module="starlette and uvicorn"
+    ) from exc
+
+from .app import Inspector
+from .server import DEFAULT_PORT, build, serve, serve_async
+from .views import REDACTED, redact
+
+__all__ = ["DEFAULT_PORT", "REDACTED", "Inspector", "build", "redact", "serve", "serve_async"]

@@ -1,0 +1,216 @@
+"""What the inspector shows, as plain JSON-ready data read from a checkpoint store: the run list,
+one run's detail (moves, messages, tool calls, usage, pending questions) and its path over the
+machine. Every string that leaves here has been through :func:`redact`."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..diagrams import RunPath, plan, render, to_dot
+from ..machine.table import TERMINAL, Counters, State
+from ..messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall, ToolResult
+from ..persistence import Checkpoint, RunSummary
+from ..run_state import RunState
+
+__all__ = ["diagram_svg", "redact", "run_detail", "run_path", "run_row"]
+
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+_SECRET_SHAPES = re.compile(
+    r"(?:\bsk-[A-Za-z0-9_\-]{8,})"  # OpenAI- and Anthropic-style keys
+    r"|(?:\bAIza[0-9A-Za-z_\-]{20,})"  # Google API keys
+    r"|(?:\b(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{8,})"  # authorization header values
+    r"|(?:(?<=://)[^/@\s:]+:[^/@\s]+(?=@))",  # user:password in a URL
+    re.IGNORECASE,
+)
+REDACTED = "[redacted]"
+"""What stands in for a secret the inspector found in a value it shows."""
+
+
+def _environment_secrets() -> list[str]:
+    """Values of this process's environment variables whose names say they are secrets."""
+    return sorted(
+        (v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8),
+        key=len,
+        reverse=True,
+    )
+
+
+def redact(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with API keys and other credentials replaced by ``[redacted]``: the values of
+    environment variables named like secrets (``*_API_KEY``, ``*_TOKEN``, …) and text shaped
+    like a key, an authorization header or a URL's password."""
+    for secret in _environment_secrets() if secrets is None else secrets:
+        text = text.replace(secret, REDACTED)
+    return _SECRET_SHAPES.sub(REDACTED, text)
+
+
+def _clean(value: Any, secrets: list[str]) -> Any:
+    """``value`` (JSON-ready data) with every string redacted."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(str(k), secrets): _clean(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v, secrets) for v in value]
+    return value
+
+
+def _counters(counters: Counters) -> dict[str, int]:
+    return dict(counters._asdict())
+
+
+def run_row(summary: RunSummary, state: RunState | None) -> dict[str, JsonValue]:
+    """One line of the run list; ``state`` (the latest checkpoint, when it could be read)
+    adds usage and the pending questions."""
+    usage = state.usage if state is not None else None
+    row: dict[str, Any] = {
+        "run_id": summary.run_id,
+        "state": summary.state.value,
+        "stop_reason": summary.stop_reason.value if summary.stop_reason else None,
+        "steps": summary.steps,
+        "version": summary.version,
+        "updated_at": summary.updated_at,
+        "age_s": max(0.0, time.time() - summary.updated_at),
+        "usage": usage.model_dump() if usage is not None else None,
+        "waiting": len(state.human_requests) if state is not None else 0,
+    }
+    cleaned: dict[str, JsonValue] = _clean(row, _environment_secrets())
+    return cleaned
+
+
+def run_path(rs: RunState) -> RunPath | None:
+    """The run's walk over the machine, from its stored moves (``None`` before its first)."""
+    if not rs.trace:
+        return None
+    states: Tally[State] = Tally({rs.trace[0].source: 1})
+    rows: Tally[int] = Tally()
+    for move in rs.trace:
+        states[move.dest] += 1
+        rows[move.row] += 1
+    return RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
+
+
+def diagram_svg(rs: RunState) -> bytes:
+    """The machine as SVG with the run's path and counts drawn on it (needs Graphviz, the
+    ``[diagrams]`` extra). A run still moving has no final state yet: the page lights up the
+    state it is in instead."""
+    drawn = plan(run=run_path(rs), title="fsm_agent")
+    if rs.state not in TERMINAL and rs.state is not State.SUSPENDED:
+        drawn = replace(drawn, nodes=tuple(replace(node, final=False) for node in drawn.nodes))
+    return render(to_dot(drawn), "svg")
+
+
+def _arguments(call: ToolCall) -> JsonValue:
+    return call.arguments if call.arguments is not None else call.arguments_json
+
+
+def _part(part: object) -> dict[str, JsonValue]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ReasoningPart):
+        return {"type": "reasoning", "text": "" if part.redacted else part.text}
+    if isinstance(part, ToolCall):
+        return {
+            "type": "tool_call",
+            "id": part.id,
+            "name": part.name,
+            "arguments": _arguments(part),
+        }
+    if isinstance(part, ToolResult):
+        return {
+            "type": "tool_result",
+            "call_id": part.call_id,
+            "name": part.name,
+            "content": part.content,
+            "is_error": part.is_error,
+        }
+    if isinstance(part, ImagePart):
+        return {"type": "image", "text": f"[image {part.media_type}]"}
+    return {"type": "other", "text": f"[{type(part).__name__}]"}
+
+
+def _message(message: Message) -> dict[str, JsonValue]:
+    return {"role": message.role.value, "parts": [_part(p) for p in message.parts]}
+
+
+def _tool_calls(messages: list[Message], results: Mapping[str, ToolResult]) -> list[Any]:
+    """Each tool call of the thread with its result (``None`` while it has none)."""
+    found: dict[str, ToolResult] = dict(results)
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolResult):
+                found[part.call_id] = part
+    calls = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCall):
+                result = found.get(part.id)
+                calls.append(
+                    {
+                        "id": part.id,
+                        "name": part.name,
+                        "arguments": _arguments(part),
+                        "result": None if result is None else result.content,
+                        "is_error": bool(result and result.is_error),
+                    }
+                )
+    return calls
+
+
+def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonValue]:
+    """Everything the run page shows about the latest checkpoint of a run; ``can_answer`` says
+    whether this inspector can resume it (it was given an agent)."""
+    rs = checkpoint.state
+    path = run_path(rs)
+    detail: dict[str, Any] = {
+        "run_id": rs.run_id,
+        "version": checkpoint.version,
+        "saved_at": checkpoint.saved_at,
+        "state": rs.state.value,
+        "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
+        "output": rs.output,
+        "error": rs.error,
+        "counters": _counters(rs.counters),
+        "usage": rs.usage.model_dump(),
+        "model_calls": rs.model_calls,
+        "tool_executions": rs.tool_executions,
+        "moves": [
+            {
+                "n": n,
+                "source": m.source.value,
+                "outcome": m.outcome.value,
+                "dest": m.dest.value,
+                "row": m.row,
+                "stop": m.stop.value if m.stop else None,
+                "counters": _counters(m.counters),
+            }
+            for n, m in enumerate(rs.trace, 1)
+        ],
+        "state_visits": {} if path is None else {s.value: n for s, n in path.state_visits.items()},
+        "row_visits": {} if path is None else {str(r): n for r, n in path.row_visits.items()},
+        "messages": [_message(m) for m in rs.messages],
+        "tool_calls": _tool_calls(rs.messages, {r.call_id: r for r in rs.tool_results}),
+        "questions": [
+            {
+                "call_id": r.call.id,
+                "kind": r.kind,
+                "tool": r.call.name,
+                "arguments": _arguments(r.call),
+                "question": r.question,
+            }
+            for r in rs.human_requests
+            if r.decision is None
+        ],
+        "suspended": rs.state is State.SUSPENDED,
+        "can_answer": can_answer and rs.state is State.SUSPENDED,
+    }
+    cleaned: dict[str, JsonValue] = _clean(detail, _environment_secrets())
+    return cleaned

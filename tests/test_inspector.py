@@ -1,0 +1,539 @@
+"""The inspector's HTTP API over a real SQLite store filled by scripted runs: the run list and
+its filters, one run's detail and drawn path, the token on every request, answering a
+suspended run (read-only without an agent, resumed with one), redaction, and the command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fsm_agent import State
+from fsm_agent.diagrams import RunPath
+from fsm_agent.inspector import REDACTED, Inspector, build, redact
+from fsm_agent.inspector.app import SECURITY_HEADERS
+from fsm_agent.inspector.views import run_path
+from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
+from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_agent, gated_approver
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteCheckpointer:
+    """An empty SQLite store."""
+    return SQLiteCheckpointer(tmp_path / "runs.db")
+
+
+def client(inspector: Inspector) -> httpx.AsyncClient:
+    """An HTTP client speaking to the inspector's application in this process."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=inspector.app), base_url="http://127.0.0.1"
+    )
+
+
+async def _session(store: Checkpointer, *, answer: bool) -> AsyncIterator[Any]:
+    filled = await fill(store)
+    inspector = build(store, agent=filled.approver if answer else None, token=TOKEN)
+    async with client(inspector) as http:
+        yield filled, http
+    inspector.close()
+
+
+def run(store: Checkpointer, test: Any, *, answer: bool = False) -> None:
+    """Fill ``store``, start an inspector on it, and run ``test(filled, http)``."""
+
+    async def main() -> None:
+        async for filled, http in _session(store, answer=answer):
+            await test(filled, http)
+
+    asyncio.run(main())
+
+
+def test_every_api_request_needs_the_token(store: SQLiteCheckpointer) -> None:
+    """Without the token, or with a wrong one, the API answers 401 and shows nothing."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        for path in ("/api/runs", f"/api/runs/{filled.finished}"):
+            assert (await http.get(path)).status_code == 401
+            wrong = await http.get(path, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401 and filled.finished not in wrong.text
+        posted = await http.post(
+            f"/api/runs/{filled.suspended}/decisions",
+            json={"decisions": {}},
+            headers={"Authorization": "Bearer nope"},
+        )
+        assert posted.status_code == 401
+
+    run(store, test, answer=True)
+
+
+def test_the_run_list_shows_state_stop_reason_steps_and_usage(store: SQLiteCheckpointer) -> None:
+    """Both runs are listed with their position, steps and usage; filters narrow the list."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        listed = (await http.get("/api/runs", headers=AUTH)).json()
+        rows = {row["run_id"]: row for row in listed["runs"]}
+        assert set(rows) == {filled.finished, filled.suspended}
+        done, waiting = rows[filled.finished], rows[filled.suspended]
+        assert (done["state"], done["stop_reason"], done["steps"]) == ("done", "completed", 2)
+        assert done["usage"]["requests"] == 2 and done["usage"]["input_tokens"] == 20
+        assert (waiting["state"], waiting["waiting"]) == ("suspended", 1)
+        assert listed["can_answer"] is False
+        only = (await http.get("/api/runs?state=suspended", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in only] == [filled.suspended]
+        found = (await http.get("/api/runs?q=COMPLETED", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in found] == [filled.finished]
+        part = filled.suspended[-8:]
+        found = (await http.get(f"/api/runs?q={part}", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in found] == [filled.suspended]
+
+    run(store, test)
+
+
+def test_a_run_shows_its_moves_messages_tool_calls_and_path(store: SQLiteCheckpointer) -> None:
+    """The detail holds every stored move with counters, the thread, the tool call with its
+    (hostile) result as plain data, and visit counts that agree with the moves."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
+        stored = store.load(filled.finished).state
+        assert len(detail["moves"]) == len(stored.trace)
+        assert [m["dest"] for m in detail["moves"]] == [m.dest.value for m in stored.trace]
+        assert detail["moves"][-1]["dest"] == "done"
+        assert detail["moves"][2]["counters"]["steps"] == 1
+        assert detail["state_visits"]["dispatching"] == 1
+        assert detail["state_visits"]["calling"] == 2
+        (call,) = detail["tool_calls"]
+        assert call["name"] == "fetch_page" and HOSTILE in call["result"]
+        roles = [m["role"] for m in detail["messages"]]
+        assert roles[0] in ("system", "user") and roles[-1] == "assistant"
+        assert detail["output"] == "The page is hostile." and detail["questions"] == []
+
+    run(store, test)
+
+
+def test_the_diagram_draws_the_run_path_with_counts(store: SQLiteCheckpointer) -> None:
+    """The SVG names every state and carries the run's counts (calling was entered twice)."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        response = await http.get(f"/api/runs/{filled.finished}/diagram.svg", headers=AUTH)
+        assert response.headers["content-type"] == "image/svg+xml"
+        svg = response.text
+        for state in State:
+            assert f"<title>{state.value}</title>" in svg
+        assert "×2" in svg and "final: completed" in svg
+
+    run(store, test)
+
+
+def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointer) -> None:
+    """While the run waits in ``dispatching`` its path is drawn but no state reads "final"."""
+    gate = Gate()
+    agent = gated_agent(store, gate)
+
+    async def main() -> None:
+        task = asyncio.create_task(agent.run("Build."))
+        for _ in range(500):  # the run's tool now waits for the gate
+            if any(r.state is State.DISPATCHING for r in store.runs()):
+                break
+            await asyncio.sleep(0.01)
+        (summary,) = store.runs()
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
+            assert "<title>dispatching</title>" in svg and "×1" in svg
+            assert ">final</text>" not in svg
+            gate.open()
+            await task
+            svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
+            assert ">final: completed</text>" in svg
+        inspector.close()
+
+    asyncio.run(main())
+
+
+def test_the_path_read_from_a_checkpoint_equals_the_one_read_from_events(
+    store: SQLiteCheckpointer,
+) -> None:
+    """``run_path`` over the stored moves is what the event stream of the same run gives."""
+    from fsm_agent import Agent
+    from fsm_agent.testing import ScriptedModel, text, tool_call
+    from inspector_runs import fetch_page
+
+    agent = Agent(
+        ScriptedModel([tool_call("fetch_page", {"url": "u"}), text("ok")]),
+        tools=[fetch_page],
+        checkpointer=store,
+    )
+
+    async def main() -> list[Any]:
+        return [event async for event in agent.run_stream("go")]
+
+    events = asyncio.run(main())
+    stored = store.load(events[-1].run_id).state
+    assert run_path(stored) == RunPath.from_events(events)
+
+
+def test_without_an_agent_answering_is_refused_and_changes_nothing(
+    store: SQLiteCheckpointer,
+) -> None:
+    """A read-only inspector answers 409 with what to do, and the run stays suspended."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        detail = (await http.get(f"/api/runs/{filled.suspended}", headers=AUTH)).json()
+        (question,) = detail["questions"]
+        assert question["tool"] == "delete_file" and detail["can_answer"] is False
+        body = {"decisions": {question["call_id"]: {"decision": "allow"}}}
+        posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert posted.status_code == 409 and "--agent" in posted.json()["error"]
+        assert store.load(filled.suspended).state.state is State.SUSPENDED
+
+    run(store, test)
+
+
+async def _wait_for(http: httpx.AsyncClient, run_id: str, state: str) -> dict[str, Any]:
+    for _ in range(200):
+        detail: dict[str, Any] = (await http.get(f"/api/runs/{run_id}", headers=AUTH)).json()
+        if detail["state"] == state and not detail["resuming"]:
+            return detail
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} never reached {state}")
+
+
+def test_approving_resumes_the_run_through_the_agent(store: SQLiteCheckpointer) -> None:
+    """Approve → the agent resumes the run, the tool runs, the run finishes."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        detail = (await http.get(f"/api/runs/{filled.suspended}", headers=AUTH)).json()
+        assert detail["can_answer"] is True
+        call_id = detail["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "allow"}}}
+        posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert posted.status_code == 202
+        done = await _wait_for(http, filled.suspended, "done")
+        assert done["output"] == "Deleted the old log."
+        assert done["tool_calls"][0]["result"] == "deleted build/old.log"
+        again = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert again.status_code == 409  # the run is no longer suspended
+
+    run(store, test, answer=True)
+
+
+def test_denying_sends_the_reason_to_the_model(store: SQLiteCheckpointer) -> None:
+    """Deny with a reason → the call gets the reason as an error result; the run goes on."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        detail = (await http.get(f"/api/runs/{filled.suspended}", headers=AUTH)).json()
+        call_id = detail["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "deny", "text": "keep the logs"}}}
+        posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert posted.status_code == 202
+        done = await _wait_for(http, filled.suspended, "done")
+        (call,) = done["tool_calls"]
+        assert call["is_error"] is True and "keep the logs" in call["result"]
+
+    run(store, test, answer=True)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"nothing": 1},
+        {"decisions": {"c": "allow"}},
+        {"decisions": {"c": {"decision": "maybe"}}},
+        {"decisions": {"c": {"decision": "deny", "text": 3}}},
+    ],
+)
+def test_malformed_decisions_are_refused_before_anything_runs(
+    store: SQLiteCheckpointer, body: dict[str, Any]
+) -> None:
+    """Bad shapes answer 400; the run stays suspended."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert posted.status_code == 400
+        assert store.load(filled.suspended).state.state is State.SUSPENDED
+
+    run(store, test, answer=True)
+
+
+def test_decisions_for_the_wrong_calls_are_refused(store: SQLiteCheckpointer) -> None:
+    """Decisions that do not fit the pending calls answer 409 with the resume error."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        body = {"decisions": {"no-such-call": {"decision": "allow"}}}
+        posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
+        assert posted.status_code == 409 and "no-such-call" in posted.json()["error"]
+        assert store.load(filled.suspended).state.state is State.SUSPENDED
+        missing = await http.get("/api/runs/run_missing", headers=AUTH)
+        assert missing.status_code == 404
+
+    run(store, test, answer=True)
+
+
+def test_a_second_answer_while_the_run_resumes_is_refused(store: SQLiteCheckpointer) -> None:
+    """While a resume is under way a second answer gets 409 and starts nothing."""
+    gate = Gate()
+    agent = gated_approver(store, gate)
+
+    async def main() -> None:
+        first = await agent.run("Deploy.")
+        inspector = build(store, agent=agent, token=TOKEN)
+        url = f"/api/runs/{first.run_id}"
+        async with client(inspector) as http:
+            call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
+            body = {"decisions": {call_id: {"decision": "allow"}}}
+            assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
+            await asyncio.sleep(0.1)  # the approved tool now waits for the gate
+            detail = (await http.get(url, headers=AUTH)).json()
+            assert detail["resuming"] is True and detail["state"] == "dispatching"
+            again = await http.post(f"{url}/decisions", json=body, headers=AUTH)
+            assert again.status_code == 409 and "already being resumed" in again.json()["error"]
+            gate.open()
+            done = await _wait_for(http, first.run_id, "done")
+            assert done["output"] == "Deployed." and done["resume_error"] is None
+        inspector.close()
+
+    asyncio.run(main())
+
+
+def test_the_list_is_cut_at_the_limit_and_a_broken_store_answers_503(
+    store: SQLiteCheckpointer,
+) -> None:
+    """``?limit=1`` lists the newest run only; a store that fails to read answers 503."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        limited = (await http.get("/api/runs?limit=1", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in limited] == [filled.suspended]
+        assert (await http.get("/api/runs?limit=x", headers=AUTH)).status_code == 400
+        store.close()
+        broken = await http.get("/api/runs", headers=AUTH)
+        assert broken.status_code == 503 and "cannot be read" in broken.json()["error"]
+
+    run(store, test)
+
+
+def test_pages_are_static_shells_with_a_strict_security_policy(store: SQLiteCheckpointer) -> None:
+    """The pages and script load without the token, carry the CSP, and hold no run data."""
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        for path in ("/", f"/runs/{filled.finished}", "/static/app.js", "/static/style.css"):
+            response = await http.get(path)
+            assert response.status_code == 200
+            for name, value in SECURITY_HEADERS.items():
+                assert response.headers[name] == value
+            assert filled.finished not in response.text
+        assert (await http.get("/static/../views.py")).status_code == 404
+        assert (await http.get("/static/views.py")).status_code == 404
+
+    run(store, test)
+
+
+def test_secrets_are_redacted_from_everything_shown(
+    store: SQLiteCheckpointer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API key from the environment, and key-shaped text, never reach the page."""
+    monkeypatch.setenv("ACME_API_KEY", "acme-secret-value-42")
+    leaked = "key acme-secret-value-42, sk-abcdefghijklmnop1234, Bearer abc.def.ghi123"
+    assert redact(leaked).count(REDACTED) == 3
+    assert redact("postgresql://me:hunter22@db/x") == f"postgresql://{REDACTED}@db/x"
+
+    from fsm_agent import Agent, tool
+    from fsm_agent.testing import ScriptedModel, text, tool_call
+
+    @tool
+    def whoami() -> str:
+        """Tell who we are."""
+        return leaked
+
+    async def main() -> None:
+        agent = Agent(
+            ScriptedModel([tool_call("whoami", {}), text(leaked)]),
+            tools=[whoami],
+            checkpointer=store,
+        )
+        result = await agent.run("who?")
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            shown = (await http.get(f"/api/runs/{result.run_id}", headers=AUTH)).text
+        inspector.close()
+        assert "acme-secret-value-42" not in shown and "sk-abcdefghijklmnop1234" not in shown
+        assert "abc.def.ghi123" not in shown and REDACTED in shown
+        named = Inspector(store, token=TOKEN, store_name="postgresql://me:hunter22@db/runs")
+        async with client(named) as http:
+            listed = (await http.get("/api/runs", headers=AUTH)).json()
+        named.close()
+        assert listed["store"] == f"postgresql://{REDACTED}@db/runs"
+
+    asyncio.run(main())
+
+
+PG_DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_is_listed_shown_and_answered() -> None:
+    """The same pages over PostgreSQL: both runs listed, the finished one drawn, the suspended
+    one approved and resumed to the end."""
+    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    try:
+        psycopg.connect(PG_DSN, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
+    from fsm_agent.persistence import PostgresCheckpointer
+
+    pg = PostgresCheckpointer(PG_DSN, schema=f"fsm_inspect_{os.urandom(6).hex()}")
+
+    async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
+        listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
+        assert {row["run_id"] for row in listed} == {filled.finished, filled.suspended}
+        detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
+        assert detail["state"] == "done" and HOSTILE in detail["tool_calls"][0]["result"]
+        svg = await http.get(f"/api/runs/{filled.finished}/diagram.svg", headers=AUTH)
+        assert "final: completed" in svg.text
+        url = f"/api/runs/{filled.suspended}"
+        call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "allow"}}}
+        assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
+        done = await _wait_for(http, filled.suspended, "done")
+        assert done["output"] == "Deleted the old log."
+
+    try:
+        run(pg, test, answer=True)
+    finally:
+        pg.drop_schema()
+        pg.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fsm_agent", "inspect", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_command_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    """A missing store or an agent that cannot be loaded: one line on stderr, exit 2."""
+    missing = _cli(str(tmp_path / "none.db"))
+    assert missing.returncode == 2 and "no SQLite store" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    SQLiteCheckpointer(tmp_path / "runs.db").close()
+    bad = _cli(str(tmp_path / "runs.db"), "--agent", "no_such_module_here:make")
+    assert bad.returncode == 2 and "--agent: cannot import" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class _Served:
+    """``fsm-agent inspect`` running in a subprocess: ``base`` and ``auth`` reach its API."""
+
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+        port = _free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fsm_agent", "inspect", *args, "--port", str(port)],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.process.stderr is not None
+        line = self.process.stderr.readline()
+        found = re.search(rf"http://127\.0\.0\.1:{port}/#token=(\S+)", line)
+        assert found is not None, line
+        self.auth = {"Authorization": f"Bearer {found.group(1)}"}
+        for _ in range(200):
+            try:
+                httpx.get(f"{self.base}/static/style.css")
+                return
+            except httpx.ConnectError:
+                time.sleep(0.05)
+
+    def get(self, path: str) -> Any:
+        """The JSON of an authorised GET."""
+        return httpx.get(self.base + path, headers=self.auth).json()
+
+    def close(self) -> None:
+        """Stop the command."""
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+def test_the_command_serves_the_store_on_loopback_and_prints_the_token(
+    store: SQLiteCheckpointer,
+) -> None:
+    """``fsm-agent inspect STORE`` listens on 127.0.0.1 and prints the address with a fresh
+    token, which the API then requires; without --agent it is read-only."""
+    filled = asyncio.run(fill(store))
+    served = _Served(store.path)
+    try:
+        listed = served.get("/api/runs")
+        assert {row["run_id"] for row in listed["runs"]} == {filled.finished, filled.suspended}
+        assert listed["can_answer"] is False
+        assert httpx.get(f"{served.base}/api/runs").status_code == 401
+    finally:
+        served.close()
+
+
+FACTORY = """
+from fsm_agent import Agent, tool
+from fsm_agent.testing import ScriptedModel, text
+
+
+@tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    \"\"\"Delete a file.\"\"\"
+    return f"deleted {path}"
+
+
+def make() -> Agent:
+    return Agent(ScriptedModel([text("Deleted the old log.")]), tools=[delete_file])
+"""
+
+
+def test_the_command_answers_through_the_agent_its_factory_builds(
+    store: SQLiteCheckpointer, tmp_path: Path
+) -> None:
+    """``--agent module:factory``: the factory's agent (given the store, as it has none)
+    resumes the approved run to the end."""
+    filled = asyncio.run(fill(store))
+    (tmp_path / "inspector_factory.py").write_text(FACTORY, encoding="utf-8")
+    served = _Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path)
+    try:
+        url = f"/api/runs/{filled.suspended}"
+        call_id = served.get(url)["questions"][0]["call_id"]
+        body = {"decisions": {call_id: {"decision": "allow"}}}
+        posted = httpx.post(f"{served.base}{url}/decisions", json=body, headers=served.auth)
+        assert posted.status_code == 202
+        for _ in range(200):
+            detail = served.get(url)
+            if detail["state"] == "done":
+                break
+            time.sleep(0.05)
+        assert detail["output"] == "Deleted the old log."
+        assert detail["tool_calls"][0]["result"] == "deleted build/old.log"
+    finally:
+        served.close()
