@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, Approval, Message
+from fsm_agent.cli import main
 from fsm_agent.errors import CheckpointError
 from fsm_agent.events import Event
 from fsm_agent.fuzzing import (
@@ -258,3 +259,15 @@ def test_a_verifier_that_returns_no_verdict_rejects_the_answer() -> None:
     errors = [e for e in record.events if e.type == "hook_error"]
     assert len(errors) == 1
     assert "expected a Verdict or a bool" in str(errors[0])
+
+
+def test_the_command_line_runs_the_seams_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--mode seams` with `--attack`: exit code 0 when clean; 1 and a `SeamCase` reproducer
+    when the target breaks a seam invariant."""
+    assert main(["fuzz", "--mode", "seams", "--attack", "store", "--examples", "30"]) == 0
+    assert "fuzz: OK" in capsys.readouterr().out
+    target = "test_fuzz_seams:double_ending_agent"
+    assert main(["fuzz", target, "--mode", "seams", "--attack", "listener", "--seed", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "seam invariant 1 (one ending)" in out
+    assert "check_seam_case(case, double_ending_agent)" in out
