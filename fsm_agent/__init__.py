@@ -1,8 +1,24 @@
 """fsm_agent: an LLM agent-loop kernel whose loop is an explicit finite-state machine.
 
 Every run moves through the named states of :data:`fsm_agent.machine.table.TABLE`; the same
-table drives
-the run, draws the diagram, and is explored by the checker and the fuzzer.
+table drives the run, draws the diagram, and is explored by the checker and the fuzzer.
+
+Read the package in this order:
+
+1. :mod:`fsm_agent.machine`: what can happen (states, outcomes, each state's declaration, the
+   rows, the guards) and the pure ``decide``; the bounds, the proof and the checker.
+2. :mod:`fsm_agent.kernel`: the :class:`Agent`, the driver that walks the machine one move at a
+   time, and one handler per state, the only place where effects happen.
+3. The seams the kernel calls: :mod:`fsm_agent.messages`, :mod:`fsm_agent.models` and
+   :mod:`fsm_agent.providers` (the model), :mod:`fsm_agent.tools` and
+   :mod:`fsm_agent.tool_output` (tools), :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval`
+   (your code at the seams), :mod:`fsm_agent.compaction` (the context budget),
+   :mod:`fsm_agent.policy` (the limits), :mod:`fsm_agent.events` (what a listener hears).
+4. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
+   :mod:`fsm_agent.durable` (DBOS), :mod:`fsm_agent.replay` (record and replay).
+5. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles),
+   :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`, :mod:`fsm_agent.observability`,
+   :mod:`fsm_agent.log` (the ``fsm_agent`` logger), and :mod:`fsm_agent.cli`.
 """
 
 from importlib import import_module
@@ -55,6 +71,7 @@ from .errors import (
 from .events import Event
 from .hooks import HookSet, MockResult, SkipTool
 from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
+from .kernel.driver import UndeclaredOutcomeError
 from .kernel.states import Verdict
 from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
 from .machine.table import Counters, Limits, Outcome, State, StopReason
@@ -226,6 +243,7 @@ __all__ = [
     "ToolResult",
     "TraceError",
     "TrimToolOutputs",
+    "UndeclaredOutcomeError",
     "UnknownRunError",
     "Usage",
     "UsageLimits",

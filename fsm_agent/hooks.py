@@ -38,11 +38,12 @@ from .approval import Approval, Decision
 from .errors import ConfigurationError, HookError
 from .events import HookErrorEvent
 from .kernel.context import RunContext
+from .log import logger
 from .machine.agent_machine import Move
 from .machine.table import TERMINAL, Outcome
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from .policy import HookFailureMode
-from .run_state import RunState
+from .run_state import RunState, strip_unknown, unknown_write_error
 from .tools import HumanInputRequired, TaskComplete
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ __all__ = [
     "MockResult",
     "OnTransitionHook",
     "SkipTool",
+    "report_hook_failure",
 ]
 
 HOOK_POINTS: dict[str, frozenset[str]] = {
@@ -264,10 +266,13 @@ class HookSet:
 
     # -- running ---------------------------------------------------------------------------
     async def notify(self, ctx: RunContext, hooks: _Hooks, **kwargs: object) -> None:
-        """Run observing hooks (their return value is ignored)."""
+        """Run observing hooks (their return value is ignored). An interrupt that arrives
+        while they run stops the rest; one that came before does not: every hook of a later
+        hook point still sees how an interrupted run goes on and ends."""
+        before = ctx.interrupt
         for hook in hooks:
             await _call(ctx, hook, kwargs)
-            if ctx.interrupt is not None:
+            if ctx.interrupt is not before:
                 return
 
     async def run_before_model_call(
@@ -382,30 +387,40 @@ async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tupl
             async with asyncio.timeout(timeout):
                 value = await value
     except TimeoutError:
-        _report(ctx, hook.label, f"timed out after {timeout:g} s")
+        report_hook_failure(ctx, hook.label, f"timed out after {timeout:g} s")
         return False, None
     except (TaskComplete, HumanInputRequired) as signal:  # a tool's signals, not a hook's
-        _report(ctx, hook.label, f"raised {type(signal).__name__}, which only a tool may raise")
+        report_hook_failure(
+            ctx, hook.label, f"raised {type(signal).__name__}, which only a tool may raise"
+        )
         return False, None
     except Exception as exc:
-        _report(ctx, hook.label, f"{type(exc).__name__}: {exc}", exc)
+        report_hook_failure(ctx, hook.label, f"{type(exc).__name__}: {exc}", exc)
+        return False, None
+    finally:
+        unknown = strip_unknown(ctx.rs)
+        if unknown:
+            report_hook_failure(ctx, hook.label, unknown_write_error(unknown))
+    if unknown:
         return False, None
     return True, value
 
 
 def _bad_return(ctx: RunContext, hook: _Hook, value: object, expected: str) -> None:
-    _report(ctx, hook.label, f"returned {type(value).__name__}; expected {expected}")
+    report_hook_failure(ctx, hook.label, f"returned {type(value).__name__}; expected {expected}")
 
 
-def _report(ctx: RunContext, label: str, error: str, cause: BaseException | None = None) -> None:
-    """Emit ``hook_error``; under ``hook_failure_mode="fail"`` also stop the run."""
+def report_hook_failure(
+    ctx: RunContext, label: str, error: str, cause: BaseException | None = None
+) -> None:
+    """Emit ``hook_error`` for the failed user callable ``label``; under
+    ``hook_failure_mode="fail"`` also stop the run, else record it on the ``fsm_agent`` logger
+    (the run goes on without its answer)."""
     if ctx.listening:
         ctx.pending_events.append(HookErrorEvent(run_id=ctx.rs.run_id, hook=label, error=error))
-    if (
-        ctx.agent.policy.hook_failure_mode is HookFailureMode.FAIL
-        and ctx.interrupt is None
-        and ctx.rs.state not in TERMINAL
-    ):
+    if ctx.agent.policy.hook_failure_mode is not HookFailureMode.FAIL:
+        logger.warning("run %s: %s failed (%s); the run goes on", ctx.rs.run_id, label, error)
+    elif ctx.interrupt is None and ctx.rs.state not in TERMINAL:
         ctx.error = HookError(f"hook {label} failed: {error}", hook=label)
         ctx.error.__cause__ = cause
         ctx.request_interrupt(Outcome.HOOK_ERROR)

@@ -60,8 +60,7 @@ from .messages import (
 )
 from .persistence.run_log import RecordedToolError
 from .policy import Policy
-from .scripted import Failure, ScriptPlayer, Turn
-from .testing import VirtualClock
+from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:

@@ -16,7 +16,14 @@ from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ToolCall, ToolResult, Usage
 
-__all__ = ["HumanRequest", "RunState", "StoredCounters", "StoredMove"]
+__all__ = [
+    "HumanRequest",
+    "RunState",
+    "StoredCounters",
+    "StoredMove",
+    "strip_unknown",
+    "unknown_write_error",
+]
 
 # -- counters and moves by name ----------------------------------------------------------------
 # Stored positionally, a counter added or reordered would silently change what every older
@@ -114,6 +121,9 @@ class RunState(BaseModel):
     # ``__delattr__`` too: CPython writes through the C slot only when both are object's (with
     # pydantic's ``__delattr__`` left in place, every write calls ``__setattr__`` from Python,
     # six times slower).
+    # A name that is not a field would never reach a checkpoint: the kernel takes back such a
+    # write made by user code it calls, and reports it (see ``strip_unknown``), rather than pay
+    # a Python-level ``__setattr__`` on each of the dozen writes of every step.
     if not TYPE_CHECKING:
         __setattr__ = object.__setattr__
         __delattr__ = object.__delattr__
@@ -134,6 +144,8 @@ class RunState(BaseModel):
     stop_reason: StopReason | None = None
     output: str | None = None
     error: str | None = None  # the error that ended the run, as text
+    stop_detail: str | None = None  # what a stop condition that fired returned, when a string
+    raw_finish_reason: str | None = None  # the provider's own reason for an ``other`` finish
     trace: list[StoredMove] = Field(default_factory=list)
     # The current tool turn and human input (empty between turns):
     tool_results: list[ToolResult] = Field(default_factory=list)  # finished, not yet in messages
@@ -169,6 +181,31 @@ class RunState(BaseModel):
 
 _new = object.__new__
 _set = object.__setattr__
+_FIELD_NAMES = frozenset(RunState.model_fields)
+_FIELD_COUNT = len(_FIELD_NAMES)
+
+
+def strip_unknown(rs: RunState) -> list[str]:
+    """Remove the attributes of ``rs`` that are not fields (a misspelt name written by a hook,
+    a verifier or a stop condition) and return their names; ``[]`` at the cost of one ``len``
+    when there are none."""
+    attributes = rs.__dict__
+    if len(attributes) == _FIELD_COUNT:
+        return []
+    unknown = sorted(name for name in attributes if name not in _FIELD_NAMES)
+    for name in unknown:
+        del attributes[name]
+    return unknown
+
+
+def unknown_write_error(names: list[str]) -> str:
+    """What a hook-failure report says about writes to ``names``, which are not fields."""
+    return (
+        f"set {', '.join(repr(n) for n in names)} on the run state, which has no such field "
+        f"(the write was undone; the fields are: {', '.join(RunState.model_fields)})"
+    )
+
+
 _START: dict[str, object] = dict(RunState.model_construct(run_id="").__dict__)
 """A new run's fields in declaration order (``RunState.start`` replaces the run id and the
 mutable containers)."""

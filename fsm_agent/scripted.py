@@ -1,37 +1,62 @@
-"""Script players: models that answer each request from a list of turns, with no network.
+"""Scripted test doubles: a model that replays turns, its turn builders, a virtual clock.
 
-One player serves every offline model of the package: the scripted model of
-:mod:`fsm_agent.testing`, the fuzzer's models and the replay model. Each says only where its
-next turn comes from (:meth:`ScriptPlayer.next_turn`); the player records the request, raises a
-scripted failure, names the tool calls the script left unnamed, and, for a streaming player,
-plays the answer as text and argument fragments before the response.
+:mod:`fsm_agent.testing` offers them to your tests (with ``fuzz_agent``); the fuzzer and the
+demo build on them here, below the fuzzer in the import graph.
+
+``ScriptedModel`` replays a list of turns, one per model call, and records every request it
+receives (it is a :class:`ScriptPlayer`, as the fuzzer's and the replay's models are). Build
+turns with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`finish`
+and :func:`fail`::
+
+    model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .errors import ModelError
+from pydantic import JsonValue
+
+from .errors import ModelError, ProviderServerError
 from .messages import (
+    FinishReason,
+    Message,
     ModelRequest,
     ModelResponse,
+    ReasoningPart,
     StreamDelta,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallDelta,
+    Usage,
 )
 
+if TYPE_CHECKING:
+    pass
+
 __all__ = [
+    "DEFAULT_USAGE",
     "Failure",
     "ScriptExhaustedError",
     "ScriptPlayer",
+    "ScriptedModel",
     "StreamingScriptPlayer",
     "Turn",
+    "VirtualClock",
+    "fail",
+    "finish",
+    "text",
+    "tool_call",
+    "tool_calls",
     "with_call_ids",
 ]
+
+DEFAULT_USAGE = Usage(requests=1, input_tokens=10, output_tokens=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +67,88 @@ class Failure:
 
 
 Turn = ModelResponse | Failure
-"""One scripted answer: a response, or a failure the model call raises."""
 
 
 class ScriptExhaustedError(ModelError):
     """The model was called more often than its script has turns (never retried)."""
+
+
+def text(content: str, *, reasoning: str | None = None, usage: Usage = DEFAULT_USAGE) -> Turn:
+    """A final answer (finish reason ``stop``), optionally with reasoning."""
+    parts: list[TextPart | ReasoningPart] = []
+    if reasoning is not None:
+        parts.append(ReasoningPart(text=reasoning))
+    parts.append(TextPart(text=content))
+    message = Message(role=Message.assistant().role, parts=tuple(parts))
+    return ModelResponse(
+        message=message, finish_reason=FinishReason.STOP, raw_finish_reason="stop", usage=usage
+    )
+
+
+def tool_call(
+    name: str,
+    args: Mapping[str, Any] | str | None = None,
+    *,
+    id: str | None = None,
+    text: str = "",
+    usage: Usage = DEFAULT_USAGE,
+) -> Turn:
+    """One tool call (finish reason ``tool_calls``); ``args`` as a dict, or a raw string to
+    script malformed JSON. Without ``id``, the model assigns ``call_<turn>_<index>``."""
+    return tool_calls((name, args if args is not None else {}, id), text=text, usage=usage)
+
+
+def tool_calls(
+    *calls: tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str | None],
+    text: str = "",
+    usage: Usage = DEFAULT_USAGE,
+) -> Turn:
+    """Several tool calls in one turn: ``(name, args)`` or ``(name, args, id)`` each."""
+    built = [
+        ToolCall.create(call[2] if len(call) > 2 and call[2] else "", call[0], _args(call[1]))
+        for call in calls
+    ]
+    return ModelResponse(
+        message=Message.assistant(text, built),
+        finish_reason=FinishReason.TOOL_CALLS,
+        raw_finish_reason="tool_calls",
+        usage=usage,
+    )
+
+
+def _args(args: Mapping[str, Any] | str) -> dict[str, JsonValue] | str:
+    # Scripts take any mapping (mixed literals type-check as written), calls hold a dict.
+    return args if isinstance(args, str) else dict(args)
+
+
+def finish(
+    reason: FinishReason | str,
+    text: str = "",
+    *,
+    tool_calls: Sequence[tuple[str, Mapping[str, Any] | str]] = (),
+    raw_reason: str | None = None,
+    usage: Usage = DEFAULT_USAGE,
+) -> Turn:
+    """A turn with any finish reason (``stop``, ``tool_calls``, ``length``,
+    ``content_filter``, ``error``, ``other``; an unknown string maps to ``other``)."""
+    try:
+        normalised = FinishReason(reason)
+    except ValueError:
+        normalised = FinishReason.OTHER
+    calls = [ToolCall.create("", name, _args(args)) for name, args in tool_calls]
+    return ModelResponse(
+        message=Message.assistant(text, calls),
+        finish_reason=normalised,
+        raw_finish_reason=raw_reason or str(reason),
+        usage=usage,
+    )
+
+
+def fail(error: BaseException | str = "scripted server error") -> Turn:
+    """A turn that raises: a given exception, or a retryable :class:`ProviderServerError`."""
+    if isinstance(error, str):
+        error = ProviderServerError(error, status_code=500)
+    return Failure(error)
 
 
 def with_call_ids(response: ModelResponse, index: int) -> ModelResponse:
@@ -65,7 +167,9 @@ def with_call_ids(response: ModelResponse, index: int) -> ModelResponse:
 
 
 class ScriptPlayer:
-    """A model that answers request ``n`` with :meth:`next_turn` ``(n)``.
+    """A model that answers request ``n`` with :meth:`next_turn` ``(n)``: the one player behind
+    :class:`ScriptedModel`, the fuzzer's models and the replay model, each of which only says
+    where its next turn comes from.
 
     ``requests`` keeps every request (unless ``keep_requests`` is false: benchmarks and soak runs,
     where the record would dominate memory); ``calls`` counts them.
@@ -134,3 +238,60 @@ class StreamingScriptPlayer(ScriptPlayer):
             for start, end in itertools.pairwise(cuts):
                 yield ToolCallDelta(index=index, arguments_fragment=arguments[start:end])
         yield response
+
+
+class ScriptedModel(StreamingScriptPlayer):
+    """A model that replays ``turns`` in order and records every request in ``requests``.
+
+    ``stream`` yields the answer in ``chunk_size``-character text deltas and per-call
+    argument deltas, then the response, so streaming paths are exercised offline.
+    ``calls`` counts the requests; ``keep_requests=False`` counts them without keeping them
+    (``requests`` stays empty): for benchmarks and soak runs, where the record would dominate
+    memory.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        *,
+        name: str = "scripted",
+        context_window: int | None = None,
+        chunk_size: int = 8,
+        keep_requests: bool = True,
+    ) -> None:
+        super().__init__(name=name, context_window=context_window, keep_requests=keep_requests)
+        self.turns = list(turns)
+        self.chunk_size = chunk_size
+
+    @property
+    def remaining(self) -> int:
+        """Turns not yet played."""
+        return len(self.turns) - self.calls
+
+    def next_turn(self, index: int) -> Turn:
+        """The script's turn ``index``; past its end, :class:`ScriptExhaustedError`."""
+        if index >= len(self.turns):
+            raise ScriptExhaustedError(
+                f"the script has {len(self.turns)} turn(s) but the model was called "
+                f"{index + 1} times; add turns to the ScriptedModel"
+            )
+        return self.turns[index]
+
+
+class VirtualClock:
+    """A clock whose ``sleep`` advances time instantly: pass ``clock.now`` and ``clock.sleep``
+    to the agent's :class:`~fsm_agent.Runtime` and retry backoff takes no real time."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.time = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        """The current virtual time in seconds."""
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        """Advance the clock by ``seconds`` and yield to the loop once."""
+        self.sleeps.append(seconds)
+        self.time += max(0.0, seconds)
+        await asyncio.sleep(0)

@@ -15,6 +15,9 @@ from conftest_network import no_external_network
 
 __all__ = ["no_external_network"]
 
+# The driver asserts that every outcome a handler reports is declared for its state.
+os.environ.setdefault("FSM_AGENT_CHECK_DECLARATIONS", "1")
+
 settings.register_profile(
     "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -30,7 +30,6 @@ from fsm_agent.machine.table import (
     DECLARATIONS,
     TABLE,
     Counter,
-    Declaration,
     Outcome,
     Row,
     State,
@@ -277,7 +276,7 @@ def test_cli_gives_the_parametric_verdict_first(capsys: pytest.CaptureFixture[st
     assert out.startswith("check (parametric): PROVEN for every policy that sets max_steps")
     assert "steps < max_steps ranks" in out
     assert "model calls      = min(max_steps + min(max_steps * max_retries" in out
-    assert "summarize_on_max_steps * (max_requests >= max_steps) = 1201" in out
+    assert "summarize_on_max_steps, max_requests) = 1201" in out
     assert "abstract states explored" not in out
 
 
@@ -342,13 +341,13 @@ def test_cli_budget_violation_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert "FAILED over_budget" in out
 
 
-def test_the_summary_call_counts_against_the_request_limit() -> None:
-    """Under usage_limits.max_requests the bound is the request limit plus the step-limit summary
-    call, and the worst path reaches it (not turns + retries + 1, which the limit cuts)."""
+def test_the_request_limit_caps_the_summary_call_too() -> None:
+    """Under usage_limits.max_requests the bound is the request limit, the step-limit summary
+    call included (the kernel does not make it past the limit), and the worst path reaches it."""
     capped = Policy(max_steps=2, usage_limits=UsageLimits(max_requests=2))
     report = check(capped)
     assert report.proven, report.format()
-    assert report.bounds.max_model_calls == report.longest_path_model_calls == 3
+    assert report.bounds.max_model_calls == report.longest_path_model_calls == 2
     roomy = Policy(
         max_steps=2, retry=RetryPolicy(max_retries=0), usage_limits=UsageLimits(max_requests=3)
     )
@@ -358,21 +357,39 @@ def test_the_summary_call_counts_against_the_request_limit() -> None:
 
 
 def test_the_checker_explores_every_declared_interrupt() -> None:
-    """A deadline that finalizing declares (with its row) is explored under a wall-clock limit:
-    the checker reads the declarations, it keeps no model of its own."""
-    declarations = {
-        **DECLARATIONS,
-        S.FINALIZING: Declaration(
-            DECLARATIONS[S.FINALIZING].outcomes,
-            DECLARATIONS[S.FINALIZING].interrupts | {On.DEADLINE},
-        ),
-    }
-    rows = [*TABLE, Row(S.FINALIZING, On.DEADLINE, S.DONE, stop=StopReason.TIMEOUT)]
-    machine = AgentMachine(rows, declarations)
-    report = check(Policy(max_steps=3, max_wall_clock_s=5.0), machine=machine)
+    """Finalizing declares the deadline (the step-limit summary call cut short), and the checker
+    explores it under a wall-clock limit: it reads the declarations, it keeps no model of its
+    own."""
+    row = next(
+        i for i, r in enumerate(TABLE) if r.source is S.FINALIZING and r.outcome is On.DEADLINE
+    )
+    report = check(Policy(max_steps=3, max_wall_clock_s=5.0))
     assert report.proven, report.format()
-    assert len(rows) - 1 not in report.disabled_rows
+    assert row not in report.disabled_rows
     assert StopReason.TIMEOUT in report.stop_reasons
-    finish = [(S.IDLE, On.START), (S.COMPACTING, On.PROCEED), (S.CALLING, On.STOP)]
-    moves = replay([*finish, (S.FINALIZING, On.DEADLINE)], report.limits, machine)
+    to_limit = [(S.IDLE, On.START), (S.COMPACTING, On.PROCEED), (S.CALLING, On.TOOL_CALLS)]
+    path = [*to_limit, (S.DISPATCHING, On.TOOLS_DONE), (S.COMPACTING, On.PROCEED)]
+    path += [(S.CALLING, On.TOOL_CALLS), (S.DISPATCHING, On.TOOLS_DONE)]
+    path += [(S.COMPACTING, On.PROCEED), (S.CALLING, On.TOOL_CALLS), (S.DISPATCHING, On.TOOLS_DONE)]
+    moves = replay([*path, (S.FINALIZING, On.DEADLINE)], report.limits)
+    assert moves[-2].stop is StopReason.MAX_STEPS
     assert moves[-1].dest is S.DONE and moves[-1].stop is StopReason.TIMEOUT
+
+
+def test_every_declared_interrupt_is_explored_under_a_policy_that_enables_it() -> None:
+    """With a verifier, a wall-clock limit, usage limits, stop conditions and
+    hook_failure_mode="fail", the checker explores every interrupt every state declares: each
+    such row is used, the step-limit summary call's deadline and usage limit included."""
+    policy = Policy(
+        max_steps=3,
+        max_wall_clock_s=5.0,
+        usage_limits=UsageLimits(max_requests=10),
+        hook_failure_mode="fail",
+    )
+    report = check(policy, verification=True, stop_conditions=True)
+    assert report.proven, report.format()
+    interrupt_rows = [
+        i for i, row in enumerate(TABLE) if row.outcome in DECLARATIONS[row.source].interrupts
+    ]
+    assert len(interrupt_rows) > 20
+    assert [i for i in interrupt_rows if i in report.disabled_rows] == []

@@ -37,6 +37,7 @@ from fsm_agent.fuzzing import (
     run_case,
 )
 from fsm_agent.models import Model
+from fsm_agent.policy import limits_of
 from fsm_agent.testing import fail, finish, fuzz_agent, text, tool_call, tool_calls
 
 
@@ -163,7 +164,8 @@ def test_fuzz_agent_fails_with_the_counterexample() -> None:
 
     def broken(model: Model) -> Agent[Any]:
         agent = small_agent(model)
-        agent.policy = Policy(max_steps=1)  # the bound now disagrees with the limits
+        # The kernel decides by other limits than its policy's: the bound now disagrees.
+        agent.decide = agent.machine.deciding(limits_of(Policy(max_steps=1), verification=False))
         return agent
 
     with pytest.raises(AssertionError, match="def test_fuzz_counterexample"):

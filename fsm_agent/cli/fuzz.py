@@ -10,11 +10,12 @@ Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytes
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..targets import load_factory
 
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
@@ -89,32 +90,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def load_factory(target: str) -> Any:
-    """The object ``module:attribute`` names (the current directory is importable, as for
-    ``python -m``); raises ``ValueError`` with a one-line reason."""
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"TARGET must look like module:factory, not {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    if not callable(value):
-        raise ValueError(f"{target} is not callable")
-    return value
-
-
 def run_fuzz_command(args: argparse.Namespace) -> int:
     """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
     from .. import fuzzing
     from ..fuzzing.jobs import fuzz_in_processes
+    from ..kernel.driver import CHECK_ENV
 
+    # The kernel asserts every handler outcome against its state's declaration while fuzzed
+    # (worker processes inherit the setting).
+    os.environ.setdefault(CHECK_ENV, "1")
     profile = fuzzing.PROFILES[args.profile]
     factory = None
     if args.target is not None:

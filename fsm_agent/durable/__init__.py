@@ -24,6 +24,10 @@ results, through the launched DBOS or a ``DBOSClient``::
     result = await runs.result(run_id)  # a fsm_agent.RunResult
 
 See ``docs/scale-out.md`` for what is recorded exactly once and what is not.
+
+Read in order: :mod:`.steps` (model calls and tools as recorded DBOS steps), :mod:`.workflow`
+(the messages a run exchanges and the workflow that drives it), then this module (the agent
+registry, the queue and :class:`DurableRuns`).
 """
 
 from __future__ import annotations

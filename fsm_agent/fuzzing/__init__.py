@@ -11,7 +11,7 @@ built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeo
 resumes suspended runs, and checks every run invariant after every run (invariant 2
 against :func:`fsm_agent.machine.bounds.bounds`). A run that does not end by itself is stopped and
 reported. Cases are decoded from seeded random bytes (the same seed, the same examples); on a
-violation the bytes are shrunk (:mod:`._fuzz_shrink`), and the report carries the shrunk case
+violation the bytes are shrunk (:mod:`.shrink`), and the report carries the shrunk case
 as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
 Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
 replaces the agent's runtime with its virtual clock.
@@ -19,6 +19,11 @@ replaces the agent's runtime with its virtual clock.
 :func:`fuzz` does not need hypothesis; the strategies for your own property tests
 (:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans`, :func:`verifiers`) do
 (``pip install -e '.[testing]'`` in a checkout), and import it when first used.
+
+Read in order: :mod:`.decoding` (bytes to cases), :mod:`.case` (a case, the built-in agent,
+running one), :mod:`.invariants` (what every run must keep), :mod:`.engine` (the search),
+:mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
+:mod:`.strategies` (hypothesis strategies for your own property tests).
 """
 
 from __future__ import annotations

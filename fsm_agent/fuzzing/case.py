@@ -38,8 +38,15 @@ from ..messages import (
 from ..models import Model
 from ..policy import Policy
 from ..run_state import RunState
-from ..scripted import Failure, ScriptExhaustedError, ScriptPlayer, StreamingScriptPlayer, Turn
-from ..testing import DEFAULT_USAGE, VirtualClock
+from ..scripted import (
+    DEFAULT_USAGE,
+    Failure,
+    ScriptExhaustedError,
+    ScriptPlayer,
+    StreamingScriptPlayer,
+    Turn,
+    VirtualClock,
+)
 from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
 from .invariants import RunRecord
 
@@ -357,7 +364,12 @@ def _default_agent(case: FuzzCase, model: Model, deps: FuzzDeps) -> Agent[FuzzDe
         tools=DEFAULT_TOOLS,
         system_prompt="You are fuzzed.",
         policy=case.policy,
-        verifier=None if case.verifier is None else _verifier(case.verifier),
+        # The agent refuses a verifier that the done tool would bypass.
+        verifier=(
+            None
+            if case.verifier is None or (case.policy is not None and case.policy.require_done_tool)
+            else _verifier(case.verifier)
+        ),
         stop_conditions=() if step is None else (lambda rs: rs.counters.steps >= step,),
         hooks=case.hooks.build(),
         deps=deps,

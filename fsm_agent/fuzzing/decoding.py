@@ -35,7 +35,7 @@ from ..policy import (
     ToolOutputSettings,
     UsageLimits,
 )
-from ..testing import DEFAULT_USAGE, Turn, fail, finish, text, tool_calls
+from ..scripted import DEFAULT_USAGE, Turn, fail, finish, text, tool_calls
 from ..tool_output import PAGER_NAME
 from .case import DEFAULT_TOOLS, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from ..cli.fuzz import load_factory
+from ..targets import load_factory
 from . import FuzzProgress, FuzzReport, fuzz_failure
 from .engine import Engine, Found, ModeName, Session
 from .seams import Attack

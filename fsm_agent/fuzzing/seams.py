@@ -27,8 +27,7 @@ from ..messages import ModelResponse, ToolCall, ToolDefinition
 from ..persistence.sqlite import SQLiteCheckpointer
 from ..policy import HookFailureMode, Policy, RetryPolicy
 from ..run_state import RunState
-from ..scripted import Turn
-from ..testing import VirtualClock
+from ..scripted import Turn, VirtualClock
 from ..tools import Tool, ToolContext, ToolExecution
 from .case import (
     DEFAULT_TOOLS,
@@ -362,7 +361,12 @@ def _agent(
         tools=DEFAULT_TOOLS,
         system_prompt="You are attacked at the seams.",
         policy=case.policy,
-        verifier=None if case.verifier is None else _verifier(case.verifier),
+        # The agent refuses a verifier that the done tool would bypass.
+        verifier=(
+            None
+            if case.verifier is None or (case.policy is not None and case.policy.require_done_tool)
+            else _verifier(case.verifier)
+        ),
         stop_conditions=() if not case.stop else (_stop_condition(case.stop),),
         hooks=[audit] if planned is None else [planned, audit],
         deps=FuzzDeps(_RealClock()),

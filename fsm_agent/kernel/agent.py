@@ -1,8 +1,9 @@
-"""The driver: handler → outcome → decide → apply → events, until the run rests.
+"""The public entry point: :class:`Agent`, what a user builds and calls.
 
-:class:`Agent` is the public entry point. ``run_stream`` is the one code path; ``run`` drives the
-same generator without building events (nobody listens), and ``run_sync`` is ``asyncio.run``
-around ``run``.
+``run_stream`` is the one code path: it steps the driver's coroutine
+(:func:`fsm_agent.kernel.driver.drive`) and yields the events it emits; ``run`` awaits the same
+driver without building events (nobody listens), and ``run_sync`` is ``asyncio.run`` around
+``run``. ``resume`` continues a suspended or saved run through the same driver.
 """
 
 from __future__ import annotations
@@ -29,17 +30,16 @@ from typing_extensions import TypeVar
 from ..approval import HumanDecision, ResumeHandle, apply_decisions
 from ..compaction import Compactor
 from ..errors import (
-    CheckpointError,
     ConfigurationError,
     InvalidInputError,
     ResumeError,
     RunFinishedError,
 )
-from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent, SuspendedEvent
+from ..events import Event
 from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.table import TERMINAL, Outcome, State
-from ..messages import Message, ToolDefinition, Usage, validate_history
+from ..machine.table import LIMITS, TERMINAL, State
+from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model
 from ..persistence import Checkpointer, Durability
 from ..persistence.run_log import RunLog, UnknownOutcome
@@ -48,9 +48,11 @@ from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .checks import check_user_code
-from .context import Emitted, Interrupted, LoopSettings
+from .context import Emitted, LoopSettings
+from .driver import drive
+from .limits import usage_limited
 from .run import RunHandle, RunResult, Runtime
-from .states import FAST_PATHS, HANDLERS, RunContext, Verdict
+from .states import RunContext, Verdict
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
 
@@ -61,14 +63,6 @@ DepsT = TypeVar("DepsT", default=None)
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_SUSPENDED, _FINALIZING, _ABORTED, _DONE = (
-    State.SUSPENDED,
-    State.FINALIZING,
-    State.ABORTED,
-    State.DONE,
-)
-_CANCEL = Outcome.CANCEL
-
 _DEFAULT_RUNTIME = Runtime()
 """The real clock, sleep and ids, shared by the agents given no runtime (its random
 generator holds 2.5 KiB of state: one per agent would weigh on every agent built)."""
@@ -122,10 +116,6 @@ class Agent(Generic[DepsT]):
             )
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ConfigurationError("system_prompt must be a string")
-        if policy is not None and not isinstance(policy, Policy):
-            raise ConfigurationError(
-                f"policy must be a fsm_agent.Policy, got {type(policy).__name__}"
-            )
         if verifier is not None and not callable(verifier):
             raise ConfigurationError("verifier must be callable")
         for condition in stop_conditions:
@@ -150,43 +140,72 @@ class Agent(Generic[DepsT]):
         self.checkpointer = checkpointer
         self.unknown_outcome: UnknownOutcome = unknown_outcome
         self.model = model
-        self.policy = policy or Policy()
         self.system_prompt = system_prompt
         # Built once: messages are immutable, so every run's history may share it.
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
-        tool_list = list(tools)
-        if self.policy.require_done_tool and not any(
-            (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done"
-            for t in tool_list
-        ):
-            tool_list.append(done_tool())
-        self.tools = ToolRegistry(tool_list)
-        self.tool_definitions: tuple[ToolDefinition, ...] = self.tools.definitions
         self.hooks = HookSet(hooks)
-        self.approval_needed = any(t.needs_approval for t in self.tools.values())
-        output = self.policy.tool_output
-        self.pager: Tool | None = None  # offered to the model once an output was cut
-        if (output.max_chars is not None or output.keep_recent is not None) and (
-            PAGER_NAME not in self.tools
-        ):
-            self.pager = pager_tool((output.max_chars or 10_000) - 200)
         self.verifier = verifier
         self.stop_conditions = tuple(stop_conditions)
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
-        self.limits = limits_of(self.policy, verification=verifier is not None)
-        self._decide = machine.deciding(self.limits)
         self.streams = callable(getattr(model, "stream", None))
         self.context_window: int | None = getattr(model, "context_window", None)
-        self.settings = LoopSettings.of(self.policy, self.context_window)
-        self.compactor = compactor or Compactor.from_settings(self.policy.compaction)
-        self._usage_limited = any(
-            value is not None for value in self.policy.usage_limits.model_dump().values()
+        self._tools_given = list(tools)
+        self._compactor_given = compactor
+        self._wrap_tool: Callable[[Tool], Tool] | None = None
+        self.limit_states = frozenset(
+            s for s, declared in machine.declarations.items() if declared.interrupts >= LIMITS
         )
-        self._limit_states = frozenset(
-            s for s in State if Outcome.DEADLINE in machine.outcomes_by_state[s]
-        )
+        """The states whose handler the driver replaces when a limit is reached."""
+        self.policy = policy or Policy()
+
+    @property
+    def policy(self) -> Policy:
+        """The agent's policy. Assigning a new one applies to the runs started after it, in
+        full: limits, settings, the done tool, the pager and the default compactor follow it."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        if not isinstance(policy, Policy):
+            raise ConfigurationError(
+                f"policy must be a fsm_agent.Policy, got {type(policy).__name__}"
+            )
+        if policy.require_done_tool and self.verifier is not None:
+            raise ConfigurationError(
+                "require_done_tool=True and a verifier do not combine: the done tool's message "
+                "ends the run unverified and a plain answer only gets the reminder to call "
+                "'done', so the verifier would never run. Check the answer inside the done tool "
+                "(or in an after_tool hook), or drop require_done_tool"
+            )
+        self._policy = policy
+        tool_list = list(self._tools_given)
+        if policy.require_done_tool and not any(
+            (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done"
+            for t in tool_list
+        ):
+            tool_list.append(done_tool())
+        registry = ToolRegistry(tool_list)
+        output = policy.tool_output
+        pager: Tool | None = None  # offered to the model once an output was cut
+        if (output.max_chars is not None or output.keep_recent is not None) and (
+            PAGER_NAME not in registry
+        ):
+            pager = pager_tool((output.max_chars or 10_000) - 200)
+        wrap = self._wrap_tool
+        if wrap is not None:
+            registry = ToolRegistry(wrap(t) for t in registry.values())
+            pager = None if pager is None else wrap(pager)
+        self.tools = registry
+        self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
+        self.approval_needed = any(t.needs_approval for t in registry.values())
+        self.pager = pager
+        self.limits = limits_of(policy, verification=self.verifier is not None)
+        self.decide = self.machine.deciding(self.limits)
+        self.settings = LoopSettings.of(policy, self.context_window)
+        self.compactor = self._compactor_given or Compactor.from_settings(policy.compaction)
+        self.usage_limited = usage_limited(policy)
 
     # -- public API -------------------------------------------------------------------------
     def with_effects(
@@ -209,11 +228,9 @@ class Agent(Generic[DepsT]):
         elif streams is not None:
             clone.streams = streams
         if wrap_tool is not None:
-            clone.tools = ToolRegistry(wrap_tool(t) for t in self.tools.values())
-            clone.tool_definitions = clone.tools.definitions
-            clone.approval_needed = any(t.needs_approval for t in clone.tools.values())
-            if self.pager is not None:
-                clone.pager = wrap_tool(self.pager)
+            previous = self._wrap_tool
+            clone._wrap_tool = wrap_tool if previous is None else (lambda t: wrap_tool(previous(t)))
+            clone.policy = self.policy  # the tools again, through the adapters
         if runtime is not None:
             clone.runtime = runtime
         return clone
@@ -431,153 +448,8 @@ class Agent(Generic[DepsT]):
         handle._attach(ctx)
         return ctx
 
-    def _interrupt(self, ctx: RunContext, state: State, deadline: float | None) -> Outcome | None:
-        """The interrupt outcome that replaces ``state``'s handler, if any."""
-        interrupt = ctx.interrupt
-        if interrupt is Outcome.CANCEL or interrupt is Outcome.HOOK_ERROR:
-            return interrupt
-        if state not in self._limit_states:
-            return None
-        if ctx.interrupt is Outcome.DEADLINE or (
-            deadline is not None and self.runtime.clock() >= deadline
-        ):
-            return Outcome.DEADLINE
-        if (
-            self._usage_limited and (state is State.COMPACTING or state is State.CALLING)
-        ) and _usage_exceeded(self.policy, ctx.rs.usage, ctx.rs.model_calls):
-            return Outcome.USAGE_EXCEEDED
-        if state is State.COMPACTING:
-            for condition in self.stop_conditions:
-                if condition(ctx.rs):
-                    return Outcome.STOP_CONDITION
-        return None
-
-    async def _drive(self, ctx: RunContext) -> None:
-        """Run ``ctx``'s run until it rests, emitting its events when someone listens."""
-        rs = ctx.rs
-        decide = self._decide
-        listening = ctx.listening
-        # max_wall_clock_s bounds the run's active time over all its invocations (a suspended
-        # run's wait for a human does not count): a resumed run continues the same budget.
-        wall = self.policy.max_wall_clock_s
-        clock = self.runtime.clock
-        started = clock()
-        spent = rs.active_s
-        deadline = ctx.deadline = None if wall is None else started + wall - spent
-        timer = None
-        if deadline is not None:
-            timer = asyncio.get_running_loop().call_later(
-                max(0.0, deadline - started), ctx.request_interrupt, Outcome.DEADLINE
-            )
-        hooks = self.hooks
-        # Without a deadline, usage limits or stop conditions only ctx.interrupt can interrupt.
-        unlimited = deadline is None and not self._usage_limited and not self.stop_conditions
-        on_transition = hooks.on_transition
-        durable = ctx.durable
-        ctx.task = current_task()
-        try:
-            if hooks.before_run:
-                await _notify(ctx, hooks.before_run, run_state=rs)
-                if listening:
-                    await ctx.emit_all(ctx.take_events())
-            while True:
-                state = rs.state
-                if state in TERMINAL or (state is _SUSPENDED and ctx.last_move is not None):
-                    return
-                if unlimited and ctx.interrupt is None:
-                    outcome = None
-                else:
-                    outcome = self._interrupt(ctx, state, deadline)
-                if outcome is None and (fast := FAST_PATHS.get(state)) is not None:
-                    outcome = fast(ctx)
-                if outcome is None:
-                    outcome = await HANDLERS[state](ctx)
-                    if ctx.interrupt is _CANCEL:
-                        outcome = _CANCEL  # cancelled while the handler's events went out
-                move = decide(state, outcome, rs.counters)
-                rs.counters = move.counters
-                rs.state = move.dest
-                rs.trace.append(move)
-                ctx.last_move = move
-                if move.stop is not None:
-                    rs.stop_reason = move.stop
-                dest = move.dest
-                if (dest is _FINALIZING or dest is _ABORTED) and rs.pending_tool_calls:
-                    ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
-                if dest is _ABORTED and ctx.error is not None:
-                    rs.error = str(ctx.error)
-                if deadline is not None:
-                    rs.active_s = spent + (clock() - started)
-                if durable is not None:
-                    durable.moved(rs)  # the checkpoint, before anyone hears of the move
-                if on_transition:
-                    await _notify(ctx, on_transition, move=move, run_state=rs)
-                if listening:
-                    await ctx.emit(
-                        StateChangedEvent(
-                            run_id=rs.run_id,
-                            source=move.source,
-                            outcome=move.outcome,
-                            dest=dest,
-                            row=move.row,
-                            stop_reason=move.stop,
-                        )
-                    )
-                if dest in TERMINAL or dest is _SUSPENDED:
-                    result = self._result(ctx)
-                    if hooks.after_run:
-                        await _notify(ctx, hooks.after_run, result=result, run_state=rs)
-                if listening:
-                    await ctx.emit_all(ctx.take_events())
-                    if dest is _DONE:
-                        assert rs.stop_reason is not None
-                        await ctx.emit(
-                            FinalEvent(
-                                run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason
-                            )
-                        )
-                    elif dest is _ABORTED:
-                        assert rs.stop_reason is not None
-                        await ctx.emit(
-                            AbortedEvent(
-                                run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error
-                            )
-                        )
-                    elif dest is _SUSPENDED:
-                        await ctx.emit(
-                            SuspendedEvent(
-                                run_id=rs.run_id,
-                                pending=tuple(r.call for r in rs.human_requests),
-                                questions={
-                                    r.call.id: r.question
-                                    for r in rs.human_requests
-                                    if r.question is not None
-                                },
-                            )
-                        )
-        except asyncio.CancelledError:
-            # The caller's task was cancelled: record the ending, then let the cancel go on.
-            if rs.state not in TERMINAL:
-                move = decide(rs.state, _CANCEL, rs.counters)
-                rs.state = move.dest
-                rs.stop_reason = move.stop
-                rs.trace.append(move)
-                if rs.pending_tool_calls:
-                    ctx.close_pending_calls("the run was cancelled")
-                rs.error = "the task running the agent was cancelled"
-                if durable is not None:
-                    with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
-                        durable.interrupted(rs)
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if durable is not None:
-                durable.close()
-
-    def _result(self, ctx: RunContext) -> RunResult:
-        result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
-        return result
+    def _drive(self, ctx: RunContext) -> Coroutine[object, object, None]:
+        return drive(ctx)
 
 
 class _Suspension:
@@ -634,24 +506,3 @@ def _result_of(ctx: RunContext) -> RunResult:
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return result
-
-
-async def _notify(ctx: RunContext, hooks: Any, **kwargs: object) -> None:
-    """Run observing hooks from the driver; an interrupt is taken before the next handler."""
-    with contextlib.suppress(Interrupted):
-        await ctx.effect(ctx.agent.hooks.notify(ctx, hooks, **kwargs))
-
-
-def _usage_exceeded(policy: Policy, usage: Usage, model_calls: int) -> bool:
-    # max_requests counts attempts (``model_calls``), failed ones included: a provider bills and
-    # rate-limits those too, and bounds() relies on it when max_steps is None.
-    limits = policy.usage_limits
-    return (
-        (limits.max_requests is not None and model_calls >= limits.max_requests)
-        or (limits.max_input_tokens is not None and usage.input_tokens >= limits.max_input_tokens)
-        or (
-            limits.max_output_tokens is not None and usage.output_tokens >= limits.max_output_tokens
-        )
-        or (limits.max_total_tokens is not None and usage.total_tokens >= limits.max_total_tokens)
-        or (limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd)
-    )

@@ -153,6 +153,7 @@ class RunContext:
         self.deadline: float | None = None  # on the runtime's clock, when a wall limit is set
         self.task: asyncio.Task[Any] | None = None
         self.in_effect = False
+        self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
         self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
@@ -169,8 +170,13 @@ class RunContext:
         task = self.task
         # Only an await inside an effect may be cancelled: anywhere else the CancelledError
         # would land in the caller's code. From inside the run's own task, the flag suffices.
-        if self.in_effect and task is not None and task is not asyncio.current_task():
-            task.cancel()
+        if (
+            self.in_effect
+            and task is not None
+            and task is not asyncio.current_task()
+            and task.cancel()
+        ):
+            self.own_cancels += 1  # told apart from the caller's cancels in effect()
 
     @property
     def interrupted(self) -> Outcome:
@@ -198,13 +204,30 @@ class RunContext:
         try:
             return await awaitable
         except asyncio.CancelledError:
-            if self.interrupt is None:
+            # Only the run's own cancel requests become Interrupted. When the caller cancelled
+            # too (task.cancel(), a TaskGroup, asyncio.timeout), the cancel goes on with the
+            # caller's count intact.
+            if not self.take_own_cancels():
                 raise
             assert self.task is not None
-            self.task.uncancel()
+            if self.task.cancelling():
+                raise
             raise Interrupted from None
         finally:
             self.in_effect = False
+            if self.own_cancels:  # the effect ended before the cancel landed (it swallowed it)
+                self.take_own_cancels()
+
+    def take_own_cancels(self) -> int:
+        """Withdraw the cancel requests the run made of its own task; how many there were."""
+        own = self.own_cancels
+        if own:
+            self.own_cancels = 0
+            task = self.task
+            assert task is not None
+            for _ in range(own):
+                task.uncancel()
+        return own
 
     # -- history ----------------------------------------------------------------------------
     def append(self, message: Message) -> None:

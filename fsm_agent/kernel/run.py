@@ -62,6 +62,8 @@ class RunResult:
     pending: tuple[ToolCall, ...] = ()
     run_state: RunState | None = None
     resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
+    stop_detail: str | None = None  # the string a stop condition that fired returned
+    raw_finish_reason: str | None = None  # the provider's reason, when it ended an ``other`` turn
 
     @classmethod
     def of(cls, rs: RunState, error: BaseException | None = None) -> RunResult:
@@ -85,6 +87,8 @@ class RunResult:
             tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             rs,
             ResumeHandle.of(rs) if suspended else None,
+            rs.stop_detail,
+            rs.raw_finish_reason,
         )
         # Every run ends here: set the slots directly (the frozen dataclass's __init__ costs
         # twice as much); tests/test_kernel.py checks the result equals the constructed one.

@@ -10,8 +10,10 @@ on every (state, outcome, guard values) combination. No I/O happens in here.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from transitions import EventData, Machine, Transition
@@ -47,6 +49,30 @@ _INTO_WITH_STOP = frozenset({State.ABORTED, State.SUSPENDED})
 MEMO_SIZE = 1024
 """The most moves :meth:`AgentMachine.deciding` remembers per set of limits and (state,
 outcome): a run of up to that many steps is remembered whole."""
+
+
+MEMO_LIMITS = 64
+"""The most sets of limits whose moves :meth:`AgentMachine.deciding` remembers at once (a
+process that builds agents for ever new policies keeps a bounded memory)."""
+
+
+class _SkipBindingFilter(logging.Filter):
+    """Drops the warnings ``transitions`` logs for every trigger it does not bind to the model
+    (the machine is built with ``model_override=True`` on purpose: the model stays bare)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Skip binding of" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _quiet_bindings() -> Iterator[None]:
+    logger = logging.getLogger("transitions.core")
+    quiet = _SkipBindingFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 class IllegalMoveError(FsmAgentError):
@@ -125,9 +151,10 @@ class AgentMachine:
         faults = validate(self.rows) + validate_declarations(self.rows, self.declarations)
         if faults:
             raise DefinitionError(faults)
-        self.definition, row_of = _build_transitions_machine(self.rows)
-        self._probe = _Probe()
-        self.definition.add_model(self._probe, initial=State.IDLE.value)
+        with _quiet_bindings():
+            self.definition, row_of = _build_transitions_machine(self.rows)
+            self._probe = _Probe()
+            self.definition.add_model(self._probe, initial=State.IDLE.value)
         self._index: dict[tuple[State, Outcome], tuple[_Compiled, ...]] = {}
         for event_name, event in self.definition.events.items():
             outcome = Outcome(event_name)
@@ -159,12 +186,17 @@ class AgentMachine:
         take the same moves at the same counters, so most moves of a run are looked up instead
         of decided again, and the traces of all those runs share them (a ``Move`` is
         immutable). The memory is shared by every agent whose limits are equal, and bounded:
-        each (state, outcome) starts over once it holds ``MEMO_SIZE`` moves."""
-        moves = self._moves.get(limits)
+        each (state, outcome) starts over once it holds ``MEMO_SIZE`` moves, and the machine
+        keeps the moves of the ``MEMO_LIMITS`` sets of limits asked for most recently."""
+        remembered = self._moves
+        moves = remembered.pop(limits, None)
         if moves is None:  # one dict per (state, outcome) the table knows: no key to build
-            moves = self._moves[limits] = {state: {} for state in State}
+            moves = {state: {} for state in State}
             for state, outcome in self._index:
                 moves[state][outcome] = {}
+            while len(remembered) >= MEMO_LIMITS:  # forget the limits used longest ago
+                del remembered[next(iter(remembered))]
+        remembered[limits] = moves  # the most recently used last
         decide = self.decide
 
         def decide_remembered(state: State, outcome: Outcome, counters: Counters) -> Move:

@@ -10,8 +10,9 @@ The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the che
   reset only on success) and, with ``max_total_errors``, at most ``max_total_errors - 1`` times in
   all; the failure that is not retried aborts the run, which then makes no summary call.
 - Finalizing with stop reason ``max_steps`` makes one tools-off summary call when
-  ``summarize_on_max_steps`` is set. ``usage_limits.max_requests`` stops the turns, retries and
-  compaction summaries, but the summary call is made past it: the bound counts it on top.
+  ``summarize_on_max_steps`` is set, unless a usage limit is already reached (or the deadline
+  has passed). ``usage_limits.max_requests`` therefore caps every model call, the summary call
+  included.
 - Verifier rejections never reset, and each rejection sent back spends a step, so they add no
   model call of their own.
 - With the ``summarize`` compaction strategy each compaction makes one model call. Compaction
@@ -85,7 +86,8 @@ def bounds(
         )
         summary = 1 if policy.summarize_on_max_steps else 0
         compaction = turns * _summaries_per_turn(policy)
-        calls: int | None = turns + retried + summary + compaction
+        total = turns + retried + summary + compaction
+        calls: int | None = total
         turns_text = f"{turns} turns (max_steps={steps})"
         verifier = "; verifier rejections spend steps" if verification else ""
         compaction_text = (
@@ -100,17 +102,12 @@ def bounds(
         tool_turns: int | None = steps
         tool_turns_text = f"one per tool_calls turn, at most max_steps={steps}"
         requests = policy.usage_limits.max_requests
-        if requests is not None and requests < turns + retried + compaction:
-            # The summary call needs max_steps successful turns, so fewer requests rule it out;
-            # once they are made, the summary call is made past the request limit.
-            summary = summary if requests >= steps else 0
-            calls = requests + summary
+        if requests is not None and requests < total:
             calls_text = (
-                f"usage_limits.max_requests={requests} requests + {summary} summary call = "
-                f"{calls} (the request limit stops turns, retries and compaction summaries "
-                f"before {turns + retried + compaction}; the step-limit summary call, which "
-                "needs max_steps turns, is made past it)"
+                f"usage_limits.max_requests={requests} (the request limit stops turns, "
+                f"retries, compaction summaries and the step-limit summary call before {total})"
             )
+            calls = requests
         if requests is not None and requests < steps:
             tool_turns = requests
             tool_turns_text = f"one per tool_calls turn, at most one per request ({requests})"

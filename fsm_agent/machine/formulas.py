@@ -25,9 +25,7 @@ _WORK = (
 )
 
 FORMULAS: Mapping[str, str] = {
-    "model calls": (
-        f"min({_WORK}, max_requests) + summarize_on_max_steps * (max_requests >= max_steps)"
-    ),
+    "model calls": (f"min({_WORK} + summarize_on_max_steps, max_requests)"),
     "tool turns": "min(max_steps, max_requests)",
     "tool executions": "max_tool_calls",
 }

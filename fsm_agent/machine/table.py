@@ -39,6 +39,7 @@ from .guards import (
 __all__ = [
     "DECLARATIONS",
     "GUARDS",
+    "LIMITS",
     "NON_TERMINAL",
     "TABLE",
     "TERMINAL",
@@ -189,11 +190,13 @@ class Declaration:
 
 S, On, R = State, Outcome, StopReason
 # Cancel, and a hook that fails under hook_failure_mode="fail", may end every non-terminal state;
-# the limits end the states that are doing work (not idle, not a suspended run waiting for a
-# human, not finalizing, which is already on its way out: it finishes its output instead).
+# the limits end the states that are doing work (not idle, and not a suspended run waiting for a
+# human). The driver checks them before the handler of each state that declares all of LIMITS.
+# Finalizing is already on its way out: its handler reports the deadline or a usage limit only
+# when the step-limit summary call cannot be made or is cut short, with a fallback output.
 _ALWAYS = frozenset({On.CANCEL, On.HOOK_ERROR})
-_LIMITS = frozenset({On.DEADLINE, On.USAGE_EXCEEDED, On.STOP_CONDITION})
-_WORKING = _ALWAYS | _LIMITS
+LIMITS = frozenset({On.DEADLINE, On.USAGE_EXCEEDED, On.STOP_CONDITION})
+_WORKING = _ALWAYS | LIMITS
 
 DECLARATIONS: dict[State, Declaration] = {
     S.IDLE: Declaration(frozenset({On.START}), _ALWAYS),
@@ -229,7 +232,9 @@ DECLARATIONS: dict[State, Declaration] = {
     ),
     S.VERIFYING: Declaration(frozenset({On.VERIFIED, On.REJECTED}), _WORKING),
     S.SUSPENDED: Declaration(frozenset({On.RESUME}), _ALWAYS),
-    S.FINALIZING: Declaration(frozenset({On.FINALIZED}), _ALWAYS),
+    S.FINALIZING: Declaration(
+        frozenset({On.FINALIZED}), _ALWAYS | {On.DEADLINE, On.USAGE_EXCEEDED}
+    ),
     S.DONE: Declaration(frozenset()),
     S.ABORTED: Declaration(frozenset()),
 }
@@ -386,13 +391,27 @@ TABLE: tuple[Row, ...] = (
     Row(S.VERIFYING, On.REJECTED, S.FINALIZING, stop=R.UNVERIFIED),
     Row(S.SUSPENDED, On.RESUME, S.DISPATCHING, note="the human's decisions applied"),
     Row(S.FINALIZING, On.FINALIZED, S.DONE, note="exactly one final event"),
+    Row(
+        S.FINALIZING,
+        On.DEADLINE,
+        S.DONE,
+        stop=R.TIMEOUT,
+        note="summary call not made or cut short; fallback output",
+    ),
+    Row(
+        S.FINALIZING,
+        On.USAGE_EXCEEDED,
+        S.DONE,
+        stop=R.USAGE_LIMIT,
+        note="summary call not made; fallback output",
+    ),
     # Interrupts, checked by the driver before a state's handler runs (see DECLARATIONS).
     *(Row(s, On.CANCEL, S.ABORTED, stop=R.CANCELLED) for s in NON_TERMINAL),
     *(Row(s, On.HOOK_ERROR, S.ABORTED, stop=R.HOOK_ERROR) for s in NON_TERMINAL),
     *(
         Row(s, outcome, S.FINALIZING, stop=stop)
         for s in NON_TERMINAL
-        if DECLARATIONS[s].interrupts >= _LIMITS
+        if DECLARATIONS[s].interrupts >= LIMITS
         for outcome, stop in (
             (On.DEADLINE, R.TIMEOUT),
             (On.USAGE_EXCEEDED, R.USAGE_LIMIT),

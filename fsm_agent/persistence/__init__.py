@@ -22,6 +22,10 @@ a URL.
 
 For property tests and the fuzzer, :func:`crash_and_resume` stops a run the way a crash would,
 right after a chosen write, and resumes it (invariant 10: resume equivalence).
+
+Read in order: this module (the :class:`Checkpointer` protocol, the in-memory store and the
+crash helper), :mod:`.run_log` (how a run writes its checkpoints and journal),
+:mod:`.sql` (what the SQL stores share), then :mod:`.sqlite` and :mod:`.postgres`.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ _FINISH_OUTCOMES = {
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
 _CALLING = State.CALLING
-_TOOL_CALLS, _STOP, _FINISH_ERROR = Outcome.TOOL_CALLS, Outcome.STOP, Outcome.FINISH_ERROR
+_TOOL_CALLS, _FINISH_ERROR, _OTHER = Outcome.TOOL_CALLS, Outcome.FINISH_ERROR, Outcome.OTHER
 _ANSWERS = frozenset({Outcome.STOP, Outcome.OTHER})  # answers that tool calls override
 _KEPT = frozenset(
     {Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER, Outcome.OUTPUT_CUT}
@@ -223,6 +223,8 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     elif outcome is _TOOL_CALLS and not calls:
         outcome = _FINISH_ERROR  # says tool_calls, made none
     rs.last_text = message.text.strip()
+    if outcome is _OTHER:  # the run ends on it: keep what the provider said
+        rs.raw_finish_reason = response.raw_finish_reason
     cut = _cut_answer(rs.messages)
     if cut is not None:  # a continuation: the answer so far is the cut part and this one
         rs.last_text = (cut + message.text).strip()
@@ -252,9 +254,9 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         await ctx.emit(UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage))
         for part in message.reasoning:
             await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
-        if rs.last_text and (
-            outcome is _TOOL_CALLS or (outcome is _STOP and agent.limits.verification)
-        ):
+        # Text beside tool calls is intermediate; an answer going to the verifier gets its
+        # text event in verifying only if rejected (the accepted answer is the final event's).
+        if rs.last_text and outcome is _TOOL_CALLS:
             await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
     if agent.hooks.after_model_call:
         await notify_answered(ctx, answer)

@@ -10,7 +10,7 @@ reason), and proves for one policy:
    the kernel never reports an outcome the table has no row for);
 2. no path makes more model calls or tool turns than :func:`fsm_agent.machine.bounds.bounds`
    allows (a ``calling`` handler run is one call; finalizing with stop reason ``max_steps`` is
-   one more when ``summarize_on_max_steps``, even past the usage limit on requests);
+   one more when ``summarize_on_max_steps`` and the usage limit on requests is not reached);
 3. every state is reached and every row is used, unless the policy disables it: a state or row
    this policy leaves unused but a permissive reference policy uses is listed as disabled; one
    that no run uses under either is a failure.

@@ -24,6 +24,8 @@ S, On = State, Outcome
 _Key: TypeAlias = tuple[State, Counters, StopReason | None, int]
 """A node: state, (clamped) counters, the stop reason pending in finalizing/terminal, calls."""
 _ZERO = Counters()
+_SUMMARY_LIMITS = frozenset({On.DEADLINE, On.USAGE_EXCEEDED})
+"""The interrupts finalizing reports: the summary call not made, or cut short, by a limit."""
 
 
 def kernel_outcomes(machine: AgentMachine, state: State) -> tuple[Outcome, ...]:
@@ -74,12 +76,26 @@ class _Env:
     reported: dict[State, tuple[Outcome, ...]]  # each state's declared outcomes and interrupts
     reported_by_calling: frozenset[Outcome]  # a calling handler's outcomes: one model call each
 
-    def outcomes(self, state: State, counters: Counters, calls: int) -> list[Outcome]:
-        """The outcomes the kernel can report in this node."""
+    def outcomes(
+        self, state: State, counters: Counters, calls: int, stop: StopReason | None = None
+    ) -> list[Outcome]:
+        """The outcomes the kernel can report in this node (``stop``: the stop reason pending
+        in finalizing)."""
         result = []
+        summary = state is S.FINALIZING and stop is StopReason.MAX_STEPS and self.summarize
         for outcome in self.reported[state]:
             if outcome not in self.offered:
                 continue
+            if state is S.FINALIZING and outcome in _SUMMARY_LIMITS:
+                if not summary:
+                    continue  # only the summary call's limits end finalizing early
+            elif (
+                summary
+                and self.max_requests is not None
+                and calls >= self.max_requests
+                and outcome is On.FINALIZED
+            ):
+                continue  # the handler reports usage_exceeded instead of the summary call
             if (
                 outcome is On.COMPACTED
                 and counters.compactions >= self.limits.max_compaction_attempts
@@ -97,7 +113,7 @@ class _Env:
 
     def calls(self, state: State, outcome: Outcome, stop: StopReason | None) -> int:
         """Model calls made by this move: one per calling handler run, one for the step-limit
-        summary (which the kernel makes even when the usage limit on requests is reached)."""
+        summary (made only within the usage limits)."""
         if state is S.CALLING and outcome in self.reported_by_calling:
             return 1
         if (

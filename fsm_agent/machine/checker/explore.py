@@ -57,7 +57,7 @@ def _explore(machine: AgentMachine, env: _Env, *, track_calls: bool, max_states:
         node = queue.popleft()
         state, counters, stop, calls = graph.keys[node]
         out = graph.edges[node]
-        for outcome in env.outcomes(state, counters, calls):
+        for outcome in env.outcomes(state, counters, calls, stop):
             try:
                 move = machine.decide(state, outcome, counters, limits)
             except IllegalMoveError:
@@ -247,7 +247,7 @@ def _budget_failures(
     while queue:
         entry = queue.popleft()
         state, counters, stop, calls, _parent, _via = entries[entry]
-        for outcome in env.outcomes(state, counters, calls):
+        for outcome in env.outcomes(state, counters, calls, stop):
             try:
                 move = machine.decide(state, outcome, counters, env.limits)
             except IllegalMoveError:

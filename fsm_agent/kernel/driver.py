@@ -1,0 +1,315 @@
+"""The driver: walks one run through the machine, a move at a time, until the run rests.
+
+Each move goes through four layers, in this order, one concern each:
+
+1. **next outcome** (:func:`ready_outcome`, else the state's handler): an interrupt the
+   driver sees first (cancel, a hook failure under ``hook_failure_mode="fail"``, and in the
+   states that declare the limits: the deadline, a usage limit, a stop condition), else the
+   state's fast path, else its handler (the effects). Under the test suite
+   (:func:`assert_declared`) the outcome must be declared for the state.
+2. **decide**: the pure ``decide(state, outcome, counters)`` of the machine picks the move.
+3. **apply** (:func:`apply`): counters, state, trace and stop reason; the calls still pending
+   get their results; then the checkpoint, before anyone hears of the move.
+4. **publish** (:func:`publish`): the ``on_transition`` hooks, the ``state_changed`` event and,
+   when the run rests, the result, the ``after_run`` hooks and the terminal event.
+
+Around the loop, a finalisation step always runs: the deadline timer is stopped and the run log
+closed, whatever ended the loop. A cancel of the caller's task is recorded as the run's ending
+(``aborted``, ``cancelled``: the handle's result is set and ``after_run`` hears of it) and then
+goes on, unchanged. User code cannot end the loop early: hooks, verifiers and stop conditions
+each have a defined outcome (see ``docs/hooks.md``). An error that is not user code's (a
+checkpoint store that fails, a bug in a model adapter) goes on unchanged and leaves the run at
+its last good checkpoint, so it can be resumed by its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from asyncio import current_task
+from typing import Any
+
+from ..errors import CheckpointError, FsmAgentError
+from ..events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
+from ..hooks import report_hook_failure
+from ..machine.agent_machine import Move
+from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State
+from ..run_state import strip_unknown, unknown_write_error
+from .context import Interrupted, RunContext
+from .limits import usage_exceeded
+from .run import RunResult
+from .states import FAST_PATHS, HANDLERS
+
+__all__ = [
+    "CHECK_ENV",
+    "UndeclaredOutcomeError",
+    "apply",
+    "assert_declared",
+    "drive",
+    "publish",
+    "ready_outcome",
+]
+
+CHECK_ENV = "FSM_AGENT_CHECK_DECLARATIONS"
+"""The environment variable that turns on the driver's declaration check (the test suite sets
+it to ``1``): every outcome a handler reports must be declared for its state."""
+
+# Enum members read on every step, bound once: on Python 3.11 each read of one
+# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+_SUSPENDED, _FINALIZING, _ABORTED, _DONE = (
+    State.SUSPENDED,
+    State.FINALIZING,
+    State.ABORTED,
+    State.DONE,
+)
+_COMPACTING, _CALLING = State.COMPACTING, State.CALLING
+_RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
+_CANCEL, _DEADLINE, _HOOK_ERROR = Outcome.CANCEL, Outcome.DEADLINE, Outcome.HOOK_ERROR
+_DECLARED = {state: declaration.all for state, declaration in DECLARATIONS.items()}
+
+
+class UndeclaredOutcomeError(FsmAgentError, AssertionError):
+    """A state's handler reported an outcome its declaration does not list: a bug in the
+    kernel (or in a custom table's declarations), caught by the driver's declaration check."""
+
+
+def _checking() -> bool:
+    return os.environ.get(CHECK_ENV, "") not in ("", "0")
+
+
+# -- layer 1: the next outcome ---------------------------------------------------------------
+def _interrupt(ctx: RunContext, state: State, deadline: float | None) -> Outcome | None:
+    """The interrupt outcome that replaces ``state``'s handler, if any."""
+    interrupt = ctx.interrupt
+    if interrupt is _CANCEL or interrupt is _HOOK_ERROR:
+        return interrupt
+    agent = ctx.agent
+    if state not in agent.limit_states:
+        return None
+    if interrupt is _DEADLINE or (deadline is not None and agent.runtime.clock() >= deadline):
+        return _DEADLINE
+    if (
+        agent.usage_limited
+        and (state is _COMPACTING or state is _CALLING)
+        and usage_exceeded(agent.policy, ctx.rs.usage, ctx.rs.model_calls)
+    ):
+        return Outcome.USAGE_EXCEEDED
+    if state is _COMPACTING and agent.stop_conditions:
+        return _stop_condition(ctx)
+    return None
+
+
+def _stop_condition(ctx: RunContext) -> Outcome | None:
+    """``stop_condition`` when one of the agent's stop conditions fires (a string it returns is
+    kept as the run's stop detail). A condition that raises is a failing hook: ``hook_error``
+    is reported and it does not fire, or under ``hook_failure_mode="fail"`` the run aborts."""
+    rs = ctx.rs
+    for condition in ctx.agent.stop_conditions:
+        error: str | None = None
+        cause: BaseException | None = None
+        try:
+            fired = condition(rs)
+            stops = bool(fired)
+        except Exception as exc:
+            error, cause = f"{type(exc).__name__}: {exc}", exc
+        unknown = strip_unknown(rs)
+        if unknown:
+            error = unknown_write_error(unknown)
+        if error is not None:
+            name = getattr(condition, "__name__", type(condition).__name__)
+            report_hook_failure(ctx, f"stop condition {name}", error, cause)
+            if ctx.interrupt is _HOOK_ERROR:
+                return _HOOK_ERROR
+            continue
+        if stops:
+            if isinstance(fired, str):
+                rs.stop_detail = fired
+            return Outcome.STOP_CONDITION
+    return None
+
+
+def ready_outcome(
+    ctx: RunContext, state: State, deadline: float | None, *, quiet: bool
+) -> Outcome | None:
+    """Layer 1, without an effect: the interrupt, else the fast path's outcome; ``None`` when
+    the state's handler must run. ``quiet`` says nothing but ``ctx.interrupt`` can interrupt
+    (no deadline, usage limit or stop condition)."""
+    outcome = None if quiet and ctx.interrupt is None else _interrupt(ctx, state, deadline)
+    if outcome is None and (fast := FAST_PATHS.get(state)) is not None:
+        outcome = fast(ctx)
+    return outcome
+
+
+def assert_declared(state: State, outcome: Outcome) -> None:
+    """Layer 1's check under the test suite: raise :class:`UndeclaredOutcomeError` when
+    ``outcome`` (from an interrupt, a fast path or a handler) is not declared for ``state``."""
+    if outcome not in _DECLARED[state]:
+        raise UndeclaredOutcomeError(
+            f"the handler of {state.value!r} reported {outcome.value!r}, which "
+            f"DECLARATIONS does not list for it: declare it (with its rows) or fix the handler"
+        )
+
+
+# -- layer 3: apply ----------------------------------------------------------------------------
+def apply(ctx: RunContext, move: Move) -> None:
+    """Layer 3: record ``move`` in the run state and checkpoint it."""
+    rs = ctx.rs
+    rs.counters = move.counters
+    rs.state = dest = move.dest
+    rs.trace.append(move)
+    ctx.last_move = move
+    if move.stop is not None:
+        rs.stop_reason = move.stop
+    if (dest is _FINALIZING or dest is _ABORTED) and rs.pending_tool_calls:
+        ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
+    if dest is _ABORTED and ctx.error is not None:
+        rs.error = str(ctx.error)
+    if ctx.durable is not None:
+        ctx.durable.moved(rs)  # the checkpoint, before anyone hears of the move
+
+
+# -- layer 4: publish --------------------------------------------------------------------------
+async def _notify(ctx: RunContext, hooks: Any, resting: bool, **kwargs: object) -> None:
+    """Run observing hooks from the driver. While the run moves, an interrupt cuts them short
+    (it is taken before the next handler); once it rests, each runs to its own timeout."""
+    notify = ctx.agent.hooks.notify(ctx, hooks, **kwargs)
+    if resting:
+        await notify
+        return
+    with contextlib.suppress(Interrupted):
+        await ctx.effect(notify)
+
+
+async def publish(ctx: RunContext, move: Move) -> None:
+    """Layer 4: tell the hooks and the listener about ``move``; when the run rests, set the
+    handle's result, run ``after_run`` and emit the terminal event."""
+    rs = ctx.rs
+    hooks = ctx.agent.hooks
+    dest = move.dest
+    resting = dest in TERMINAL or dest is _SUSPENDED
+    if hooks.on_transition:
+        await _notify(ctx, hooks.on_transition, resting, move=move, run_state=rs)
+    listening = ctx.listening
+    if listening:
+        await ctx.emit(
+            StateChangedEvent(
+                run_id=rs.run_id,
+                source=move.source,
+                outcome=move.outcome,
+                dest=dest,
+                row=move.row,
+                stop_reason=move.stop,
+            )
+        )
+    if not resting:
+        if listening:
+            await ctx.emit_all(ctx.take_events())
+        return
+    result = _set_result(ctx)
+    if hooks.after_run:
+        await _notify(ctx, hooks.after_run, True, result=result, run_state=rs)
+    if listening:
+        await ctx.emit_all(ctx.take_events())
+        await ctx.emit(_terminal_event(ctx))
+
+
+def _terminal_event(ctx: RunContext) -> FinalEvent | AbortedEvent | SuspendedEvent:
+    rs = ctx.rs
+    assert rs.stop_reason is not None
+    if rs.state is _DONE:
+        return FinalEvent(run_id=rs.run_id, output=rs.output or "", stop_reason=rs.stop_reason)
+    if rs.state is _ABORTED:
+        return AbortedEvent(run_id=rs.run_id, stop_reason=rs.stop_reason, error=rs.error)
+    return SuspendedEvent(
+        run_id=rs.run_id,
+        pending=tuple(r.call for r in rs.human_requests),
+        questions={r.call.id: r.question for r in rs.human_requests if r.question is not None},
+    )
+
+
+def _set_result(ctx: RunContext) -> RunResult:
+    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
+    return result
+
+
+# -- the loop ----------------------------------------------------------------------------------
+async def drive(ctx: RunContext) -> None:
+    """Run ``ctx``'s run until it rests, emitting its events when someone listens."""
+    rs = ctx.rs
+    agent = ctx.agent
+    decide = agent.decide
+    # max_wall_clock_s bounds the run's active time over all its invocations (a suspended
+    # run's wait for a human does not count): a resumed run continues the same budget.
+    wall = agent.policy.max_wall_clock_s
+    clock = agent.runtime.clock
+    started = clock()
+    spent = rs.active_s
+    deadline = ctx.deadline = None if wall is None else started + wall - spent
+    timer = None
+    if deadline is not None:
+        timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - started), ctx.request_interrupt, _DEADLINE
+        )
+    hooks = agent.hooks
+    quiet = deadline is None and not agent.usage_limited and not agent.stop_conditions
+    observed = bool(ctx.listening or hooks.on_transition)  # else only a rest is published
+    check = _checking()
+    ctx.task = current_task()
+    try:
+        if hooks.before_run:
+            await _notify(ctx, hooks.before_run, False, run_state=rs)
+            if ctx.listening:
+                await ctx.emit_all(ctx.take_events())
+        while True:
+            state = rs.state
+            if state in TERMINAL or (state is _SUSPENDED and ctx.last_move is not None):
+                return
+            outcome = ready_outcome(ctx, state, deadline, quiet=quiet)
+            if outcome is None:
+                outcome = await HANDLERS[state](ctx)  # the effects
+                if ctx.interrupt is _CANCEL:
+                    outcome = _CANCEL  # cancelled while the handler's events went out
+            if check:
+                assert_declared(state, outcome)
+            move = decide(state, outcome, rs.counters)
+            if deadline is not None:
+                rs.active_s = spent + (clock() - started)
+            apply(ctx, move)
+            if observed or move.dest in _RESTING:
+                await publish(ctx, move)
+    except asyncio.CancelledError:
+        ctx.take_own_cancels()
+        await _record_cancel(ctx)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if ctx.durable is not None:
+            ctx.durable.close()
+
+
+async def _record_cancel(ctx: RunContext) -> None:
+    """The caller's task was cancelled: the run ends ``aborted`` with ``cancelled``, its
+    checkpoint says so when the store allows, its handle has the result and ``after_run``
+    hears of it; then the cancel goes on."""
+    rs = ctx.rs
+    last = ctx.last_move
+    if rs.state in TERMINAL or (last is not None and last.dest is _SUSPENDED):
+        return  # the run already rests
+    move = ctx.agent.decide(rs.state, _CANCEL, rs.counters)
+    rs.counters = move.counters
+    rs.state = move.dest
+    rs.stop_reason = move.stop
+    rs.trace.append(move)
+    ctx.last_move = move
+    if rs.pending_tool_calls:
+        ctx.close_pending_calls("the run was cancelled")
+    rs.error = "the task running the agent was cancelled"
+    if ctx.durable is not None:
+        with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
+            ctx.durable.interrupted(rs)
+    result = _set_result(ctx)
+    hooks = ctx.agent.hooks
+    if hooks.after_run:
+        await _notify(ctx, hooks.after_run, True, result=result, run_state=rs)

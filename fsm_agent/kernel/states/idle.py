@@ -1,0 +1,25 @@
+"""The ``idle`` state: a new run enqueues its system prompt, earlier history and input."""
+
+from __future__ import annotations
+
+from ...machine.table import Outcome
+from ...messages import Role
+from ..context import RunContext
+
+__all__ = ["handle_idle"]
+
+_START = Outcome.START
+
+
+async def handle_idle(ctx: RunContext) -> Outcome:
+    """Enqueue the system prompt (once, first), any earlier history, and the user input."""
+    system = ctx.agent.system_message
+    history = ctx.history
+    if system is not None:
+        ctx.append(system)
+        history = [m for m in history if m.role is not Role.SYSTEM]
+    for message in history:
+        ctx.append(message)
+    assert ctx.input is not None
+    ctx.append(ctx.input)
+    return _START

@@ -1,0 +1,95 @@
+"""The ``verifying`` state: the verifier (or the done-tool requirement) judges a plain answer.
+
+The verifier is user code, so each call has a defined outcome: a verdict or a bool is the
+answer; a verifier that raises, returns something else, writes a run-state attribute that is
+not a field, or (async) overruns the policy's ``hook_timeout_s`` rejects the answer with
+feedback that says it could not be verified (a ``hook_error`` event and a warning on the
+``fsm_agent`` logger tell the operator), which spends the verification budget like any
+rejection. An interrupt while an async verifier runs cuts it short and becomes the state's
+outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+from ...events import HookErrorEvent, TextEvent, VerificationFailedEvent
+from ...log import logger
+from ...machine.table import Outcome
+from ...run_state import strip_unknown, unknown_write_error
+from ..context import Interrupted, RunContext
+
+__all__ = ["DONE_REMINDER", "Verdict", "handle_verifying"]
+
+DONE_REMINDER = (
+    "You answered without calling the 'done' tool. When the task is complete, call 'done' "
+    "with your final answer; otherwise continue working."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verifier's answer: accepted, or rejected with feedback for the model [S002]."""
+
+    complete: bool
+    feedback: str | None = None
+
+    @classmethod
+    def accept(cls) -> Verdict:
+        """The answer is complete."""
+        return cls(True)
+
+    @classmethod
+    def reject(cls, feedback: str) -> Verdict:
+        """The answer is not complete; ``feedback`` goes back to the model."""
+        return cls(False, feedback)
+
+
+async def _awaited(answer: Awaitable[Verdict | bool], timeout_s: float) -> Verdict | bool:
+    async with asyncio.timeout(timeout_s):
+        return await answer
+
+
+async def handle_verifying(ctx: RunContext) -> Outcome:
+    """Ask the verifier (or apply the done-tool requirement) about the last answer."""
+    rs = ctx.rs
+    agent = ctx.agent
+    feedback: str | None = None
+    if agent.policy.require_done_tool:
+        feedback = DONE_REMINDER
+    elif agent.verifier is not None:
+        try:
+            answer = agent.verifier(output=rs.last_text, run_state=rs)
+            verdict: Verdict | bool = (
+                answer
+                if isinstance(answer, Verdict | bool)
+                else await ctx.effect(_awaited(answer, agent.policy.hook_timeout_s))
+            )
+            if not isinstance(verdict, Verdict | bool):
+                raise TypeError(f"the verifier returned {type(verdict).__name__}")
+            unknown = strip_unknown(rs)
+            if unknown:
+                raise AttributeError(unknown_write_error(unknown))
+        except Interrupted:
+            return ctx.interrupted
+        except Exception as exc:
+            logger.warning(
+                "run %s: the verifier failed (%r); the answer counts as rejected", rs.run_id, exc
+            )
+            if ctx.listening:
+                await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc)))
+            verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
+        if isinstance(verdict, bool):
+            verdict = Verdict(verdict, None if verdict else "The answer was not accepted.")
+        if not verdict.complete:
+            feedback = verdict.feedback or "The answer was not accepted."
+    if feedback is None:
+        return Outcome.VERIFIED
+    rs.feedback = feedback
+    if ctx.listening:
+        if rs.last_text:  # a rejected answer is intermediate text; an accepted one is the final
+            await ctx.emit(TextEvent(run_id=rs.run_id, text=rs.last_text))
+        await ctx.emit(VerificationFailedEvent(run_id=rs.run_id, feedback=feedback))
+    return Outcome.REJECTED

@@ -1,0 +1,153 @@
+"""The package's import graph has no cycle.
+
+The graph: every import a module under ``fsm_agent/`` makes, read with ``ast`` (at module level
+and deferred inside functions alike: a deferred import that closes a cycle only hides it), plus
+the parent packages each import loads (importing ``fsm_agent.kernel.context`` runs
+``fsm_agent/kernel/__init__.py`` first). Imports under ``if TYPE_CHECKING:`` never run and are
+left out; so is the root package as a target, which re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import fsm_agent
+
+PACKAGE = Path(fsm_agent.__file__).parent
+ROOT = "fsm_agent"
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = [ROOT, *path.relative_to(package).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(body: Iterable[ast.stmt]) -> Iterable[ast.Import | ast.ImportFrom]:
+    """The import statements that may run (all but those under ``if TYPE_CHECKING:``)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from _imports(node.body)
+            yield from _imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _imports(block)
+            for handler in node.handlers:
+                yield from _imports(handler.body)
+        elif isinstance(
+            node,
+            ast.With | ast.For | ast.While | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+        ):
+            yield from _imports(node.body)
+
+
+def imports_of(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
+    """The package modules that importing ``name`` (at ``path``) imports directly."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            targets.add(submodule if submodule in known else base)
+    loaded = set()
+    for target in targets:
+        parts = target.split(".")
+        loaded.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+    own_packages = {p for p in known if name.startswith(p + ".")}
+    return {t for t in loaded if t in known} - {name, ROOT} - own_packages
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(graph.get(succ, ())))))
+                    advanced = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    assert sum(len(targets) for targets in graph.values()) > 100  # the graph was read
+    assert graph["fsm_agent.kernel.driver"] >= {
+        "fsm_agent.kernel.context",
+        "fsm_agent.kernel.states",
+        "fsm_agent.machine.table",
+    }
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "low.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .high import X\n"
+        "def later():\n    from .mid import Y\n"
+    )
+    (package / "mid.py").write_text("Y = 1\n")
+    (package / "high.py").write_text("from .low import later\nX = 1\n")
+    known = {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
+    assert imports_of(f"{ROOT}.low", package / "low.py", known) == {f"{ROOT}.mid"}
+    assert imports_of(f"{ROOT}.high", package / "high.py", known) == {f"{ROOT}.low"}
