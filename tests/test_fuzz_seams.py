@@ -237,9 +237,10 @@ def test_a_short_seams_run_on_outside_attacks_finds_nothing() -> None:
 
 
 @pytest.mark.xfail(
-    reason="open kernel bug the seams mode finds: a cancel of the caller's task (or its "
+    reason="open kernel bugs the seams mode finds: a cancel of the caller's task (or its "
     "asyncio.timeout) that lands while a parallel tool's journal write fails reaches the caller "
-    "as the store's CheckpointError, not CancelledError",
+    "as the store's CheckpointError, not CancelledError; and when a run suspends under "
+    "hook_failure_mode='fail', an after_run hook that fails stops the later after_run hooks",
     strict=False,
 )
 def test_a_short_seams_run_on_every_attack_finds_nothing() -> None:
