@@ -1,12 +1,14 @@
-"""Kernel overhead: µs per loop step of fsm_agent against the hand-written typed loop (the
-floor) doing the same work, in one run, and the ratio.
+"""Kernel overhead: µs per loop step of fsm_agent against two hand-written typed loops doing
+the same work, in one run, and the ratios: the typed floor (fsm_agent's message types) and the
+plain floor (its own plain pydantic models).
 
-Both play the workload of ``benchmarks/workload.py`` (N - 1 ``add`` tool calls, then an answer)
-on the same scripted model. Rounds interleave the two systems; the ratio reported is the median
-of the ratios taken within each round, which cancels most of the noise of a shared machine.
-``--instructions`` counts CPU instructions under valgrind's callgrind instead of timing: slow,
-but the same figure on a loaded machine (a different measure: it does not see cache misses, so
-its ratios run lower than the clock's). Building the agents is left out of both.
+All play the workload of ``benchmarks/workload.py`` (N - 1 ``add`` tool calls, then an answer),
+each response built per call from the wire body. Rounds interleave the systems; the ratios
+reported are the medians of the ratios taken within each round, which cancels most of the
+noise of a shared machine. ``--instructions`` counts CPU instructions under valgrind's
+callgrind instead of timing: slow, but the same figure on a loaded machine (a different
+measure: it does not see cache misses, so its ratios run lower than the clock's). Building
+the agents is left out of all.
 
     python benchmarks/kernel_overhead.py [--steps 10,50] [--rounds 7] [--instructions]
 """
@@ -27,9 +29,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workload import Adapter, FloorAdapter, FsmAgentAdapter
+from workload import Adapter, FloorAdapter, FsmAgentAdapter, PlainFloorAdapter
 
-SYSTEMS: dict[str, type[Adapter]] = {"floor": FloorAdapter, "fsm_agent": FsmAgentAdapter}
+SYSTEMS: dict[str, type[Adapter]] = {
+    "plain": PlainFloorAdapter,
+    "floor": FloorAdapter,
+    "fsm_agent": FsmAgentAdapter,
+}
+FLOORS = ("plain", "floor")
 
 
 async def _time_runs(adapter: Adapter, steps: int, runs: int) -> float:
@@ -50,16 +57,17 @@ def timed(steps: int, rounds: int) -> None:
     for _ in range(rounds):
         for name, system in SYSTEMS.items():
             per_step[name].append(asyncio.run(_time_runs(system(), steps, runs)))
-    ratios = [k / f for k, f in zip(per_step["fsm_agent"], per_step["floor"], strict=True)]
     for name, values in per_step.items():
         print(
             f"N = {steps:>5}  {name:<9} {statistics.median(values):7.1f} µs/step "
             f"({min(values):.1f}–{max(values):.1f})"
         )
-    print(
-        f"N = {steps:>5}  fsm_agent / floor: {statistics.median(ratios):.2f}× "
-        f"({min(ratios):.2f}–{max(ratios):.2f}; target ≤ 2×)"
-    )
+    for floor in FLOORS:
+        ratios = [k / f for k, f in zip(per_step["fsm_agent"], per_step[floor], strict=True)]
+        print(
+            f"N = {steps:>5}  fsm_agent / {floor}: {statistics.median(ratios):.2f}× "
+            f"({min(ratios):.2f}–{max(ratios):.2f}; target ≤ 2×)"
+        )
 
 
 def _instructions(system: str, steps: int, runs: int, *, play_them: bool) -> int:
@@ -92,7 +100,9 @@ def counted(steps: int) -> None:
         )
         per_step[name] = total / (runs * steps)
         print(f"N = {steps:>5}  {name:<9} {per_step[name]:,.0f} instructions/step")
-    print(f"N = {steps:>5}  fsm_agent / floor: {per_step['fsm_agent'] / per_step['floor']:.2f}×")
+    for floor in FLOORS:
+        ratio = per_step["fsm_agent"] / per_step[floor]
+        print(f"N = {steps:>5}  fsm_agent / {floor}: {ratio:.2f}×")
 
 
 def play(system: str, steps: int, runs: int, *, play_them: bool = True) -> None:

@@ -1,11 +1,16 @@
 """The peer benchmark's workload, and the adapters that need nothing but fsm_agent.
 
 One run of N steps: the model calls a trivial ``add`` tool N - 1 times, then answers ``done``.
-Step k calls ``add(a=k, b=1)``; its result, k + 1, tells a stateless scripted model which step
-comes next (see :func:`next_call`), so every system plays the same turns from its own history
-without a per-run script. fsm_agent and the floor replay the same turns from a
-:class:`~fsm_agent.testing.ScriptedModel` (:func:`script`) that keeps no record of the
-requests (a test's record would dominate the memory measured).
+Step k calls ``add(a=k, b=1)``; its result, k + 1, tells a stateless model which step comes next
+(see :func:`next_call`), so every system plays the same turns from its own history without a
+per-run script.
+
+fsm_agent and both floors answer from a :class:`WireModel`: each call builds the decoded JSON
+body a Chat Completions server sends (:func:`wire_payload`: a call id, a tool name and the
+arguments as a JSON string) and turns it into a response the way the system's provider would,
+so response construction is part of every step. fsm_agent and the typed floor parse it with
+fsm_agent's OpenAI provider; the plain floor with :func:`plain_response`, on its own plain
+pydantic models. :func:`script` keeps the same turns pre-built for the scripts that replay them.
 
 An :class:`Adapter` makes one system run the workload. Everything a run needs (agents, models)
 is built by :meth:`Adapter.prepare`, before the clock starts; the clock times only the runs.
@@ -14,14 +19,29 @@ Building the agent is measured on its own, as start-up (:meth:`Adapter.start`).
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
-from fsm_agent import Agent, Message, ModelRequest, Policy, Role, Tool, ToolContext, tool
-from fsm_agent.testing import ScriptedModel, Turn, text, tool_call
+from pydantic import BaseModel
+
+from fsm_agent import (
+    Agent,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Policy,
+    Role,
+    Tool,
+    ToolContext,
+    ToolResult,
+    tool,
+)
+from fsm_agent.testing import Turn, text, tool_call
 
 PROMPT = "count"
 SYSTEM_PROMPT = "Be brief."
@@ -111,21 +131,80 @@ class Adapter(ABC):
         """Build everything one run needs; awaiting the result plays the run."""
 
 
+def wire_payload(call: Call | None) -> dict[str, Any]:
+    """The decoded body of a Chat Completions answer for the turn ``call`` (``None``: the
+    answer), built afresh: what a provider holds after reading the server's JSON."""
+    if call is None:
+        message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
+        finish = "stop"
+    else:
+        function = {"name": "add", "arguments": f'{{"a": {call.a}, "b": 1}}'}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call.id, "type": "function", "function": function}],
+        }
+        finish = "tool_calls"
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "model": "bench",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+    }
+
+
+def last_result(messages: Sequence[Message]) -> int | None:
+    """The last ``add`` result in an fsm_agent history, or ``None`` before the first call."""
+    last = messages[-1]
+    if last.role is not Role.TOOL:
+        return None
+    result = last.parts[-1]
+    assert isinstance(result, ToolResult)
+    return int(result.content)
+
+
+class WireModel:
+    """A model that answers the workload's next turn from the request's history, building the
+    response per call from the wire body with fsm_agent's OpenAI provider. Stateless."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self._parse = openai_parser()
+
+    @property
+    def name(self) -> str:
+        """The model's name in events and traces."""
+        return "wire"
+
+    @property
+    def context_window(self) -> int | None:
+        """Unknown: compaction never triggers."""
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Yield to the loop once, then parse the next turn's wire body."""
+        await asyncio.sleep(0)
+        return self._parse(wire_payload(next_call(last_result(request.messages), self.steps)))
+
+
+@functools.cache
+def openai_parser() -> Callable[[dict[str, Any]], ModelResponse]:
+    """The OpenAI provider's reader of a whole ``chat.completion`` body."""
+    from fsm_agent.providers import OpenAIChatModel
+
+    return OpenAIChatModel("bench", base_url="http://127.0.0.1:9/v1")._response
+
+
 class FsmAgentAdapter(Adapter):
-    """fsm_agent: an :class:`~fsm_agent.Agent` over a :class:`~fsm_agent.testing.ScriptedModel`
-    (an agent per run: the scripted model keeps the run's position)."""
+    """fsm_agent: an :class:`~fsm_agent.Agent` over a :class:`WireModel`."""
 
     name = "fsm_agent"
     distributions = ("fsm_agent", "pydantic", "transitions")
 
     def start(self, steps: int) -> Agent[None]:
-        """An agent with the ``add`` tool, a system prompt and the run's script."""
-        return Agent(
-            ScriptedModel(script(steps), keep_requests=False),
-            tools=[ADD_TOOL],
-            system_prompt=SYSTEM_PROMPT,
-            policy=POLICY,
-        )
+        """An agent with the ``add`` tool, a system prompt and the run's model."""
+        return Agent(WireModel(steps), tools=[ADD_TOOL], system_prompt=SYSTEM_PROMPT, policy=POLICY)
 
     def prepare(self, steps: int) -> Run:
         """A fresh agent's ``run``."""
@@ -139,22 +218,22 @@ class FsmAgentAdapter(Adapter):
 
 
 class FloorAdapter(Adapter):
-    """The floor: a hand-written typed asyncio loop over fsm_agent's pydantic message types,
+    """The typed floor: a hand-written asyncio loop over fsm_agent's pydantic message types,
     the least a correct loop does with them (same model, same tool, same argument
     validation; no table, counters, trace, limits or interrupts)."""
 
     name = "floor"
 
-    def start(self, steps: int) -> ScriptedModel:
+    def start(self, steps: int) -> WireModel:
         """The loop starts from its model alone."""
-        return ScriptedModel(script(steps), keep_requests=False)
+        return WireModel(steps)
 
     def prepare(self, steps: int) -> Run:
-        """The typed loop over a fresh scripted model."""
+        """The typed loop over a fresh model."""
         return functools.partial(typed_loop, self.start(steps))
 
 
-async def typed_loop(model: ScriptedModel) -> str:
+async def typed_loop(model: WireModel) -> str:
     """Call the model, run its tool calls, repeat until it answers; return the answer."""
     tools = {ADD_TOOL.name: ADD_TOOL}
     definitions = (ADD_TOOL.definition,)
@@ -174,3 +253,110 @@ async def typed_loop(model: ScriptedModel) -> str:
             context = ToolContext(run_id="run", call_id=call.id, step=step, deps=None)
             execution = await tools[call.name].execute(call, context)
             messages.append(Message.model_construct(role=Role.TOOL, parts=(execution.result,)))
+
+
+# -- the plain floor: its own plain pydantic models ---------------------------------------------
+class PlainToolCall(BaseModel):
+    """A tool call: id, name, parsed arguments."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class PlainMessage(BaseModel):
+    """One message: role, text, the assistant's calls, the tool result's call id."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[PlainToolCall] = []
+    tool_call_id: str | None = None
+
+
+class PlainResponse(BaseModel):
+    """One model turn."""
+
+    message: PlainMessage
+    finish_reason: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class AddArguments(BaseModel):
+    """The ``add`` tool's arguments."""
+
+    a: int
+    b: int
+
+
+def plain_response(payload: dict[str, Any]) -> PlainResponse:
+    """A Chat Completions body as a plain typed loop reads it: the first choice, each call's
+    arguments decoded from their JSON text, the pieces validated by the plain models."""
+    choice = payload["choices"][0]
+    message = choice["message"]
+    calls = [
+        PlainToolCall(
+            id=wire["id"],
+            name=wire["function"]["name"],
+            arguments=json.loads(wire["function"]["arguments"]),
+        )
+        for wire in message.get("tool_calls") or ()
+    ]
+    usage = payload.get("usage") or {}
+    return PlainResponse(
+        message=PlainMessage(
+            role="assistant", content=message.get("content") or "", tool_calls=calls
+        ),
+        finish_reason=choice["finish_reason"],
+        input_tokens=usage.get("prompt_tokens", 0),
+        output_tokens=usage.get("completion_tokens", 0),
+    )
+
+
+class PlainWireModel:
+    """:class:`WireModel` for the plain floor: same turns, parsed by :func:`plain_response`."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    async def complete(self, messages: Sequence[PlainMessage]) -> PlainResponse:
+        """Yield to the loop once, then parse the next turn's wire body."""
+        await asyncio.sleep(0)
+        last = messages[-1]
+        result = int(last.content) if last.role == "tool" else None
+        return plain_response(wire_payload(next_call(result, self.steps)))
+
+
+class PlainFloorAdapter(Adapter):
+    """The plain floor: the least a correct typed loop does, on its own plain pydantic models
+    (so no cost of fsm_agent's message types hides in it)."""
+
+    name = "plain floor"
+    distributions = ("pydantic",)
+
+    def start(self, steps: int) -> PlainWireModel:
+        """The loop starts from its model alone."""
+        return PlainWireModel(steps)
+
+    def prepare(self, steps: int) -> Run:
+        """The plain loop over a fresh model."""
+        return functools.partial(plain_loop, self.start(steps))
+
+
+async def plain_loop(model: PlainWireModel) -> str:
+    """Call the model, validate each call's arguments and run the tool, repeat until it
+    answers; return the answer."""
+    tools = {"add": add}
+    messages = [
+        PlainMessage(role="system", content=SYSTEM_PROMPT),
+        PlainMessage(role="user", content=PROMPT),
+    ]
+    while True:
+        response = await model.complete(messages)
+        messages.append(response.message)
+        if not response.message.tool_calls:
+            return response.message.content
+        for call in response.message.tool_calls:
+            arguments = AddArguments.model_validate(call.arguments)
+            value = tools[call.name](arguments.a, arguments.b)
+            messages.append(PlainMessage(role="tool", content=str(value), tool_call_id=call.id))

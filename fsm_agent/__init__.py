@@ -89,7 +89,7 @@ from .messages import (
     ToolResult,
     Usage,
 )
-from .models import Model, StreamingModel
+from .models import Model, ModelChain, StreamingModel
 from .persistence import (
     Checkpoint,
     Checkpointer,
@@ -118,7 +118,13 @@ if TYPE_CHECKING:
     from .machine.checker import CheckReport, CheckVerdict, check
     from .persistence.postgres import PostgresCheckpointer
     from .persistence.sqlite import SQLiteCheckpointer
-    from .providers import AnthropicModel, GeminiModel, OpenAIChatModel, infer_model
+    from .providers import (
+        AnthropicModel,
+        FallbackModel,
+        GeminiModel,
+        OpenAIChatModel,
+        infer_model,
+    )
     from .replay import ReplayReport
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
@@ -132,6 +138,7 @@ _LAZY = {
     "CheckVerdict": "machine.checker",
     "Conversation": "conversation",
     "DurableRuns": "durable",
+    "FallbackModel": "providers",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
     "PostgresCheckpointer": "persistence.postgres",
@@ -170,6 +177,7 @@ __all__ = [
     "DurableRunError",
     "DurableRuns",
     "Event",
+    "FallbackModel",
     "FinishReason",
     "FsmAgentError",
     "GeminiModel",
@@ -192,6 +200,7 @@ __all__ = [
     "MissingExtraError",
     "MockResult",
     "Model",
+    "ModelChain",
     "ModelConnectionError",
     "ModelError",
     "ModelRequest",

@@ -26,6 +26,7 @@ __all__ = [
     "LoopDetectedEvent",
     "ModelRequestEvent",
     "ModelResponseEvent",
+    "ModelSwitchedEvent",
     "ReasoningDeltaEvent",
     "ReasoningEvent",
     "RetryingEvent",
@@ -163,6 +164,17 @@ class RetryingEvent(_Event):
     finish_reason: FinishReason | None = None
 
 
+class ModelSwitchedEvent(_Event):
+    """A model call failed and the next model of the fallback chain takes it, at once.
+    ``switches`` counts the moves down the chain so far (1 for the first)."""
+
+    type: Literal["model_switched"] = "model_switched"
+    from_model: str
+    to_model: str
+    switches: int
+    error: str
+
+
 class AttemptDiscardedEvent(_Event):
     """A streamed model call failed and will be retried: drop the text, reasoning and tool-call
     deltas shown since the last ``model_request`` event; the retry streams its own answer.
@@ -257,6 +269,7 @@ Event: TypeAlias = Annotated[
     | ToolResultEvent
     | StepCompleteEvent
     | RetryingEvent
+    | ModelSwitchedEvent
     | AttemptDiscardedEvent
     | CompactedEvent
     | VerificationFailedEvent

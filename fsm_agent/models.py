@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
+from .errors import ModelError
 from .messages import ModelRequest, ModelResponse, StreamDelta
 
-__all__ = ["Model", "StreamingModel"]
+__all__ = ["Model", "ModelChain", "StreamingModel"]
 
 
 @runtime_checkable
@@ -41,4 +42,20 @@ class StreamingModel(Model, Protocol):
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Stream one call."""
+        ...
+
+
+@runtime_checkable
+class ModelChain(Model, Protocol):
+    """A model that is an ordered chain of models, the first one called first
+    (:class:`~fsm_agent.providers.fallback.FallbackModel`). The kernel calls the chain's models
+    itself: each move to the next one is a row of the machine."""
+
+    @property
+    def models(self) -> tuple[Model, ...]:
+        """The models, in the order they take the call."""
+        ...
+
+    def falls_back_on(self, error: ModelError) -> bool:
+        """Whether ``error`` hands the call to the next model at once (without the retries)."""
         ...

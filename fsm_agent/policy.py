@@ -290,8 +290,9 @@ class Policy(_PolicyModel):
         return self
 
 
-def limits_of(policy: Policy, *, verification: bool) -> Limits:
-    """The numbers the table's guards read, from a policy and whether answers are verified."""
+def limits_of(policy: Policy, *, verification: bool, models: int = 1) -> Limits:
+    """The numbers the table's guards read, from a policy, whether answers are verified and how
+    many models a fallback chain holds (1: a single model)."""
     return Limits(
         max_steps=policy.max_steps,
         max_retries=policy.retry.max_retries,
@@ -303,4 +304,5 @@ def limits_of(policy: Policy, *, verification: bool) -> Limits:
         verification=verification or policy.require_done_tool,
         max_repeated_tool_calls=policy.max_repeated_tool_calls,
         finalize_repeated_tool_calls=policy.on_repeated_tool_calls is LoopGuardAction.FINALIZE,
+        max_model_switches=max(0, models - 1),
     )

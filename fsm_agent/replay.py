@@ -37,6 +37,7 @@ from .events import (
     FinalEvent,
     ModelRequestEvent,
     ModelResponseEvent,
+    ModelSwitchedEvent,
     ReasoningDeltaEvent,
     RetryingEvent,
     StateChangedEvent,
@@ -53,11 +54,13 @@ from .machine.table import Outcome, State
 from .messages import (
     FinishReason,
     Message,
+    ModelRequest,
     ModelResponse,
     ToolCall,
     ToolDefinition,
     ToolResult,
 )
+from .models import Model
 from .persistence.run_log import RecordedToolError
 from .policy import Policy
 from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Divergence",
+    "RecordedFallbackError",
     "Recorder",
     "Recording",
     "RecordingHeader",
@@ -251,6 +255,46 @@ class ReplayModel(ScriptPlayer):
         return Failure(outcome) if isinstance(outcome, ModelError) else outcome
 
 
+class RecordedFallbackError(ModelError):
+    """A recorded call whose error handed it to the next model of a fallback chain."""
+
+
+class _ChainMember:
+    """One model of a replayed fallback chain: the recorded name, the shared recorded calls."""
+
+    def __init__(self, shared: ReplayModel, name: str) -> None:
+        self._shared = shared
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The recorded model's name."""
+        return self._name
+
+    @property
+    def context_window(self) -> int | None:
+        """Unknown: the recording does not say."""
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The next recorded outcome."""
+        return await self._shared.complete(request)
+
+
+def _replay_model(recording: Recording) -> Model:
+    """The recording's model: a fallback chain of the models the run moved through (whose
+    recorded fallback errors hand the call on), or one :class:`ReplayModel`."""
+    from .providers.fallback import FallbackModel
+
+    shared = ReplayModel(recording)
+    switched = [e for e in recording.events if isinstance(e, ModelSwitchedEvent)]
+    if not switched:
+        return shared
+    names = [switched[0].from_model, *(e.to_model for e in switched)]
+    first, *others = (_ChainMember(shared, name) for name in names)
+    return FallbackModel(first, *others, on=(RecordedFallbackError,))
+
+
 def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]:
     """The outcome of each recorded model call, in order."""
     outcomes: list[ModelResponse | ModelError] = []
@@ -260,6 +304,7 @@ def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]
             continue
         summary = event.request.tool_choice == "none" and not event.request.tools
         error_text = "the recorded model call failed"
+        fell_back = False
         outcome: ModelResponse | ModelError | None = None
         for later in events[index + 1 :]:
             if isinstance(later, ModelRequestEvent):
@@ -273,16 +318,19 @@ def _model_outcomes(events: Sequence[Event]) -> list[ModelResponse | ModelError]
                     message=message, finish_reason=FinishReason.STOP, usage=later.call
                 )
                 break
-            if isinstance(later, RetryingEvent | AbortedEvent) and later.error:
+            if isinstance(later, RetryingEvent | ModelSwitchedEvent | AbortedEvent) and later.error:
                 error_text = later.error
             elif isinstance(later, StateChangedEvent) and later.source is State.CALLING:
-                if later.outcome is Outcome.LENGTH:
+                if later.outcome is Outcome.FALLBACK:
+                    fell_back = True  # the error text follows, in model_switched or retrying
+                elif later.outcome is Outcome.LENGTH:
                     outcome = ContextWindowExceededError(error_text)
                 elif later.outcome is Outcome.FATAL_ERROR:
                     outcome = ModelError(error_text, retryable=False)
                 if outcome is not None:
                     break
-        outcomes.append(outcome or ModelError(error_text, retryable=True))
+        failure = RecordedFallbackError if fell_back else ModelError
+        outcomes.append(outcome or failure(error_text, retryable=True))
     return outcomes
 
 
@@ -418,7 +466,7 @@ def _agent(
 
     run_id = header.run_id
     return Agent(
-        ReplayModel(recording),
+        _replay_model(recording),
         tools=list(tools) if tools is not None else replayed_tools(recording),
         system_prompt=header.system_prompt,
         policy=policy or header.policy,

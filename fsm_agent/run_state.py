@@ -155,6 +155,7 @@ class RunState(BaseModel):
     suspensions: int = 0
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
+    answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
 
     @classmethod
     def start(cls, run_id: str) -> RunState:
@@ -171,6 +172,7 @@ class RunState(BaseModel):
         fields["human_requests"] = []
         fields["tool_outputs"] = {}
         fields["recent_turns"] = []
+        fields["answered_by"] = {}
         rs = _new(cls)
         _set(rs, "__dict__", fields)
         _set(rs, "__pydantic_fields_set__", {"run_id"})

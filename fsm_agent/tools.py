@@ -151,13 +151,21 @@ class Tool:
                 "timeout_s would never apply; mark it @tool(threaded=True, timeout_s=...) or "
                 "make it async"
             )
-        self.description = description if description is not None else _doc_summary(fn)
         self.timeout_s = timeout_s
         self.raw_arguments = raw_arguments
         self.threaded = threaded
         self.needs_approval = needs_approval
         self.idempotent = idempotent
         self._context_param, params = _parameters(fn, self.name)
+        if description is None:
+            description = _doc_summary(fn)
+            if not description:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r} has no description, and the model reads it to decide "
+                    "when to call the tool: give the function a docstring, or pass "
+                    "@tool(description=...) (description='' sends none on purpose)"
+                )
+        self.description = description
         if raw_arguments:
             if len(params) != 1 or params[0][1] is not str:
                 raise ToolDefinitionError(

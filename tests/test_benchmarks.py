@@ -1,4 +1,4 @@
-"""The benchmark instrument still works: the workload plays on fsm_agent and on the floor.
+"""The benchmark instrument still works: the workload plays on fsm_agent and on both floors.
 
 Nothing here is timed; peers are not needed (they are installed only for benchmarking).
 """
@@ -11,12 +11,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from workload import ANSWER, FloorAdapter, FsmAgentAdapter, add_calls
+from workload import ANSWER, FloorAdapter, FsmAgentAdapter, PlainFloorAdapter, add_calls
 
 
 def test_workload_runs_on_fsm_agent_and_the_floor() -> None:
-    """At N = 2 both adapters call ``add`` once, then answer."""
-    for adapter in (FsmAgentAdapter(), FloorAdapter()):
+    """At N = 2 every adapter calls ``add`` once, then answers."""
+    for adapter in (FsmAgentAdapter(), FloorAdapter(), PlainFloorAdapter()):
         add_calls.value = 0
         assert asyncio.run(adapter.prepare(2)()) == ANSWER, adapter.name
         assert add_calls.value == 1, adapter.name

@@ -275,9 +275,28 @@ def test_cli_gives_the_parametric_verdict_first(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert out.startswith("check (parametric): PROVEN for every policy that sets max_steps")
     assert "steps < max_steps ranks" in out
-    assert "model calls      = min(max_steps + min(max_steps * max_retries" in out
+    assert "model calls      = min(max_steps + min((max_steps + max_model_switches)" in out
     assert "summarize_on_max_steps, max_requests) = 1201" in out
     assert "abstract states explored" not in out
+
+
+def test_cli_counts_the_calls_of_a_fallback_chain(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`check --models 3` bounds the calls across a chain of three models (each switch a failed
+    call that starts a fresh run of retries), and the explorer's worst run makes exactly that
+    many."""
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"max_steps": 2, "max_compaction_attempts": 0}')
+    assert _run(["--policy", str(policy), "--models", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "model_switches < max_model_switches ranks [calling]" in out
+    # 2 turns + (2 + 2) × 5 retries + 2 switches + 1 summary call
+    assert "(2 + 2) × 5 retries + 2 model switches + 1 summary call = 25" in out
+    assert _run(["--policy", str(policy), "--models", "3", "--explore"]) == 0
+    assert "longest path: 25 model calls" in capsys.readouterr().out
+    assert _run(["--policy", str(policy), "--explore"]) == 0
+    assert "longest path: 13 model calls" in capsys.readouterr().out
 
 
 def test_cli_proves_the_default_policy(capsys: pytest.CaptureFixture[str]) -> None:
@@ -314,7 +333,11 @@ def test_cli_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert data["verification"] is True
     assert data["bounds"]["max_model_calls"] == data["longest_path"]["model_calls"]
     assert data["parametric"]["terminates"] is True
-    assert data["parametric"]["measures"] == [["steps", "max_steps"], ["retries", "max_retries"]]
+    assert data["parametric"]["measures"] == [
+        ["steps", "max_steps"],
+        ["model_switches", "max_model_switches"],
+        ["retries", "max_retries"],
+    ]
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"max_steps": -1}', '{"nope": 1}'])

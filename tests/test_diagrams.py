@@ -114,9 +114,10 @@ def test_every_row_and_state_is_drawn() -> None:
 def test_labels_read_outcome_guard_and_stop_in_row_order() -> None:
     """A retried error reads ``1. retryable_error [retries < 5]`` then ``2. … [else] / …``."""
     drawing = plan()
-    first, second = _rows(Outcome.RETRYABLE_ERROR)
+    first, second, third = _rows(Outcome.RETRYABLE_ERROR)
     assert _edge(drawing, first).label == "1. retryable_error [retries < 5]"
-    assert _edge(drawing, second).label == "2. retryable_error [else] / max_errors"
+    assert _edge(drawing, second).label == "2. retryable_error [model_switches < 1]"
+    assert _edge(drawing, third).label == "3. retryable_error [else] / max_errors"
     (start,) = _rows(Outcome.START)
     assert _edge(drawing, start).label == "start"
 
@@ -180,7 +181,7 @@ def test_no_scope_greys_nothing() -> None:
 def test_zero_retries_greys_the_retry_rows() -> None:
     """``max_retries=0`` makes the retry rows unreachable but keeps the abort rows."""
     drawing = plan(scope=Scope.of(Policy(retry=RetryPolicy(max_retries=0))))
-    retry, give_up = _rows(Outcome.RETRYABLE_ERROR)
+    retry, _switch, give_up = _rows(Outcome.RETRYABLE_ERROR)
     assert not _edge(drawing, retry).reachable
     assert _edge(drawing, give_up).reachable
 
@@ -248,7 +249,7 @@ def test_overlay_highlights_path_and_final_state() -> None:
     assert "final: completed" in done
     assert diagrams.DOT_STYLES["final"]["color"] in done
     retry = _rows(Outcome.RETRYABLE_ERROR)[0]
-    retry_line = next(x for x in dot.splitlines() if f'id="row{retry}"' in x)
+    retry_line = next(x for x in dot.splitlines() if 'id="row' in x and f"_{retry}_" in x)
     assert "×1" in retry_line
     assert diagrams.DOT_STYLES["visited_edge"]["color"] in retry_line
     unvisited = _rows(Outcome.FATAL_ERROR)[0]

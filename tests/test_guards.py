@@ -31,6 +31,7 @@ LIMIT_SETS = [
         verification=True,
         max_repeated_tool_calls=3,
         finalize_repeated_tool_calls=True,
+        max_model_switches=2,
     ),
     Limits(max_retries=0, max_compaction_attempts=0, max_repeated_tool_calls=2),
 ]

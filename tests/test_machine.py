@@ -22,6 +22,7 @@ LIMIT_SETS = [
         max_compaction_attempts=1,
         max_verifications=1,
         verification=True,
+        max_model_switches=1,
     ),
     Limits(max_steps=4, max_repeated_tool_calls=2, finalize_repeated_tool_calls=True),
     Limits(

@@ -23,16 +23,18 @@ from test_seeded_bugs import ENDLESS_REJECTION, ENDLESS_RETRY, REENQUEUED_TOOLS
 S, On = State, Outcome
 
 
-def test_the_default_table_terminates_by_steps_then_retries() -> None:
-    """The built-in table is ranked by steps (the agent loop), then retries (between two steps),
-    relying on max_steps and max_retries only."""
+def test_the_default_table_terminates_by_steps_then_model_switches_then_retries() -> None:
+    """The built-in table is ranked by steps (the agent loop), then the moves down a fallback
+    chain, then retries (between two steps or switches), relying on limits that are always set
+    besides max_steps (max_total_errors, often None, is not needed)."""
     proof = prove()
     assert proof.terminates, "\n".join(proof.lines())
     assert [(m.counter, m.limit) for m in proof.measures] == [
         (Counter.STEPS, Bound.MAX_STEPS),
+        (Counter.MODEL_SWITCHES, Bound.MAX_MODEL_SWITCHES),
         (Counter.RETRIES, Bound.MAX_RETRIES),
     ]
-    assert proof.relies_on == (Bound.MAX_STEPS, Bound.MAX_RETRIES)
+    assert proof.relies_on == (Bound.MAX_STEPS, Bound.MAX_RETRIES, Bound.MAX_MODEL_SWITCHES)
     assert proof.unreadable == ()
 
 
@@ -98,9 +100,14 @@ def test_a_cycle_ranked_only_by_a_counter_it_resets_is_rejected() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(base=policies(), verification=st.booleans(), unbounded=st.booleans())
+@given(
+    base=policies(),
+    verification=st.booleans(),
+    unbounded=st.booleans(),
+    models=st.integers(1, 3),
+)
 def test_the_proof_agrees_with_the_explorer_on_small_policies(
-    base: Policy, verification: bool, unbounded: bool
+    base: Policy, verification: bool, unbounded: bool, models: int
 ) -> None:
     """DESIGN §8.1 for every policy at once: where the parametric proof covers a policy, the
     explorer proves it too and its worst run makes exactly the closed-form number of calls;
@@ -115,10 +122,10 @@ def test_the_proof_agrees_with_the_explorer_on_small_policies(
         }
     )
     proof = prove()
-    report = check(policy, verification=verification, max_states=200_000)
-    if proof.covers(limits_of(policy, verification=verification)):
+    report = check(policy, verification=verification, models=models, max_states=200_000)
+    if proof.covers(limits_of(policy, verification=verification, models=models)):
         assert report.proven, report.format()
-        assert report.longest_path_model_calls == bounds(policy).max_model_calls
+        assert report.longest_path_model_calls == bounds(policy, models=models).max_model_calls
     else:
         assert policy.max_steps is None
         assert report.proven is (policy.usage_limits.max_requests is not None)
@@ -142,9 +149,15 @@ def test_assert_bounds_passes_and_fails_in_one_line() -> None:
     requests=st.none() | st.integers(1, 400),
     total_errors=st.none() | st.integers(1, 30),
     summarize=st.booleans(),
+    models=st.integers(1, 4),
 )
 def test_the_printed_formulas_evaluate_to_the_closed_form_bounds(
-    base: Policy, steps: int | None, requests: int | None, total_errors: int | None, summarize: bool
+    base: Policy,
+    steps: int | None,
+    requests: int | None,
+    total_errors: int | None,
+    summarize: bool,
+    models: int,
 ) -> None:
     """The formulas `check` prints, evaluated as written, give the numbers of bounds() for every
     policy, unbounded limits included (invariant §8.2's bound, stated once)."""
@@ -159,8 +172,8 @@ def test_the_printed_formulas_evaluate_to_the_closed_form_bounds(
             "compaction": {**base.compaction.model_dump(), "strategies": strategies},
         }
     )
-    computed = bounds(policy)
-    assert evaluate_all(policy) == {
+    computed = bounds(policy, models=models)
+    assert evaluate_all(policy, models=models) == {
         "model calls": computed.max_model_calls,
         "tool turns": computed.max_tool_turns,
         "tool executions": computed.max_tool_executions,

@@ -44,10 +44,13 @@ from provider_server import (
     Sleep,
     Turn,
     anthropic_events,
+    anthropic_sse,
     collect,
     gemini_events,
+    gemini_sse,
     json_reply,
     openai_events,
+    openai_sse,
     run,
     sse,
     sse_reply,
@@ -372,6 +375,51 @@ def test_caller_cancellation_closes_the_response() -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+            await model.aclose()
+            await asyncio.sleep(0.05)
+            assert server.open_connections == 0
+
+    run(scenario())
+
+
+FINISHED = Turn(text="a whole answer", pieces=3)
+WHOLE: dict[str, list[bytes]] = {
+    "openai": openai_sse(FINISHED),
+    "anthropic": anthropic_sse(FINISHED),
+    "gemini": gemini_sse(FINISHED),
+}
+
+
+@providers
+def test_a_finished_stream_leaves_its_connection_for_the_next_call(provider: str) -> None:
+    """A stream read to its end signal gives its connection back to the pool: three streamed
+    calls share one connection (a fresh one per call costs a TCP and a TLS handshake)."""
+
+    async def scenario() -> None:
+        replies = [sse_reply(WHOLE[provider]) for _ in range(3)]
+        async with ProviderServer().script(*replies) as server:
+            model = MAKERS[provider](server.url)
+            for _ in range(3):
+                _, response = await collect(model, REQUEST)
+                assert response.message.text == FINISHED.text
+            await model.aclose()
+            assert server.connections == 1
+
+    run(scenario())
+
+
+def test_a_server_that_keeps_the_stream_open_after_its_end_costs_a_moment_only() -> None:
+    """After ``[DONE]`` the rest of the body is read to keep the connection, but a server that
+    never ends the body is cut within a quarter of a second, and the answer stands."""
+
+    async def scenario() -> None:
+        reply = sse_reply([*WHOLE["openai"], Sleep(30)])
+        async with ProviderServer().script(reply) as server:
+            model = MAKERS["openai"](server.url)
+            started = time.perf_counter()
+            _, response = await collect(model, REQUEST)
+            assert time.perf_counter() - started < 5
+            assert response.message.text == FINISHED.text
             await model.aclose()
             await asyncio.sleep(0.05)
             assert server.open_connections == 0

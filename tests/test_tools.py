@@ -247,7 +247,7 @@ def test_two_tools_with_the_same_name_are_refused() -> None:
         """One."""
         return "1"
 
-    other = tool(name="same")(lambda: "2")
+    other = tool(name="same", description="Two.")(lambda: "2")
     with pytest.raises(ToolDefinitionError, match="two tools are named 'same'"):
         ToolRegistry([same, other])
 

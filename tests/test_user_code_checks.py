@@ -8,7 +8,17 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, ConfigurationError, RunState, StopReason, Verdict, tool
+from fsm_agent import (
+    Agent,
+    ConfigurationError,
+    HookError,
+    Policy,
+    RunState,
+    StopReason,
+    ToolDefinitionError,
+    Verdict,
+    tool,
+)
 from fsm_agent.testing import ScriptedModel, text
 
 
@@ -80,3 +90,58 @@ def test_callables_the_kernel_can_call_are_accepted() -> None:
     for verifier in (keyword, loose, Judge()):
         result = _agent(verifier=verifier, stop_conditions=[Limit()]).run_sync("hi")
         assert result.stop_reason in (StopReason.COMPLETED, StopReason.STOP_CONDITION)
+
+
+def test_a_tool_without_a_description_is_refused_with_the_fix() -> None:
+    """A tool with no docstring would reach the model with an empty description: it is refused,
+    naming the two fixes; ``description=""`` still sends none on purpose."""
+
+    def lookup(key: str) -> str:
+        return key
+
+    with pytest.raises(ToolDefinitionError, match=r"'lookup' has no description.*docstring"):
+        tool(lookup)
+    assert tool(description="")(lookup).description == ""
+    assert tool(description="Look a key up.")(lookup).description == "Look a key up."
+
+
+@pytest.mark.parametrize(
+    "verifier",
+    [
+        pytest.param(lambda *, output, run_state: 1 / 0, id="raises"),
+        pytest.param(lambda *, output, run_state: None, id="returns-none"),
+    ],
+)
+def test_a_failing_verifier_lands_on_the_result_error(verifier: Any) -> None:
+    """A verifier that raises or returns garbage spends the verification budget like a
+    rejection, and the run that ends unverified says why on ``RunResult.error``."""
+    agent = Agent(
+        ScriptedModel([text("first"), text("second")]),
+        verifier=verifier,
+        policy=Policy(max_verifications=1),
+    )
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.UNVERIFIED
+    assert isinstance(result.error, HookError) and result.error.hook == "verifier"
+    assert "could not be verified" not in str(result.error)
+    assert result.run_state is not None and result.run_state.error == str(result.error)
+
+
+def test_a_verifier_that_recovers_leaves_no_error() -> None:
+    """An earlier verifier failure does not outlive a later verdict."""
+    calls: list[str] = []
+
+    def flaky(*, output: str, run_state: RunState) -> bool:
+        calls.append(output)
+        if len(calls) == 1:
+            raise RuntimeError("flaky")
+        return False
+
+    agent = Agent(
+        ScriptedModel([text("first"), text("second"), text("third")]),
+        verifier=flaky,
+        policy=Policy(max_verifications=1),
+    )
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.UNVERIFIED and calls == ["first", "second"]
+    assert result.error is None

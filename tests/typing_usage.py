@@ -9,10 +9,17 @@ from typing import assert_type
 from fsm_agent import (
     Agent,
     CompactionSettings,
+    FallbackModel,
     FinishReason,
     Message,
+    Model,
+    ModelChain,
+    ModelError,
+    ModelTimeoutError,
     Move,
     Policy,
+    ProviderServerError,
+    RateLimitError,
     RetryPolicy,
     RunResult,
     State,
@@ -25,7 +32,7 @@ from fsm_agent import (
     decide,
     tool,
 )
-from fsm_agent.events import Event
+from fsm_agent.events import Event, ModelSwitchedEvent
 from fsm_agent.machine.table import Counters, Limits, Outcome
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 
@@ -86,3 +93,24 @@ def defaults() -> None:
     assert_type(Agent(ScriptedModel([text("hi")]), deps=3), Agent[int])
     # A script's arguments may be any JSON mapping, not only a dict[str, JsonValue].
     ScriptedModel([tool_calls(("echo", {"text": "hi"})), tool_call("echo", {"n": "1"})])
+
+
+def fallback_chain() -> None:
+    # A chain of any models is a Model for Agent, typed as the chain; on= takes ModelError types.
+    chain = FallbackModel(
+        ScriptedModel([text("primary")]),
+        ScriptedModel([text("backup")]),
+        on=(RateLimitError, ProviderServerError, ModelTimeoutError),
+    )
+    assert_type(chain.models, tuple[Model, ...])
+    assert_type(chain.on, tuple[type[ModelError], ...])
+    assert_type(chain.falls_back_on(RateLimitError("429")), bool)
+    assert_type(Agent(chain), Agent[None])
+    assert_type(Agent(chain, deps="x").run_sync("hi"), RunResult)
+    checked: ModelChain = chain
+    assert_type(checked.models, tuple[Model, ...])
+    event: Event = ModelSwitchedEvent(
+        run_id="r", from_model="a", to_model="b", switches=1, error="429"
+    )
+    if isinstance(event, ModelSwitchedEvent):
+        assert_type(event.to_model, str)

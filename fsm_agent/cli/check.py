@@ -26,6 +26,14 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         "--verifier", action="store_true", help="check with a verifier (or require_done_tool)"
     )
     parser.add_argument(
+        "--models",
+        metavar="N",
+        type=positive_int,
+        default=1,
+        help="the agent's model chain holds N models (a FallbackModel of a primary and N - 1 "
+        "others; default 1)",
+    )
+    parser.add_argument(
         "--no-stop-conditions",
         action="store_true",
         help="the agent has no stop conditions (their rows are then reported as disabled)",
@@ -65,7 +73,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     file cannot be read."""
     policy = Policy() if args.policy is None else read_policy(args.policy)
     proof = prove()
-    limits = limits_of(policy, verification=args.verifier)
+    limits = limits_of(policy, verification=args.verifier, models=args.models)
     why = _why_explore(args, proof, limits)
     if why is None:
         print(_parametric(proof, policy, args))
@@ -74,6 +82,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         policy,
         verification=args.verifier,
         stop_conditions=not args.no_stop_conditions,
+        models=args.models,
         model_timeout_s=args.model_timeout,
         model_call_budget=args.model_call_budget,
         max_states=args.max_states,
@@ -119,7 +128,12 @@ def _parametric(
     proof: Proof, policy: Policy, args: argparse.Namespace, *, verdict: bool = True
 ) -> str:
     """The parametric verdict, the formulas, and their values for ``policy``."""
-    computed = bounds(policy, verification=args.verifier, model_timeout_s=args.model_timeout)
+    computed = bounds(
+        policy,
+        verification=args.verifier,
+        model_timeout_s=args.model_timeout,
+        models=args.models,
+    )
     head = "PROVEN for every policy that sets " + " and ".join(b.value for b in proof.relies_on)
     if not proof.terminates:
         head = "NOT PROVEN"
@@ -132,7 +146,7 @@ def _parametric(
         *(
             f"    {name:<16} = {formula} = {_show(value)}"
             for (name, formula), value in zip(
-                FORMULAS.items(), evaluate_all(policy).values(), strict=True
+                FORMULAS.items(), evaluate_all(policy, models=args.models).values(), strict=True
             )
         ),
         "  for this policy, with the derivations:",

@@ -16,7 +16,15 @@ from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent
 from ..machine.agent_machine import Move
 from ..machine.table import State
 from ..replay import is_recording, read_recording
-from .args import PROG, UsageError, mask_url, read_policy, writable_file, write_output
+from .args import (
+    PROG,
+    UsageError,
+    mask_url,
+    positive_int,
+    read_policy,
+    writable_file,
+    write_output,
+)
 
 __all__ = [
     "REGENERATE",
@@ -63,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --policy: the agent has stop conditions",
     )
     parser.add_argument(
+        "--models",
+        metavar="N",
+        type=positive_int,
+        default=1,
+        help="with --policy: the agent's model is a fallback chain of N models (default 1)",
+    )
+    parser.add_argument(
         "--trace",
         metavar="RUN",
         help="draw a run on the machine: a recording or JSONL event trace (--record FILE), or a "
@@ -99,7 +114,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.policy is not None:
         policy = read_policy(args.policy)
         scope = diagrams.Scope.of(
-            policy, verifier=args.verifier, stop_conditions=args.stop_conditions
+            policy,
+            verifier=args.verifier,
+            stop_conditions=args.stop_conditions,
+            models=args.models,
         )
         title += f": policy {Path(args.policy).name}"
     run = None

@@ -16,6 +16,7 @@ from ..events import (
     FinalEvent,
     HookErrorEvent,
     ModelRequestEvent,
+    ModelSwitchedEvent,
     RetryingEvent,
     StateChangedEvent,
     SuspendedEvent,
@@ -105,6 +106,11 @@ class Trace:
                 line = (
                     f"      retry  {_short(event.error)}: retry {event.attempt} "
                     f"after {event.delay_s:.1f} s"
+                )
+            case ModelSwitchedEvent():
+                line = (
+                    f"      model  {event.from_model} failed ({_short(event.error)}): "
+                    f"{event.to_model} takes the call"
                 )
             case VerificationFailedEvent():
                 line = f"      verify rejected: {_short(event.feedback)}"

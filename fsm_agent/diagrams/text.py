@@ -10,7 +10,6 @@ registry; what a policy makes impossible is the checker's own reading of it.
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,12 +37,20 @@ class Scope:
     impossible: frozenset[Outcome] = frozenset()
 
     @classmethod
-    def of(cls, policy: Policy, *, verifier: bool = False, stop_conditions: bool = False) -> Scope:
+    def of(
+        cls,
+        policy: Policy,
+        *,
+        verifier: bool = False,
+        stop_conditions: bool = False,
+        models: int = 1,
+    ) -> Scope:
         """The scope of an agent with ``policy``; ``verifier`` and ``stop_conditions`` say
-        whether it has a verifier and stop conditions (code, so not part of the policy)."""
+        whether it has a verifier and stop conditions (code, so not part of the policy), and
+        ``models`` how many models its fallback chain holds (1: a single model)."""
         return cls(
-            limits_of(policy, verification=verifier),
-            impossible_outcomes(policy, stop_conditions=stop_conditions),
+            limits_of(policy, verification=verifier, models=models),
+            impossible_outcomes(policy, stop_conditions=stop_conditions, models=models),
         )
 
 
@@ -85,6 +92,11 @@ class Plan:
     run: RunPath | None = None
 
 
+_UNSCOPED = Limits(max_model_switches=1)
+"""The limits a drawing without a scope labels its guards with: the default policy's, and a
+fallback chain of two models (so the rows that move down a chain read as they would there)."""
+
+
 def plan(
     rows: Sequence[Row] = TABLE,
     *,
@@ -93,7 +105,7 @@ def plan(
     title: str = "fsm_agent",
 ) -> Plan:
     """The nodes and edges of a diagram of ``rows``; pure."""
-    limits = Limits() if scope is None else scope.limits
+    limits = _UNSCOPED if scope is None else scope.limits
     live_rows, live_states = _live(rows, scope)
     groups: dict[tuple[State, Outcome], list[int]] = {}
     for i, row in enumerate(rows):
@@ -225,7 +237,8 @@ def to_dot(diagram: Plan | None = None) -> str:
 
     Interrupt rows that leave several states for the same destination on the same outcome are
     drawn once, from a dashed box around those states (Graphviz's ``ltail``); the other
-    interrupt rows between the same two states share one edge.
+    interrupt rows between the same two states share one edge, and so do a state's self-loops
+    (the retries and the moves down a fallback chain), labelled by guard.
     """
     p = plan() if diagram is None else diagram
     s = DOT_STYLES
@@ -244,33 +257,29 @@ def to_dot(diagram: Plan | None = None) -> str:
     in_broadcast = {edge.row for families in broadcasts.values() for f in families for edge in f}
     bundles: list[list[Edge]] = []
     pairs: dict[tuple[State, State], list[Edge]] = {}
+    loops_of: dict[State, list[Edge]] = {}  # each state's self-loops share one edge
     for edge in p.edges:
         if edge.row in in_broadcast:
             continue
-        if not edge.interrupt:
+        if not edge.interrupt and edge.source is edge.dest:
+            if edge.source in loops_of:
+                loops_of[edge.source].append(edge)
+            else:
+                bundles.append(loops_of.setdefault(edge.source, [edge]))
+        elif not edge.interrupt:
             bundles.append([edge])
         elif (edge.source, edge.dest) in pairs:
             pairs[edge.source, edge.dest].append(edge)
         else:
             bundles.append(pairs.setdefault((edge.source, edge.dest), [edge]))
-    loops: Tally[State] = Tally()
     for bundle in bundles:
-        source, dest = bundle[0].source, bundle[0].dest
-        extra: dict[str, str] = {}
-        if source is dest:  # a second self-loop goes below the state, so labels do not collide
-            extra = _LOOP_PORTS[loops[source] % len(_LOOP_PORTS)]
-            loops[source] += 1
-        below = extra.get("headport") == "s"
-        lines.append(_dot_edge(source, dest, [[e] for e in bundle], extra, outside=below))
+        lines.append(_dot_edge(bundle[0].source, bundle[0].dest, [[e] for e in bundle], {}))
     for (sources, dest), families in broadcasts.items():
         tail = min(sources, key=_order)
         ltail = {"ltail": f"cluster_{clusters.index(sources)}"}
         lines.append(_dot_edge(tail, dest, families, ltail))
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-_LOOP_PORTS: tuple[dict[str, str], ...] = ({}, {"tailport": "s", "headport": "s"})
 
 
 def _order(states: Iterable[State] | State) -> tuple[int, ...]:
@@ -335,12 +344,8 @@ def _dot_edge(
     head: State,
     families: list[list[Edge]],
     extra: Mapping[str, str],
-    *,
-    outside: bool = False,
 ) -> str:
-    """One DOT edge drawing one or more rows: one label line per family of rows. ``outside``
-    places the label after the layout where it overlaps nothing (an ``xlabel``): a loop below a
-    state would otherwise put it across the edges that leave the state downwards."""
+    """One DOT edge drawing one or more rows: one label line per family of rows."""
     s = DOT_STYLES
     edges = [edge for family in families for edge in family]
     lines = []
@@ -350,10 +355,20 @@ def _dot_edge(
         if len(families) == 1 and len(edges) == 1:
             label = label.replace(" / ", "\n/ ").replace(" [", "\n[").replace("\n[else]", " [else]")
         lines.append(label + (f" {_visits(visits)}" if visits else ""))
+    if tail is head and len(families) > 1:
+        # self-loops: one line per outcome, each guard once on a line after its outcomes
+        by_guard: dict[str, list[str]] = {}
+        for family in families:
+            outcome, _, guard = family[0].label.partition(" [")
+            by_guard.setdefault(guard, []).append(outcome)
+        visits = sum(edge.visits for edge in edges)
+        lines = [line for guard, outcomes in by_guard.items() for line in (*outcomes, f"[{guard}")]
+        if visits:
+            lines.append(_visits(visits))
     parts: list[Mapping[str, str]] = [
         {
             "id": "row" + "_".join(str(edge.row) for edge in edges),
-            "xlabel" if outside else "label": "\n".join(lines),
+            "label": "\n".join(lines),
             "tooltip": "\n".join(edge.detail for edge in edges),
         },
         extra,

@@ -49,6 +49,7 @@ from ..scripted import (
 )
 from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
 from .invariants import RunRecord
+from .primary import FailingPrimary
 
 __all__ = [
     "DEFAULT_TOOLS",
@@ -95,7 +96,8 @@ class FuzzModel(ScriptPlayer):
         self.played: list[Turn] = []  # the turn answered to each request, in order
 
     def next_turn(self, index: int) -> Turn:
-        """The script's turn ``index`` (cycling, if the case says so)."""
+        """The script's turn ``index`` (cycling, if the case says so); a fallback chain's failing
+        primary records its calls in ``requests`` without using a turn."""
         if index >= len(self.turns) and not self.cycle:
             raise ScriptExhaustedError(f"the script has {len(self.turns)} turn(s)")
         turn = self.turns[index % len(self.turns)]
@@ -300,7 +302,9 @@ class FuzzCase:
     (``True`` allows; a tool's question gets a text answer) over at most ``max_resumes``
     resumes. ``cancel_after``/``pause_after`` cancel or pause the run after that many events;
     a paused run is checkpointed as JSON, reloaded and resumed (invariant 10; this resume is
-    not one of the ``max_resumes``)."""
+    not one of the ``max_resumes``). With ``fallback`` the default agent's model is a
+    :class:`~fsm_agent.FallbackModel` whose primary fails (a :class:`FailingPrimary`) before the
+    script's model takes the call."""
 
     script: tuple[Turn, ...] = ()
     cycle: bool = False
@@ -314,6 +318,7 @@ class FuzzCase:
     max_resumes: int = 2
     cancel_after: int | None = None
     pause_after: int | None = None
+    fallback: bool = False
 
     def source(self, indent: str = "") -> str:
         """The constructor call that rebuilds this case (non-default fields only)."""
@@ -408,7 +413,14 @@ def _run_once(
         else FuzzModel(case.script, cycle=case.cycle)
     )
     deps = FuzzDeps(clock)
-    agent = make_agent(model) if make_agent is not None else _default_agent(case, model, deps)
+    if make_agent is not None:
+        agent = make_agent(model)
+    elif case.fallback:
+        from ..providers.fallback import FallbackModel
+
+        agent = _default_agent(case, FallbackModel(FailingPrimary(model), model), deps)
+    else:
+        agent = _default_agent(case, model, deps)
     if not isinstance(agent, Agent):
         raise TypeError(f"the agent factory returned {type(agent).__name__}, not an Agent")
     # A seeded jitter: the paused-and-resumed run and its reference must draw the same backoff
@@ -416,7 +428,9 @@ def _run_once(
     agent.runtime = Runtime(
         sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
     )
-    computed = bounds(agent.policy, verification=agent.limits.verification)
+    computed = bounds(
+        agent.policy, verification=agent.limits.verification, models=len(agent.models)
+    )
     calls, turns = computed.max_model_calls, computed.max_tool_turns
     cap = (
         RUNAWAY_MOVES

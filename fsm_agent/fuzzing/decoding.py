@@ -287,4 +287,5 @@ def read_case(c: Choices, definitions: Iterable[ToolDefinition] | None = None) -
         cancel_after=cancel_after,
         pause_after=pause_after,
         script=read_script(c, tools),
+        fallback=not target and c.chance(5),
     )

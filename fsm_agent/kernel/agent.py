@@ -32,15 +32,16 @@ from ..compaction import Compactor
 from ..errors import (
     ConfigurationError,
     InvalidInputError,
+    ModelError,
     ResumeError,
     RunFinishedError,
 )
 from ..events import Event
 from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.table import LIMITS, TERMINAL, State
+from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
-from ..models import Model
+from ..models import Model, ModelChain
 from ..persistence import Checkpointer, Durability
 from ..persistence.run_log import RunLog, UnknownOutcome
 from ..policy import Policy, limits_of
@@ -139,7 +140,7 @@ class Agent(Generic[DepsT]):
             )
         self.checkpointer = checkpointer
         self.unknown_outcome: UnknownOutcome = unknown_outcome
-        self.model = model
+        self._use_model(model)
         self.system_prompt = system_prompt
         # Built once: messages are immutable, so every run's history may share it.
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
@@ -149,7 +150,12 @@ class Agent(Generic[DepsT]):
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
-        self.streams = callable(getattr(model, "stream", None))
+        self.switch_rows = frozenset(
+            i
+            for i, row in enumerate(machine.rows)
+            if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
+        )
+        """The rows that move down a fallback chain (the next call needs no backoff)."""
         self.context_window: int | None = getattr(model, "context_window", None)
         self._tools_given = list(tools)
         self._compactor_given = compactor
@@ -201,11 +207,25 @@ class Agent(Generic[DepsT]):
         self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
         self.approval_needed = any(t.needs_approval for t in registry.values())
         self.pager = pager
-        self.limits = limits_of(policy, verification=self.verifier is not None)
+        self.limits = limits_of(
+            policy, verification=self.verifier is not None, models=len(self.models)
+        )
         self.decide = self.machine.deciding(self.limits)
         self.settings = LoopSettings.of(policy, self.context_window)
         self.compactor = self._compactor_given or Compactor.from_settings(policy.compaction)
         self.usage_limited = usage_limited(policy)
+
+    def _use_model(self, model: Model) -> None:
+        """Call ``model``: a :class:`~fsm_agent.models.ModelChain`'s models are called one at a
+        time by the kernel (``models[model_switches]``), each move to the next a row."""
+        self.model = model
+        if isinstance(model, ModelChain):
+            self.models: tuple[Model, ...] = model.models
+            self.falls_back_on: Callable[[ModelError], bool] | None = model.falls_back_on
+        else:
+            self.models = (model,)
+            self.falls_back_on = None
+        self.streams = all(callable(getattr(m, "stream", None)) for m in self.models)
 
     # -- public API -------------------------------------------------------------------------
     def with_effects(
@@ -223,8 +243,11 @@ class Agent(Generic[DepsT]):
         runs stream the model's answer."""
         clone = copy.copy(self)
         if model is not None:
-            clone.model = model
-            clone.streams = callable(getattr(model, "stream", None)) if streams is None else streams
+            clone._use_model(model)
+            if streams is not None:
+                clone.streams = streams
+            if len(clone.models) != len(self.models):
+                clone.policy = self.policy  # the guards read the chain's length
         elif streams is not None:
             clone.streams = streams
         if wrap_tool is not None:

@@ -34,7 +34,7 @@ from ..errors import CheckpointError, FsmAgentError
 from ..events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
 from ..hooks import report_hook_failure
 from ..machine.agent_machine import Move
-from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State
+from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State, StopReason
 from ..run_state import strip_unknown, unknown_write_error
 from .context import Interrupted, RunContext
 from .limits import usage_exceeded
@@ -66,6 +66,7 @@ _SUSPENDED, _FINALIZING, _ABORTED, _DONE = (
 _COMPACTING, _CALLING = State.COMPACTING, State.CALLING
 _RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
 _CANCEL, _DEADLINE, _HOOK_ERROR = Outcome.CANCEL, Outcome.DEADLINE, Outcome.HOOK_ERROR
+_UNVERIFIED = StopReason.UNVERIFIED
 _DECLARED = {state: declaration.all for state, declaration in DECLARATIONS.items()}
 
 
@@ -161,6 +162,8 @@ def apply(ctx: RunContext, move: Move) -> None:
     ctx.last_move = move
     if move.stop is not None:
         rs.stop_reason = move.stop
+        if move.stop is _UNVERIFIED and ctx.error is not None:
+            rs.error = str(ctx.error)  # the verifier's failure (verifying keeps it on ctx.error)
     if (dest is _FINALIZING or dest is _ABORTED) and rs.pending_tool_calls:
         ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
     if dest is _ABORTED and ctx.error is not None:

@@ -58,7 +58,7 @@ class RunResult:
     counters: Counters
     model_calls: int
     tool_executions: int
-    error: BaseException | None = None
+    error: BaseException | None = None  # what aborted the run, or the verifier's failure
     pending: tuple[ToolCall, ...] = ()
     run_state: RunState | None = None
     resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
@@ -68,7 +68,7 @@ class RunResult:
     @classmethod
     def of(cls, rs: RunState, error: BaseException | None = None) -> RunResult:
         """The result of a run state at rest (ended, or suspended), with the error that ended
-        an aborted run."""
+        an aborted run (or the verifier's failure that left a run unverified)."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
         suspended = state is _SUSPENDED and rs.resume_token is not None
@@ -83,7 +83,7 @@ class RunResult:
             rs.counters,
             rs.model_calls,
             rs.tool_executions,
-            error if state is _ABORTED else None,
+            error if state is _ABORTED or rs.stop_reason is _UNVERIFIED else None,
             tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             rs,
             ResumeHandle.of(rs) if suspended else None,
@@ -129,6 +129,7 @@ _new = object.__new__
 _FIELD_SETTERS = tuple(getattr(RunResult, f.name).__set__ for f in fields(RunResult))
 """The slot setters of :class:`RunResult`, in field order (what ``RunResult.of`` fills)."""
 _SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
+_UNVERIFIED = StopReason.UNVERIFIED
 
 
 class RunHandle:

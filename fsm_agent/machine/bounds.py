@@ -9,6 +9,10 @@ The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the che
 - Failed calls are retried at most ``max_retries`` times between two successful turns (retries
   reset only on success) and, with ``max_total_errors``, at most ``max_total_errors - 1`` times in
   all; the failure that is not retried aborts the run, which then makes no summary call.
+- A fallback chain of ``models`` models moves to its next model at most ``models - 1`` times in
+  a run (the moves never reset), each move a failed call that starts a fresh run of retries:
+  ``(turns + models - 1) × max_retries + models - 1`` failed calls at most (each also spends the
+  whole-run error budget).
 - Finalizing with stop reason ``max_steps`` makes one tools-off summary call when
   ``summarize_on_max_steps`` is set, unless a usage limit is already reached (or the deadline
   has passed). ``usage_limits.max_requests`` therefore caps every model call, the summary call
@@ -68,22 +72,24 @@ def _show(value: float | None) -> str:
 
 
 def bounds(
-    policy: Policy, *, verification: bool = False, model_timeout_s: float | None = None
+    policy: Policy,
+    *,
+    verification: bool = False,
+    model_timeout_s: float | None = None,
+    models: int = 1,
 ) -> Bounds:
     """The worst case of a run under ``policy`` (with a verifier or the done-tool requirement
-    when ``verification``), where one model call takes at most ``model_timeout_s`` seconds
-    (``None``: not known, so the work gives no time bound)."""
+    when ``verification``, and a fallback chain of ``models`` models), where one model call takes
+    at most ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound)."""
     retry = policy.retry
     errors = policy.max_total_errors
+    switches = max(0, models - 1)
     turns: int | None
     if policy.max_steps is not None:
         steps = policy.max_steps
         turns = steps
-        retried = (
-            turns * retry.max_retries
-            if errors is None
-            else min(turns * retry.max_retries, errors - 1)
-        )
+        failed = (turns + switches) * retry.max_retries + switches
+        retried = failed if errors is None else min(failed, errors - 1)
         summary = 1 if policy.summarize_on_max_steps else 0
         compaction = turns * _summaries_per_turn(policy)
         total = turns + retried + summary + compaction
@@ -96,7 +102,7 @@ def bounds(
             else ""
         )
         calls_text = (
-            f"{turns_text} + {_retried_text(turns, retry.max_retries, errors)} + "
+            f"{turns_text} + {_retried_text(turns, retry.max_retries, errors, switches)} + "
             f"{summary} summary call{compaction_text} = {calls}{verifier}"
         )
         tool_turns: int | None = steps
@@ -164,11 +170,17 @@ def _summaries_per_turn(policy: Policy) -> int:
     return policy.max_compaction_attempts
 
 
-def _retried_text(turns: int, max_retries: int, errors: int | None) -> str:
+def _retried_text(turns: int, max_retries: int, errors: int | None, switches: int) -> str:
     per_turn = f"{turns} × {max_retries} retries"
+    if switches:
+        per_turn = f"({turns} + {switches}) × {max_retries} retries + {switches} model switch" + (
+            "es" if switches > 1 else ""
+        )
     if errors is None:
         return per_turn
-    return f"min({per_turn}, max_total_errors - 1 = {errors - 1}) retries"
+    return f"min({per_turn}, max_total_errors - 1 = {errors - 1})" + (
+        " failed calls" if switches else " retries"
+    )
 
 
 def _wall_clock(

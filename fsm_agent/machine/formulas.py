@@ -20,7 +20,8 @@ from ..policy import CompactionStrategyName, Policy
 __all__ = ["FORMULAS", "FormulaError", "evaluate", "evaluate_all", "variables"]
 
 _WORK = (
-    "max_steps + min(max_steps * max_retries, max_total_errors - 1)"
+    "max_steps + min((max_steps + max_model_switches) * max_retries + max_model_switches,"
+    " max_total_errors - 1)"
     " + max_steps * max_compaction_attempts * summarize_strategy"
 )
 
@@ -31,16 +32,17 @@ FORMULAS: Mapping[str, str] = {
 }
 """The worst case of a run, by what it counts. ``summarize_strategy`` is 1 when compaction may
 summarise (one model call per compaction), ``summarize_on_max_steps`` 1 when the step limit ends
-with a summary call; the others are the policy's limits (``max_requests`` is
-``usage_limits.max_requests``)."""
+with a summary call, ``max_model_switches`` a fallback chain's length less one; the others are the
+policy's limits (``max_requests`` is ``usage_limits.max_requests``)."""
 
 
 class FormulaError(FsmAgentError):
     """A formula uses syntax or a name the evaluator does not know."""
 
 
-def variables(policy: Policy) -> dict[str, float]:
-    """The values the formulas read from ``policy`` (``None`` limits as infinity)."""
+def variables(policy: Policy, *, models: int = 1) -> dict[str, float]:
+    """The values the formulas read from ``policy`` and the length of the model chain (``None``
+    limits as infinity)."""
 
     def limit(value: int | None) -> float:
         return math.inf if value is None else float(value)
@@ -49,6 +51,7 @@ def variables(policy: Policy) -> dict[str, float]:
     return {
         "max_steps": limit(policy.max_steps),
         "max_retries": limit(policy.retry.max_retries),
+        "max_model_switches": float(max(0, models - 1)),
         "max_total_errors": limit(policy.max_total_errors),
         "max_compaction_attempts": limit(policy.max_compaction_attempts),
         "max_requests": limit(policy.usage_limits.max_requests),
@@ -68,9 +71,9 @@ def evaluate(formula: str, values: Mapping[str, float]) -> int | None:
     return None if math.isinf(result) else int(result)
 
 
-def evaluate_all(policy: Policy) -> dict[str, int | None]:
-    """Every formula of :data:`FORMULAS` evaluated for ``policy``."""
-    values = variables(policy)
+def evaluate_all(policy: Policy, *, models: int = 1) -> dict[str, int | None]:
+    """Every formula of :data:`FORMULAS` evaluated for ``policy`` (and a chain of ``models``)."""
+    values = variables(policy, models=models)
     return {name: evaluate(formula, values) for name, formula in FORMULAS.items()}
 
 

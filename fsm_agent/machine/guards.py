@@ -33,6 +33,7 @@ __all__ = [
     "Limits",
     "Switch",
     "can_retry",
+    "can_switch_model",
     "clamp_caps",
     "compactions_and_steps_left",
     "continuations_left",
@@ -54,7 +55,8 @@ class Counters(NamedTuple):
     built once per move on the kernel's hot path, where a frozen dataclass costs 3× more.)"""
 
     steps: int = 0  # successful model turns
-    retries: int = 0  # failed model calls since the last successful one
+    retries: int = 0  # failed model calls since the last successful one (or model switch)
+    model_switches: int = 0  # moves to the next model of a fallback chain, whole run
     total_errors: int = 0  # model errors plus failed tool turns, whole run
     consecutive_error_turns: int = 0  # failed tool turns in a row
     compactions: int = 0  # compaction attempts, whole run
@@ -69,6 +71,7 @@ class Counter(StrEnum):
 
     STEPS = "steps"
     RETRIES = "retries"
+    MODEL_SWITCHES = "model_switches"
     TOTAL_ERRORS = "total_errors"
     CONSECUTIVE_ERROR_TURNS = "consecutive_error_turns"
     COMPACTIONS = "compactions"
@@ -96,6 +99,7 @@ class Limits:
     max_repeated_tool_calls: int | None = None  # the loop guard: same calls N times in a row
     finalize_repeated_tool_calls: bool = False  # the loop guard finalizes instead of warning
     max_continuations: int = 1  # continuation turns after answers cut by the output cap
+    max_model_switches: int = 0  # a fallback chain's length less one (0: a single model)
 
 
 class Bound(StrEnum):
@@ -109,6 +113,7 @@ class Bound(StrEnum):
     MAX_VERIFICATIONS = "max_verifications"
     MAX_REPEATED_TOOL_CALLS = "max_repeated_tool_calls"
     MAX_CONTINUATIONS = "max_continuations"
+    MAX_MODEL_SWITCHES = "max_model_switches"
 
 
 class Switch(StrEnum):
@@ -213,6 +218,12 @@ def can_retry(c: Counters, lim: Limits) -> bool:
     return c.retries < lim.max_retries and not _error_budget_spent(c, lim)
 
 
+def can_switch_model(c: Counters, lim: Limits) -> bool:
+    """A fallback chain has a next model and this error does not spend the whole-run error
+    budget."""
+    return c.model_switches < lim.max_model_switches and not _error_budget_spent(c, lim)
+
+
 def error_turns_spent(c: Counters, lim: Limits) -> bool:
     """This failed tool turn reaches max_consecutive_errors or the whole-run error budget."""
     return c.consecutive_error_turns + 1 >= lim.max_consecutive_errors or _error_budget_spent(
@@ -274,6 +285,9 @@ GUARD_SPECS: dict[str, GuardSpec] = {
     for spec in (
         GuardSpec(steps_left, (_STEP_LEFT,)),
         GuardSpec(can_retry, (Compare(C.RETRIES, B.MAX_RETRIES), _BUDGET_LEFT)),
+        GuardSpec(
+            can_switch_model, (Compare(C.MODEL_SWITCHES, B.MAX_MODEL_SWITCHES), _BUDGET_LEFT)
+        ),
         GuardSpec(
             error_turns_spent,
             (

@@ -308,6 +308,7 @@ def assert_bounds(
     policy: Policy,
     *,
     verification: bool = False,
+    models: int = 1,
     max_model_calls: int | None = None,
     max_tool_turns: int | None = None,
 ) -> Bounds:
@@ -315,11 +316,11 @@ def assert_bounds(
     worst case is at most the given numbers; returns the bounds. Raises
     :class:`BoundsAssertionError` with the derivation when it is not."""
     proof = prove()
-    limits = limits_of(policy, verification=verification)
+    limits = limits_of(policy, verification=verification, models=models)
     if not proof.covers(limits):
         unset = ", ".join(b.value for b in proof.unbounded_by(limits)) or "the table"
         raise BoundsAssertionError(f"termination is not proven for this policy ({unset})")
-    computed = bounds(policy, verification=verification)
+    computed = bounds(policy, verification=verification, models=models)
     for name, expected, actual, why in (
         ("model calls", max_model_calls, computed.max_model_calls, computed.model_calls_derivation),
         ("tool turns", max_tool_turns, computed.max_tool_turns, computed.tool_turns_derivation),

@@ -8,7 +8,8 @@ what they read in :mod:`fsm_agent.machine.guards`; they see the counters as they
 the move. Nothing else chooses a state.
 
 Bounds this table guarantees (the exhaustive checker proves them per policy):
-every successful model turn spends a step; retries reset only on a successful turn;
+every successful model turn spends a step; retries reset only on a successful turn or a move
+to the next model of a fallback chain, and those moves never reset;
 compaction attempts reset only on a turn that fits the context (not on ``length``), so they
 bound compactions in a row; verification rejections and continuations never reset.
 """
@@ -25,6 +26,7 @@ from .guards import (
     Guard,
     Limits,
     can_retry,
+    can_switch_model,
     compactions_and_steps_left,
     continuations_left,
     error_turns_spent,
@@ -54,6 +56,7 @@ __all__ = [
     "StopReason",
     "Update",
     "can_retry",
+    "can_switch_model",
     "compactions_and_steps_left",
     "continuations_left",
     "error_turns_spent",
@@ -100,6 +103,7 @@ class Outcome(StrEnum):
     FINISH_ERROR = "finish_error"  # calling: the provider reported finish reason error
     RETRYABLE_ERROR = "retryable_error"  # calling: a model error that may pass on retry
     FATAL_ERROR = "fatal_error"  # calling: a model error that retrying cannot fix
+    FALLBACK = "fallback"  # calling: a model error the fallback chain hands to its next model
     TOOLS_DONE = "tools_done"  # dispatching: every call answered, at least one succeeded
     TOOLS_FAILED = "tools_failed"  # dispatching: every call of the turn failed
     TOOLS_REPEATED = "tools_repeated"  # dispatching: tools_done, repeating a recent turn's calls
@@ -213,6 +217,7 @@ DECLARATIONS: dict[State, Declaration] = {
                 On.FINISH_ERROR,
                 On.RETRYABLE_ERROR,
                 On.FATAL_ERROR,
+                On.FALLBACK,
             }
         ),
         _WORKING,
@@ -246,6 +251,10 @@ _TURN = (Update(Counter.STEPS), Update(Counter.RETRIES, reset=True))  # a succes
 # in a row (length → compact → length ...), so a long run can keep compacting as it grows.
 _FIT_TURN = (*_TURN, Update(Counter.COMPACTIONS, reset=True))
 _ERROR = (Update(Counter.TOTAL_ERRORS),)
+_RETRY = (Update(Counter.RETRIES), *_ERROR)
+# The next model of a fallback chain takes the call with a fresh retry budget; the switches
+# never reset, so a run moves down the chain at most once per model.
+_SWITCH = (Update(Counter.MODEL_SWITCHES), Update(Counter.RETRIES, reset=True), *_ERROR)
 _NO_REPEAT = Update(Counter.REPEATED_TURNS, reset=True)
 _TOOLS_OK = (Update(Counter.CONSECUTIVE_ERROR_TURNS, reset=True), _NO_REPEAT)
 _REPEAT = (Update(Counter.CONSECUTIVE_ERROR_TURNS, reset=True), Update(Counter.REPEATED_TURNS))
@@ -286,12 +295,7 @@ TABLE: tuple[Row, ...] = (
         note="raw reason kept",
     ),
     Row(
-        S.CALLING,
-        On.FINISH_ERROR,
-        S.CALLING,
-        can_retry,
-        updates=(Update(Counter.RETRIES), *_ERROR),
-        note="backoff, then retry",
+        S.CALLING, On.FINISH_ERROR, S.CALLING, can_retry, updates=_RETRY, note="backoff, then retry"
     ),
     Row(S.CALLING, On.FINISH_ERROR, S.ABORTED, stop=R.MAX_ERRORS, updates=_ERROR),
     Row(
@@ -299,10 +303,35 @@ TABLE: tuple[Row, ...] = (
         On.RETRYABLE_ERROR,
         S.CALLING,
         can_retry,
-        updates=(Update(Counter.RETRIES), *_ERROR),
+        updates=_RETRY,
         note="backoff, then retry [S001 §7]",
     ),
+    Row(
+        S.CALLING,
+        On.RETRYABLE_ERROR,
+        S.CALLING,
+        can_switch_model,
+        updates=_SWITCH,
+        note="retries spent: the next model",
+    ),
     Row(S.CALLING, On.RETRYABLE_ERROR, S.ABORTED, stop=R.MAX_ERRORS, updates=_ERROR),
+    Row(
+        S.CALLING,
+        On.FALLBACK,
+        S.CALLING,
+        can_switch_model,
+        updates=_SWITCH,
+        note="the next model takes the call",
+    ),
+    Row(
+        S.CALLING,
+        On.FALLBACK,
+        S.CALLING,
+        can_retry,
+        updates=_RETRY,
+        note="last model: backoff, then retry",
+    ),
+    Row(S.CALLING, On.FALLBACK, S.ABORTED, stop=R.MAX_ERRORS, updates=_ERROR),
     Row(S.CALLING, On.FATAL_ERROR, S.ABORTED, stop=R.MODEL_ERROR, updates=_ERROR),
     Row(
         S.DISPATCHING,

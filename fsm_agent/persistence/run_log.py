@@ -154,13 +154,16 @@ class RunLog:
             self._intent(key, "model")
         return key, None
 
-    def model_answered(self, key: str, response: ModelResponse) -> None:
-        """Record the response of the call ``key``."""
-        self._result(key, encode_model_outcome(response))
+    def model_answered(
+        self, key: str, response: ModelResponse, *, model: str | None = None
+    ) -> None:
+        """Record the response of the call ``key`` (and which model of a fallback chain gave
+        it, when ``model`` is given)."""
+        self._result(key, encode_model_outcome(response, model=model))
 
-    def model_failed(self, key: str, exc: Exception) -> None:
-        """Record the error of the call ``key``."""
-        self._result(key, encode_model_outcome(exc))
+    def model_failed(self, key: str, exc: Exception, *, model: str | None = None) -> None:
+        """Record the error of the call ``key`` (and the chain's model that raised it)."""
+        self._result(key, encode_model_outcome(exc, model=model))
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
@@ -209,15 +212,18 @@ def _snapshot(rs: RunState) -> RunState:
             "human_requests": list(rs.human_requests),
             "tool_outputs": dict(rs.tool_outputs),
             "recent_turns": list(rs.recent_turns),
+            "answered_by": dict(rs.answered_by),
         }
     )
 
 
-def encode_model_outcome(outcome: ModelResponse | Exception) -> str:
+def encode_model_outcome(outcome: ModelResponse | Exception, *, model: str | None = None) -> str:
     """A model call's outcome as the journal stores it (:func:`_decode_model` reads it back):
-    the response, or the error with what classifying it needs."""
+    the response, or the error with what classifying it needs; and ``model``, the fallback
+    chain's model that made the call, when given."""
+    by = "" if model is None else '"model":' + json.dumps(model) + ","
     if isinstance(outcome, ModelResponse):
-        return '{"response":' + outcome.model_dump_json() + "}"
+        return "{" + by + '"response":' + outcome.model_dump_json() + "}"
     error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
     if isinstance(outcome, ModelError):
         error.update(
@@ -229,7 +235,7 @@ def encode_model_outcome(outcome: ModelResponse | Exception) -> str:
         )
     else:
         error["message"] = f"the model raised {type(outcome).__name__}: {outcome}"
-    return json.dumps({"error": error})
+    return json.dumps({"error": error} if model is None else {"model": model, "error": error})
 
 
 def _decode_model(text: str) -> ModelResponse | ModelError:

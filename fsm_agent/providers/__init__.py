@@ -8,7 +8,8 @@ the only retry layer) and raises the typed errors of :mod:`fsm_agent.errors`, ma
 Read in order: ``_base`` (what the three share: settings, client, call plumbing, the error
 boundary), ``_http`` (requests, status and transport error mapping, content-type aware streams),
 ``_redact`` (the one redaction step), ``_sse`` (the event-stream decoder), ``_assembly`` (wire
-JSON to neutral parts), then one module per wire format: ``openai``, ``anthropic``, ``gemini``.
+JSON to neutral parts), then one module per wire format: ``openai``, ``anthropic``, ``gemini``;
+``fallback`` chains models of any kind.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from ._http import DEFAULT_MAX_RETRY_AFTER, Timeouts
 from ._retry_after import parse_retry_after
 from ._sse import ServerSentEvent, SSEDecoder
 from .anthropic import AnthropicModel
+from .fallback import DEFAULT_FALLBACK_ON, FallbackModel
 from .gemini import GeminiModel
 from .openai import OpenAIChatModel
 
 __all__ = [
+    "DEFAULT_FALLBACK_ON",
     "DEFAULT_MAX_RETRY_AFTER",
     "AnthropicModel",
+    "FallbackModel",
     "GeminiModel",
     "OpenAIChatModel",
     "ProviderModel",

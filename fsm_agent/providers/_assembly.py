@@ -12,6 +12,7 @@ from pydantic import JsonValue, ValidationError
 from ..errors import MalformedResponseError
 from ..messages import (
     FinishReason,
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -20,8 +21,10 @@ from ..messages import (
     Role,
     TextPart,
     ToolCall,
+    ToolResult,
     Usage,
     parse_arguments,
+    trusted,
 )
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "new_call_id",
     "object_arguments",
     "reconcile",
+    "text_part",
     "thinking_budget",
 ]
 
@@ -108,6 +112,14 @@ def canonical_json(value: object) -> str:
         ) from None
 
 
+def text_part(text: str) -> TextPart:
+    """A text part of what came off the wire, a string (checked here): nothing else to
+    validate."""
+    if type(text) is str:
+        return trusted(TextPart, {"type": "text", "text": text})
+    return TextPart(text=text)
+
+
 def new_call_id(prefix: str = "call") -> str:
     """A fresh tool-call id for providers that do not send one."""
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -122,6 +134,20 @@ def finish_tool_call(
     """A closed tool call: empty arguments become ``{}``; invalid JSON keeps the raw text and
     ``arguments=None`` so the call is answered with a validation error, never run blindly."""
     raw = arguments if arguments.strip() else "{}"
+    if provider_data is None and type(name) is str and type(raw) is str:
+        # Every field is checked here or by the parser, which validates the arguments as
+        # JSON values while it reads them: validating the call again would repeat that work.
+        return trusted(
+            ToolCall,
+            {
+                "type": "tool_call",
+                "id": call_id if type(call_id) is str and call_id else new_call_id(),
+                "name": name,
+                "arguments_json": raw,
+                "arguments": parse_arguments(raw),
+                "provider_data": None,
+            },
+        )
     try:
         return ToolCall(
             id=call_id or new_call_id(),
@@ -153,16 +179,28 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
     ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
     dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
     """
-    calls = [p for p in parts if isinstance(p, ToolCall)]
-    if calls and reason in (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS):
-        return FinishReason.TOOL_CALLS, list(parts)
+    # One pass, dispatching on the parts' discriminator: an ``isinstance`` that misses a
+    # pydantic model costs several times a field read.
+    calls = visible = False
+    for part in parts:
+        if part.type == "tool_call":
+            calls = True
+        elif part.type == "text" and part.text:
+            visible = True
+    if calls and (reason is _STOP or reason is _OTHER or reason is _TOOL_CALLS):
+        return _TOOL_CALLS, list(parts)
     if calls:
-        return reason, [p for p in parts if not isinstance(p, ToolCall)]
-    if reason is FinishReason.TOOL_CALLS:
-        return FinishReason.ERROR, list(parts)
-    if reason is FinishReason.STOP and not any(isinstance(p, TextPart) and p.text for p in parts):
-        return FinishReason.OTHER, list(parts)
+        return reason, [p for p in parts if p.type != "tool_call"]
+    if reason is _TOOL_CALLS:
+        return _ERROR, list(parts)
+    if reason is _STOP and not visible:
+        return _OTHER, list(parts)
     return reason, list(parts)
+
+
+# Bound once: reading an enum member costs about ten global reads on Python 3.11.
+_STOP, _OTHER = FinishReason.STOP, FinishReason.OTHER
+_TOOL_CALLS, _ERROR = FinishReason.TOOL_CALLS, FinishReason.ERROR
 
 
 def build_response(
@@ -176,6 +214,27 @@ def build_response(
     """Reconcile and wrap the assembled parts into the final response."""
     final_reason, kept = reconcile(reason, parts)
     merged = _merge_text(kept)
+    if (
+        _PARTS.issuperset(map(type, merged))
+        and type(usage) is Usage
+        and type(raw_reason) in _OPTIONAL_STR
+        and type(response_id) in _OPTIONAL_STR
+        and type(model_name) in _OPTIONAL_STR
+    ):
+        # The parts and usage are built models and the rest is checked above: validating the
+        # wrappers again would only re-check that.
+        message = trusted(Message, {"role": _ASSISTANT, "parts": tuple(merged)})
+        return trusted(
+            ModelResponse,
+            {
+                "message": message,
+                "finish_reason": final_reason,
+                "raw_finish_reason": raw_reason,
+                "usage": usage,
+                "response_id": response_id,
+                "model_name": model_name,
+            },
+        )
     return ModelResponse(
         message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
         finish_reason=final_reason,
@@ -186,26 +245,35 @@ def build_response(
     )
 
 
+_PARTS = frozenset({TextPart, ReasoningPart, ImagePart, ToolCall, ToolResult})
+_OPTIONAL_STR = frozenset({str, type(None)})
+_ASSISTANT = Role.ASSISTANT
+
+
 def _merge_text(parts: Sequence[Part]) -> list[Part]:
     """Join adjacent text parts and adjacent unsigned reasoning parts (stream fragments)."""
     merged: list[Part] = []
-    for part in parts:
-        last = merged[-1] if merged else None
-        if isinstance(part, TextPart) and isinstance(last, TextPart):
-            merged[-1] = TextPart(text=last.text + part.text)
+    last: Part | None = None
+    for part in parts:  # by the discriminator, as in ``reconcile``
+        if part.type == "text" and not part.text:
+            continue
+        if part.type == "text" and last is not None and last.type == "text":
+            merged[-1] = last = TextPart(text=last.text + part.text)
         elif (
-            isinstance(part, ReasoningPart)
-            and isinstance(last, ReasoningPart)
+            part.type == "reasoning"
+            and last is not None
+            and last.type == "reasoning"
             and last.signature is None
             and not last.redacted
             and not part.redacted
             and last.provider_data == part.provider_data
         ):
-            merged[-1] = ReasoningPart(
+            merged[-1] = last = ReasoningPart(
                 text=last.text + part.text,
                 signature=part.signature,
                 provider_data=part.provider_data,
             )
-        elif not (isinstance(part, TextPart) and not part.text):
+        else:
             merged.append(part)
+            last = part
     return merged

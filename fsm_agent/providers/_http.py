@@ -391,6 +391,7 @@ class StreamReply:
 
     response: httpx.Response
     payload: object = None
+    _chunks: AsyncIterator[bytes] | None = None
 
     @property
     def is_stream(self) -> bool:
@@ -398,14 +399,38 @@ class StreamReply:
         return self.payload is None
 
     def chunks(self) -> AsyncIterator[bytes]:
-        """The raw bytes of the event stream, chunk by chunk."""
-        return self.response.aiter_bytes()
+        """The raw bytes of the event stream, chunk by chunk (one iterator: a reader that
+        stops at the stream's end signal leaves the rest to :func:`open_stream`)."""
+        if self._chunks is None:
+            return self.response.aiter_bytes()
+        return self._chunks
+
+    async def drain(self) -> None:
+        """Read what is left after the stream's end signal (normally only the end of the
+        body) so the connection goes back to the pool: httpx closes a connection whose
+        response is closed unread. A server that keeps sending is cut after
+        :data:`_DRAIN_BYTES` bytes or :data:`_DRAIN_SECONDS`, as every stream was before."""
+        if self._chunks is None or self.response.is_closed:
+            return
+        left = _DRAIN_BYTES
+        try:
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                async for chunk in self._chunks:
+                    left -= len(chunk)
+                    if left < 0:
+                        return
+        except (TimeoutError, httpx.HTTPError):
+            return
+
+
+_DRAIN_BYTES = 65_536
+_DRAIN_SECONDS = 0.25
 
 
 async def _stream_reply(call: Call, response: httpx.Response) -> StreamReply:
     media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if not media or media == _SSE_TYPE:
-        return StreamReply(response)
+        return StreamReply(response, _chunks=response.aiter_bytes())
     raw = await response.aread()
     if media == "application/json" or media.endswith("+json"):
         return StreamReply(response, _json_body(call, response, raw))
@@ -425,8 +450,9 @@ async def open_stream(call: Call, body: Mapping[str, object]) -> AsyncIterator[S
 
     An error status raises the typed error; a body that is neither an event stream nor JSON
     raises a non-retryable :class:`MalformedResponseError` naming its content type; a transport
-    failure while the caller reads the stream is converted too. The response is closed on every
-    way out, cancellation included.
+    failure while the caller reads the stream is converted too. When the caller is done with a
+    stream, what is left of it is drained (:meth:`StreamReply.drain`) so the connection can be
+    reused. The response is closed on every way out, cancellation included.
     """
     request = call.client.build_request(
         "POST",
@@ -444,7 +470,9 @@ async def open_stream(call: Call, body: Mapping[str, object]) -> AsyncIterator[S
         await _raise_for_status(
             response, call.provider, call.parse_error, call.max_retry_after, call.secret
         )
-        yield await _stream_reply(call, response)
+        reply = await _stream_reply(call, response)
+        yield reply
+        await reply.drain()
     except httpx.TransportError as exc:
         raise transport_error(exc, call.provider, call.url) from None
     finally:

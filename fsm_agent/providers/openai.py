@@ -34,6 +34,7 @@ from ..messages import (
     ToolCallDelta,
     ToolResult,
     Usage,
+    trusted,
 )
 from ._assembly import (
     JSONObject,
@@ -45,6 +46,7 @@ from ._assembly import (
     canonical_json,
     finish_tool_call,
     object_arguments,
+    text_part,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
@@ -64,6 +66,8 @@ _FINISH: dict[str, FinishReason] = {
     "content_filter": FinishReason.CONTENT_FILTER,
     "sensitive": FinishReason.CONTENT_FILTER,
 }
+# Bound once: reading an enum member costs about ten global reads on Python 3.11.
+_OTHER, _CONTENT_FILTER = FinishReason.OTHER, FinishReason.CONTENT_FILTER
 # Servers that report a failed generation with HTTP 200 and one of these: nothing is committed,
 # so the attempt is a retryable server error rather than a finished turn.
 _FAILED = frozenset({"abort", "error", "network_error", "cancelled", "capacity"})
@@ -73,7 +77,7 @@ _NOT_FINISHED = frozenset({"", "null"})
 
 def openai_finish_reason(raw: str) -> FinishReason:
     """Normalise a Chat Completions ``finish_reason``; unknown values are ``other``."""
-    return _FINISH.get(raw, FinishReason.OTHER)
+    return _FINISH.get(raw, _OTHER)
 
 
 def _error_info(payload: object) -> ErrorInfo:
@@ -93,12 +97,19 @@ def _usage(value: object) -> Usage | None:
         return None
     prompt = as_obj(usage.get("prompt_tokens_details"))
     completion = as_obj(usage.get("completion_tokens_details"))
-    return Usage(
-        requests=1,
-        input_tokens=as_int(usage.get("prompt_tokens")) or 0,
-        output_tokens=as_int(usage.get("completion_tokens")) or 0,
-        cache_read_tokens=as_int(prompt.get("cached_tokens")) or 0,
-        reasoning_tokens=as_int(completion.get("reasoning_tokens")) or 0,
+    # Each count is checked to be an integer as it is read; a validating constructor would
+    # only check that again.
+    return trusted(
+        Usage,
+        {
+            "requests": 1,
+            "input_tokens": as_int(usage.get("prompt_tokens")) or 0,
+            "output_tokens": as_int(usage.get("completion_tokens")) or 0,
+            "cache_read_tokens": as_int(prompt.get("cached_tokens")) or 0,
+            "cache_write_tokens": 0,
+            "reasoning_tokens": as_int(completion.get("reasoning_tokens")) or 0,
+            "cost_usd": 0.0,
+        },
     )
 
 
@@ -295,7 +306,7 @@ class _StreamAssembler:
             parts.append(
                 ReasoningPart(text="".join(self.reasoning), provider_data={"provider": _PROVIDER})
             )
-        parts.append(TextPart(text="".join(self.text)))
+        parts.append(text_part("".join(self.text)))
         parts.extend(slot.close() for slot in self.slots)
         reason = FinishReason.CONTENT_FILTER if self.refused else openai_finish_reason(raw)
         return build_response(
@@ -426,7 +437,9 @@ class OpenAIChatModel(ProviderBase):
         if thought:
             parts.append(ReasoningPart(text=thought, provider_data={"provider": _PROVIDER}))
         refusal = as_str(message.get("refusal"))
-        parts.append(TextPart(text=(as_str(message.get("content")) or "") + (refusal or "")))
+        text = (as_str(message.get("content")) or "") + (refusal or "")
+        if text:  # an empty text part would be dropped when the parts are merged
+            parts.append(text_part(text))
         for value in as_list(message.get("tool_calls")):
             wire = as_obj(value)
             function = as_obj(wire.get("function"))
@@ -441,11 +454,7 @@ class OpenAIChatModel(ProviderBase):
                 )
             )
         reason = (
-            FinishReason.CONTENT_FILTER
-            if refusal
-            else openai_finish_reason(raw)
-            if raw is not None
-            else FinishReason.OTHER
+            _CONTENT_FILTER if refusal else openai_finish_reason(raw) if raw is not None else _OTHER
         )
         return build_response(
             parts,

@@ -23,6 +23,7 @@ from ...events import (
     AttemptDiscardedEvent,
     ModelRequestEvent,
     ModelResponseEvent,
+    ModelSwitchedEvent,
     ReasoningDeltaEvent,
     ReasoningEvent,
     RetryingEvent,
@@ -45,11 +46,19 @@ from ...messages import (
     Usage,
     trusted,
 )
+from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
 from ..context import ONE_REQUEST, Interrupted, RunContext
 
-__all__ = ["Answer", "answer_quietly", "call_model", "handle_calling", "notify_answered"]
+__all__ = [
+    "Answer",
+    "answer_quietly",
+    "call_model",
+    "current_model",
+    "handle_calling",
+    "notify_answered",
+]
 
 _FINISH_OUTCOMES = {
     FinishReason.STOP: Outcome.STOP,
@@ -99,6 +108,9 @@ def _classify(ctx: RunContext, exc: ModelError) -> Outcome:
     """Retryable or fatal, by the error and the retry policy."""
     if isinstance(exc, ContextWindowExceededError):
         return Outcome.LENGTH
+    falls_back_on = ctx.agent.falls_back_on
+    if falls_back_on is not None and falls_back_on(exc):
+        return Outcome.FALLBACK  # the rows hand the call to the next model (or retry the last)
     if not exc.retryable:
         return Outcome.FATAL_ERROR
     retry = ctx.agent.policy.retry
@@ -144,7 +156,9 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     run_id = rs.run_id
     move = ctx.last_move
     try:
-        if move is not None and move.source is _CALLING:
+        if move is not None and move.source is _CALLING and move.row in agent.switch_rows:
+            await _switched(ctx)  # the next model takes the call at once
+        elif move is not None and move.source is _CALLING:
             error = ctx.last_error
             after = error.retry_after if isinstance(error, ModelError) else None
             delay = backoff_delay(
@@ -264,6 +278,40 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     return outcome
 
 
+async def _switched(ctx: RunContext) -> None:
+    """Tell the listener the failed attempt is withdrawn and which model takes the call."""
+    if not ctx.listening:
+        return
+    rs = ctx.rs
+    switches = rs.counters.model_switches
+    models = ctx.agent.models
+    await ctx.emit(AttemptDiscardedEvent(run_id=rs.run_id, attempt=rs.counters.retries + 1))
+    await ctx.emit(
+        ModelSwitchedEvent(
+            run_id=rs.run_id,
+            from_model=model_name(models[switches - 1]),
+            to_model=model_name(models[switches]),
+            switches=switches,
+            error=str(ctx.last_error),
+        )
+    )
+    if ctx.interrupt is not None:  # the listener may have cancelled
+        raise Interrupted
+
+
+def current_model(ctx: RunContext) -> Model:
+    """The model that takes the run's calls: a fallback chain's ``models[model_switches]``."""
+    models = ctx.agent.models
+    if len(models) == 1:
+        return models[0]
+    return models[min(ctx.rs.counters.model_switches, len(models) - 1)]
+
+
+def model_name(model: Model) -> str:
+    """The model's name, or its class name when it has none."""
+    return str(getattr(model, "name", type(model).__name__))
+
+
 # -- one model call, for the calling state and the step-limit summary -------------------------
 class Answer(NamedTuple):
     """What answered a model call: the request as the hooks left it, and the response (a
@@ -323,7 +371,7 @@ async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
         if recorded is not None:
             response = _replayed(recorded)
         else:
-            response = await ctx.effect(ctx.agent.model.complete(request))
+            response = await ctx.effect(current_model(ctx).complete(request))
             if not isinstance(response, ModelResponse):
                 raise _not_a_response(response)
     except ModelError as exc:
@@ -352,15 +400,24 @@ def _not_a_response(value: object) -> MalformedResponseError:
 
 def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
     if key is not None and ctx.durable is not None:
-        ctx.durable.model_failed(key, exc)
+        ctx.durable.model_failed(key, exc, model=_chain_member(ctx))
+
+
+def _chain_member(ctx: RunContext) -> str | None:
+    """The name of the chain's model that takes the call (``None`` for a single model)."""
+    return None if len(ctx.agent.models) == 1 else model_name(current_model(ctx))
 
 
 def _answered(
     ctx: RunContext, key: str | None, request: ModelRequest, response: ModelResponse
 ) -> Answer:
     """Journal the response and add its usage to the run's."""
+    member = _chain_member(ctx)
     if key is not None and ctx.durable is not None:
-        ctx.durable.model_answered(key, response)
+        ctx.durable.model_answered(key, response, model=member)
+    if member is not None:  # which model of the chain answered, kept in the run state
+        answered = ctx.rs.answered_by
+        answered[member] = answered.get(member, 0) + 1
     # A provider that reports no request count made one all the same.
     unreported = 0 if response.usage.requests else 1
     ctx.rs.usage = ctx.rs.usage.plus(response.usage, requests=unreported)
@@ -386,7 +443,7 @@ async def notify_answered(ctx: RunContext, answer: Answer) -> None:
 async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
     """Stream a call: a delta event as each delta arrives; the response at the end."""
     run_id = ctx.rs.run_id
-    stream = ctx.agent.model.stream(request).__aiter__()  # type: ignore[attr-defined]
+    stream = current_model(ctx).stream(request).__aiter__()  # type: ignore[attr-defined]
     response: ModelResponse | None = None
     try:
         while True:

@@ -24,6 +24,7 @@ from ...machine.table import Outcome
 from ...messages import Message, ModelRequest, ModelResponse
 from ...models import Model
 from ..context import ONE_REQUEST, Interrupted, RunContext
+from .calling import current_model
 
 __all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 
@@ -93,7 +94,7 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
                     run_id=rs.run_id, step=rs.counters.steps, attempt=1, request=request
                 )
             )
-        response = await ctx.effect((model or agent.model).complete(request))
+        response = await ctx.effect((model or current_model(ctx)).complete(request))
         if not isinstance(response, ModelResponse):
             raise MalformedResponseError("the compaction call returned no ModelResponse")
         call_usage = response.usage if response.usage.requests else response.usage + ONE_REQUEST

@@ -5,16 +5,18 @@ answer; a verifier that raises, returns something else, writes a run-state attri
 not a field, or (async) overruns the policy's ``hook_timeout_s`` rejects the answer with
 feedback that says it could not be verified (a ``hook_error`` event and a warning on the
 ``fsm_agent`` logger tell the operator), which spends the verification budget like any
-rejection. An interrupt while an async verifier runs cuts it short and becomes the state's
-outcome.
+rejection; a run that then ends unverified carries the failure as its error. An interrupt while
+an async verifier runs cuts it short and becomes the state's outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from ...errors import HookError
 from ...events import HookErrorEvent, TextEvent, VerificationFailedEvent
 from ...log import logger
 from ...machine.table import Outcome
@@ -62,6 +64,8 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
     elif agent.verifier is not None:
         try:
             answer = agent.verifier(output=rs.last_text, run_state=rs)
+            if not isinstance(answer, Verdict | bool) and not inspect.isawaitable(answer):
+                raise TypeError(f"the verifier returned {type(answer).__name__}")
             verdict: Verdict | bool = (
                 answer
                 if isinstance(answer, Verdict | bool)
@@ -80,7 +84,12 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
             )
             if ctx.listening:
                 await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc)))
+            # Kept as the run's error, so a run that ends unverified says why (RunResult.error).
+            ctx.error = HookError(f"the verifier failed: {exc!r}", hook="verifier")
+            ctx.error.__cause__ = exc
             verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
+        else:
+            ctx.error = None  # a verdict: an earlier failure no longer explains the ending
         if isinstance(verdict, bool):
             verdict = Verdict(verdict, None if verdict else "The answer was not accepted.")
         if not verdict.complete:

@@ -72,6 +72,7 @@ def check(
     machine: AgentMachine = default_machine,
     verification: bool = False,
     stop_conditions: bool = True,
+    models: int = 1,
     model_timeout_s: float | None = None,
     model_call_budget: int | None = None,
     max_states: int = DEFAULT_MAX_STATES,
@@ -80,14 +81,17 @@ def check(
 
     ``verification`` turns the verifier on (as ``require_done_tool`` does); ``stop_conditions``
     says whether the agent has stop conditions (code a policy cannot show, so assumed by
-    default); ``model_call_budget`` adds a claim: no run makes more model calls than that;
+    default); ``models`` is the length of the agent's fallback chain (1: a single model);
+    ``model_call_budget`` adds a claim: no run makes more model calls than that;
     ``model_timeout_s`` only feeds the wall-clock bound.
     """
     started = time.perf_counter()
     policy = policy if policy is not None else Policy()
-    env = _env(machine, policy, verification, stop_conditions)
+    env = _env(machine, policy, verification, stop_conditions, models)
     limits = env.limits
-    computed = bounds(policy, verification=verification, model_timeout_s=model_timeout_s)
+    computed = bounds(
+        policy, verification=verification, model_timeout_s=model_timeout_s, models=models
+    )
     graph = _explore(machine, env, track_calls=env.max_requests is not None, max_states=max_states)
     failures = _missing_row_failures(graph)
     if not graph.complete:

@@ -47,9 +47,12 @@ cost)."""
 _ORDER = {outcome: (outcome in DETOURS, i) for i, outcome in enumerate(Outcome)}
 
 
-def impossible_outcomes(policy: Policy, *, stop_conditions: bool) -> frozenset[Outcome]:
+def impossible_outcomes(
+    policy: Policy, *, stop_conditions: bool, models: int = 1
+) -> frozenset[Outcome]:
     """The outcomes an agent with ``policy`` can never report (``stop_conditions``: whether it
-    has stop conditions, which are code and so not part of the policy)."""
+    has stop conditions, which are code and so not part of the policy; ``models``: how many
+    models its fallback chain holds, 1 for a single model)."""
     usage = policy.usage_limits
     disabled = {
         On.COMPACTED: policy.max_compaction_attempts == 0,
@@ -59,6 +62,7 @@ def impossible_outcomes(policy: Policy, *, stop_conditions: bool) -> frozenset[O
         On.DEADLINE: policy.max_wall_clock_s is None,
         On.USAGE_EXCEEDED: all(value is None for value in usage.model_dump().values()),
         On.STOP_CONDITION: not stop_conditions,
+        On.FALLBACK: models < 2,
     }
     return frozenset(o for o, off in disabled.items() if off)
 
@@ -144,9 +148,16 @@ class _Env:
         return dest, counters, pending if dest is S.FINALIZING else None
 
 
-def _env(machine: AgentMachine, policy: Policy, verification: bool, stop_conditions: bool) -> _Env:
-    """The kernel's behaviour under ``policy`` as the search plays it."""
-    limits = limits_of(policy, verification=verification)
+def _env(
+    machine: AgentMachine,
+    policy: Policy,
+    verification: bool,
+    stop_conditions: bool,
+    models: int = 1,
+) -> _Env:
+    """The kernel's behaviour under ``policy`` (with a chain of ``models`` models) as the search
+    plays it."""
+    limits = limits_of(policy, verification=verification, models=models)
     memoryless = frozenset(
         state
         for state in State
@@ -159,7 +170,8 @@ def _env(machine: AgentMachine, policy: Policy, verification: bool, stop_conditi
     )
     return _Env(
         limits,
-        frozenset(Outcome) - impossible_outcomes(policy, stop_conditions=stop_conditions),
+        frozenset(Outcome)
+        - impossible_outcomes(policy, stop_conditions=stop_conditions, models=models),
         policy.summarize_on_max_steps,
         policy.usage_limits.max_requests,
         clamp_caps((row.guard for row in machine.rows), limits),
