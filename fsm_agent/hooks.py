@@ -40,7 +40,7 @@ from .events import HookErrorEvent
 from .kernel.context import RunContext
 from .log import logger
 from .machine.agent_machine import Move
-from .machine.table import TERMINAL, Outcome
+from .machine.table import TERMINAL, Outcome, State
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from .policy import HookFailureMode
 from .run_state import RunState, strip_unknown, unknown_write_error
@@ -418,9 +418,16 @@ def report_hook_failure(
     (the run goes on without its answer)."""
     if ctx.listening:
         ctx.pending_events.append(HookErrorEvent(run_id=ctx.rs.run_id, hook=label, error=error))
-    if ctx.agent.policy.hook_failure_mode is not HookFailureMode.FAIL:
+    state = ctx.rs.state
+    # A run at rest (ended, or suspended waiting for a human) has nothing left to stop: a hook
+    # that fails then (after_run, on_transition into the rest) is reported, and the later
+    # hooks still run.
+    at_rest = state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None)
+    if at_rest:
+        logger.warning("run %s: %s failed (%s); the run was at rest", ctx.rs.run_id, label, error)
+    elif ctx.agent.policy.hook_failure_mode is not HookFailureMode.FAIL:
         logger.warning("run %s: %s failed (%s); the run goes on", ctx.rs.run_id, label, error)
-    elif ctx.interrupt is None and ctx.rs.state not in TERMINAL:
+    elif ctx.interrupt is None:
         ctx.error = HookError(f"hook {label} failed: {error}", hook=label)
         ctx.error.__cause__ = cause
         ctx.request_interrupt(Outcome.HOOK_ERROR)

@@ -63,7 +63,7 @@ from .messages import (
 from .models import Model
 from .persistence.run_log import RecordedToolError
 from .policy import Policy
-from .scripted import VirtualClock
+from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:
@@ -238,36 +238,21 @@ def is_recording(path: str | os.PathLike[str]) -> bool:
 # --- the doubles that replay a recording ----------------------------------------------------------
 
 
-class ReplayModel:
+class ReplayModel(ScriptPlayer):
     """A model that answers each call with the recording's next response, or raises the error
     the recorded call ended with. Past the last recorded call it raises a non-retryable
     :class:`~fsm_agent.ModelError` (the replay has diverged)."""
 
     def __init__(self, recording: Recording) -> None:
-        self._name = recording.header.model
-        self.calls: deque[ModelResponse | ModelError] = deque(_model_outcomes(recording.events))
-        self.requests: list[ModelRequest] = []
+        super().__init__(name=recording.header.model)
+        self.outcomes: deque[ModelResponse | ModelError] = deque(_model_outcomes(recording.events))
 
-    @property
-    def name(self) -> str:
-        """The recorded model's name."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """Unknown: the recording does not say."""
-        return None
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def next_turn(self, index: int) -> Turn:
         """The next recorded outcome."""
-        await asyncio.sleep(0)
-        self.requests.append(request)
-        if not self.calls:
-            raise ModelError("the recording has no more model calls", retryable=False)
-        outcome = self.calls.popleft()
-        if isinstance(outcome, ModelError):
-            raise outcome
-        return outcome
+        if not self.outcomes:
+            return Failure(ModelError("the recording has no more model calls", retryable=False))
+        outcome = self.outcomes.popleft()
+        return Failure(outcome) if isinstance(outcome, ModelError) else outcome
 
 
 class RecordedFallbackError(ModelError):

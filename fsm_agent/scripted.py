@@ -4,7 +4,8 @@
 demo build on them here, below the fuzzer in the import graph.
 
 ``ScriptedModel`` replays a list of turns, one per model call, and records every request it
-receives. Build turns with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`finish`
+receives (it is a :class:`ScriptPlayer`, as the fuzzer's and the replay's models are). Build
+turns with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`finish`
 and :func:`fail`::
 
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
@@ -13,6 +14,7 @@ and :func:`fail`::
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,7 +43,9 @@ __all__ = [
     "DEFAULT_USAGE",
     "Failure",
     "ScriptExhaustedError",
+    "ScriptPlayer",
     "ScriptedModel",
+    "StreamingScriptPlayer",
     "Turn",
     "VirtualClock",
     "fail",
@@ -49,6 +53,7 @@ __all__ = [
     "text",
     "tool_call",
     "tool_calls",
+    "with_call_ids",
 ]
 
 DEFAULT_USAGE = Usage(requests=1, input_tokens=10, output_tokens=5)
@@ -146,7 +151,96 @@ def fail(error: BaseException | str = "scripted server error") -> Turn:
     return Failure(error)
 
 
-class ScriptedModel:
+def with_call_ids(response: ModelResponse, index: int) -> ModelResponse:
+    """``response`` with each unnamed tool call named ``call_<index>_<position>`` (``index``:
+    the request's number), so that every call of a run has an id the history can answer."""
+    if all(c.id for c in response.message.tool_calls):
+        return response
+    parts = tuple(
+        p.model_copy(update={"id": f"call_{index}_{i}"})
+        if isinstance(p, ToolCall) and not p.id
+        else p
+        for i, p in enumerate(response.message.parts)
+    )
+    message = response.message.model_copy(update={"parts": parts})
+    return response.model_copy(update={"message": message})
+
+
+class ScriptPlayer:
+    """A model that answers request ``n`` with :meth:`next_turn` ``(n)``: the one player behind
+    :class:`ScriptedModel`, the fuzzer's models and the replay model, each of which only says
+    where its next turn comes from.
+
+    ``requests`` keeps every request (unless ``keep_requests`` is false: benchmarks and soak runs,
+    where the record would dominate memory); ``calls`` counts them.
+    """
+
+    def __init__(
+        self, *, name: str, context_window: int | None = None, keep_requests: bool = True
+    ) -> None:
+        self._name = name
+        self._context_window = context_window
+        self.keep_requests = keep_requests
+        self.requests: list[ModelRequest] = []
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        """The model's name in events and traces."""
+        return self._name
+
+    @property
+    def context_window(self) -> int | None:
+        """The declared context window (``None``: unknown)."""
+        return self._context_window
+
+    def next_turn(self, index: int) -> Turn:
+        """The turn that answers request ``index`` (from 0); raise to refuse the request."""
+        raise NotImplementedError
+
+    def play(self, request: ModelRequest) -> ModelResponse:
+        """Record ``request`` and answer it with the next turn (raising a scripted failure)."""
+        index = self.calls
+        self.calls += 1
+        if self.keep_requests:
+            self.requests.append(request)
+        turn = self.next_turn(index)
+        if isinstance(turn, Failure):
+            raise turn.error
+        return with_call_ids(turn, index)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Play the next turn."""
+        await asyncio.sleep(0)
+        return self.play(request)
+
+
+class StreamingScriptPlayer(ScriptPlayer):
+    """A :class:`ScriptPlayer` that also streams: the text in ``chunk_size`` fragments, then each
+    tool call's id and name and its arguments in ``argument_fragments`` pieces, then the
+    response."""
+
+    chunk_size: int = 8
+    argument_fragments: int = 1
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Play the next turn as fragments, then the response."""
+        response = self.play(request)
+        await asyncio.sleep(0)
+        text = response.message.text
+        for start in range(0, len(text), self.chunk_size):
+            yield TextDelta(text=text[start : start + self.chunk_size])
+        pieces = self.argument_fragments
+        for index, call in enumerate(response.message.tool_calls):
+            yield ToolCallDelta(index=index, id=call.id, name=call.name)
+            arguments = call.arguments_json
+            cuts = [len(arguments) * i // pieces for i in range(pieces + 1)]
+            for start, end in itertools.pairwise(cuts):
+                yield ToolCallDelta(index=index, arguments_fragment=arguments[start:end])
+        yield response
+
+
+class ScriptedModel(StreamingScriptPlayer):
     """A model that replays ``turns`` in order and records every request in ``requests``.
 
     ``stream`` yields the answer in ``chunk_size``-character text deltas and per-call
@@ -165,71 +259,23 @@ class ScriptedModel:
         chunk_size: int = 8,
         keep_requests: bool = True,
     ) -> None:
+        super().__init__(name=name, context_window=context_window, keep_requests=keep_requests)
         self.turns = list(turns)
-        self._name = name
-        self._context_window = context_window
         self.chunk_size = chunk_size
-        self.keep_requests = keep_requests
-        self.requests: list[ModelRequest] = []
-        self.calls = 0
-
-    @property
-    def name(self) -> str:
-        """The model's name in events and traces."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """The declared context window (``None``: unknown)."""
-        return self._context_window
 
     @property
     def remaining(self) -> int:
         """Turns not yet played."""
         return len(self.turns) - self.calls
 
-    def _next(self, request: ModelRequest) -> ModelResponse:
-        index = self.calls
-        self.calls += 1
-        if self.keep_requests:
-            self.requests.append(request)
+    def next_turn(self, index: int) -> Turn:
+        """The script's turn ``index``; past its end, :class:`ScriptExhaustedError`."""
         if index >= len(self.turns):
             raise ScriptExhaustedError(
                 f"the script has {len(self.turns)} turn(s) but the model was called "
                 f"{index + 1} times; add turns to the ScriptedModel"
             )
-        turn = self.turns[index]
-        if isinstance(turn, Failure):
-            raise turn.error
-        calls = turn.message.tool_calls
-        if any(not c.id for c in calls):
-            parts = tuple(
-                p.model_copy(update={"id": f"call_{index}_{i}"})
-                if isinstance(p, ToolCall) and not p.id
-                else p
-                for i, p in enumerate(turn.message.parts)
-            )
-            turn = turn.model_copy(
-                update={"message": turn.message.model_copy(update={"parts": parts})}
-            )
-        return turn
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Play the next turn."""
-        await asyncio.sleep(0)
-        return self._next(request)
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Play the next turn as deltas, then the response."""
-        response = self._next(request)
-        await asyncio.sleep(0)
-        text_value = response.message.text
-        for start in range(0, len(text_value), self.chunk_size):
-            yield TextDelta(text=text_value[start : start + self.chunk_size])
-        for index, call in enumerate(response.message.tool_calls):
-            yield ToolCallDelta(index=index, id=call.id, name=call.name)
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json)
-        yield response
+        return self.turns[index]
 
 
 class VirtualClock:

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 __all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
 
 PROFILE_NAMES = ("dev", "ci", "fuzz")
+ATTACK_NAMES = (
+    "deadline",
+    "cancel",
+    "timeout",
+    "listener",
+    "hooks",
+    "gates",
+    "verifier",
+    "stop",
+    "store",
+)
 
 
 def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +57,22 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-seconds", metavar="S", type=float, help="stop after S seconds (default: profile's)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("runs", "seams"),
+        default="runs",
+        help="runs: model scripts, limits and hooks on a virtual clock; seams: the real clock, "
+        "outside cancels and timeouts, stalled listeners, user code that raises, hangs or "
+        "returns garbage, failing stores (default: runs)",
+    )
+    parser.add_argument(
+        "--attack",
+        action="append",
+        choices=ATTACK_NAMES,
+        metavar="NAME",
+        help=f"with --mode seams, draw only these attack families (repeat the option; "
+        f"default: all of {', '.join(ATTACK_NAMES)})",
     )
     parser.add_argument(
         "--jobs",
@@ -96,6 +123,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
             )
 
     examples = args.examples or profile.examples
+    attacks = tuple(args.attack or ATTACK_NAMES)
     seed = args.seed if args.seed is not None else profile.seed
     max_seconds = args.max_seconds if args.max_seconds is not None else profile.max_seconds
     try:
@@ -107,6 +135,8 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 seed=seed,
                 max_seconds=max_seconds,
                 progress=progress,
+                mode=args.mode,
+                attacks=attacks,
             )
         else:
             report = fuzzing.fuzz(
@@ -116,6 +146,8 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 max_seconds=max_seconds,
                 target=args.target,
                 progress=progress,
+                mode=args.mode,
+                attacks=attacks,
             )
     except Exception as exc:  # the factory could not build an agent, or a process failed
         print(

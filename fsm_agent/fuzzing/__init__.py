@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from .case import (
     turn_source,
 )
 from .decoding import Choices, read_case, read_hook_plan, read_policy, read_script
-from .engine import Engine, Found, Session
+from .engine import Engine, Found, ModeName, Session
 from .invariants import (
     ABORT_REASONS,
     DONE_REASONS,
@@ -58,19 +58,33 @@ from .invariants import (
     check_history,
     check_invariants,
 )
+from .seam_checks import SEAM_INVARIANTS, RunCrashed, SeamViolation, check_seam_record
+from .seams import (
+    ALL_ATTACKS,
+    Attack,
+    FailingStore,
+    SeamCase,
+    SeamRecord,
+    read_seam_case,
+    run_seam_case,
+)
 
 if TYPE_CHECKING:
     from .strategies import cases, hook_plans, policies, scripts, verifiers
 
 __all__ = [
     "ABORT_REASONS",
+    "ALL_ATTACKS",
     "DEFAULT_TOOLS",
     "DONE_REASONS",
     "INVARIANTS",
     "PROFILES",
     "RUNAWAY_MOVES",
+    "SEAM_INVARIANTS",
     "AgentFactory",
+    "Attack",
     "Choices",
+    "FailingStore",
     "FuzzCase",
     "FuzzDeps",
     "FuzzFailure",
@@ -80,12 +94,19 @@ __all__ = [
     "FuzzReport",
     "HookPlan",
     "InvariantViolation",
+    "ModeName",
+    "RunCrashed",
     "RunRecord",
+    "SeamCase",
+    "SeamRecord",
+    "SeamViolation",
     "StreamingFuzzModel",
     "cases",
     "check_case",
     "check_history",
     "check_invariants",
+    "check_seam_case",
+    "check_seam_record",
     "fuzz",
     "hook_plans",
     "policies",
@@ -93,8 +114,10 @@ __all__ = [
     "read_hook_plan",
     "read_policy",
     "read_script",
+    "read_seam_case",
     "regression_test",
     "run_case",
+    "run_seam_case",
     "scripts",
     "turn_source",
     "verifiers",
@@ -133,7 +156,7 @@ PROFILES: dict[str, FuzzProfile] = {
 class FuzzFailure:
     """A violation: the shrunk case, what broke, and a pytest test that reproduces it."""
 
-    case: FuzzCase
+    case: FuzzCase | SeamCase
     error: str
     invariant: int | None  # None: the run raised instead of ending
     test_source: str
@@ -160,7 +183,7 @@ class FuzzReport:
     elapsed_s: float
     seed: int
     slowest_s: float
-    slowest_case: FuzzCase | None
+    slowest_case: FuzzCase | SeamCase | None
     failure: FuzzFailure | None
 
     @property
@@ -202,6 +225,15 @@ def check_case(case: FuzzCase, make_agent: AgentFactory | None = None) -> RunRec
     return record
 
 
+def check_seam_case(case: SeamCase, make_agent: AgentFactory | None = None) -> SeamRecord:
+    """Play the seam case ``case`` (on the built-in agent, or ``make_agent``'s) and check every
+    seam invariant; raises :class:`SeamViolation` at the first broken one. It runs on the real
+    clock: a case found by the fuzzer may need a few runs to fail again."""
+    record = run_seam_case(case, make_agent)
+    check_seam_record(record)
+    return record
+
+
 def fuzz(
     make_agent: AgentFactory | None = None,
     *,
@@ -210,10 +242,18 @@ def fuzz(
     max_seconds: float | None = None,
     target: str | None = None,
     progress: Callable[[FuzzProgress], None] | None = None,
+    mode: ModeName = "runs",
+    attacks: Iterable[Attack | str] = ALL_ATTACKS,
 ) -> FuzzReport:
     """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first) and
     stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
-    ``make_agent`` in the reproducing test; by default it is taken from the factory."""
+    ``make_agent`` in the reproducing test; by default it is taken from the factory.
+
+    ``mode="seams"`` attacks the seams instead: each case runs on the real clock with a short
+    deadline, a cancel or ``asyncio.timeout`` from outside, a stalling listener, user code that
+    raises, hangs or returns garbage, and a store whose writes fail (see
+    :mod:`fsm_agent.fuzzing.seams`), and the seam invariants judge each run; ``attacks``
+    narrows its cases to some :class:`Attack` families."""
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
     end = None if max_seconds is None else time.time() + max_seconds
@@ -224,7 +264,7 @@ def fuzz(
             paths, invariants = len(session.paths), session.invariants
             progress(FuzzProgress(session.examples, paths, invariants, elapsed, session.slowest_s))
 
-    engine = Engine(make_agent, base)
+    engine = Engine(make_agent, base, mode, frozenset(Attack(a) for a in attacks))
     try:
         session = engine.run(range(examples), end, report_progress)
         found = None if session.found is None else engine.shrink(session.found)
@@ -271,21 +311,23 @@ _IMPORTS = {
         "Usage",
         "UsageLimits",
     ),
-    "fsm_agent.fuzzing": ("FuzzCase", "HookPlan", "check_case"),
+    "fsm_agent.fuzzing": ("FuzzCase", "HookPlan", "SeamCase", "check_case", "check_seam_case"),
     "fsm_agent.policy": ("ToolOutputSettings",),
     "fsm_agent.testing": ("fail", "finish", "text", "tool_calls"),
 }
 
 
 def regression_test(
-    case: FuzzCase, error: str, target: str | None = None, invariant: int | None = None
+    case: FuzzCase | SeamCase, error: str, target: str | None = None, invariant: int | None = None
 ) -> str:
     """A pytest test that runs ``case`` and fails while the bug is there. ``target``
     (``"module:factory"``) is the agent factory; ``None``: the built-in agent."""
     body = case.source("    ")
     factory = ""
     lines: list[str] = []
-    used = set(re.findall(r"\b([A-Za-z_]\w*)\(", body)) | {"check_case"}
+    seams = isinstance(case, SeamCase)
+    check = "check_seam_case" if seams else "check_case"
+    used = set(re.findall(r"\b([A-Za-z_]\w*)\(", body)) | {check}
     for module, names in _IMPORTS.items():
         wanted = sorted(n for n in names if n in used)
         if wanted:
@@ -294,11 +336,14 @@ def regression_test(
         module, _, name = target.partition(":")
         lines.append(f"from {module} import {name.split('.')[0]}")
         factory = f", {name}"
+    catalogue = SEAM_INVARIANTS if seams else INVARIANTS
     what = (
-        f"this run breaks invariant {invariant} ({INVARIANTS[invariant]})"
+        f"this run breaks {'seam ' if seams else ''}invariant {invariant} ({catalogue[invariant]})"
         if invariant
         else "this run crashes the kernel"
     )
+    if seams:
+        what += " (on the real clock: it may take a few runs to fail)"
     comment = "\n".join(f"    # {line}" for line in error.splitlines()[:6])
     return "\n".join(
         [
@@ -309,7 +354,7 @@ def regression_test(
             f'    """Found by fsm-agent fuzz: {what}."""',
             comment,
             f"    case = {body.strip()}",
-            f"    check_case(case{factory})",
+            f"    {check}(case{factory})",
             "",
         ]
     )

@@ -30,19 +30,23 @@ from ..machine.table import TERMINAL, State
 from ..messages import (
     FinishReason,
     Message,
-    ModelRequest,
     ModelResponse,
-    StreamDelta,
-    TextDelta,
     ToolCall,
-    ToolCallDelta,
     ToolResult,
     Usage,
 )
 from ..models import Model
 from ..policy import Policy
 from ..run_state import RunState
-from ..scripted import DEFAULT_USAGE, Failure, ScriptExhaustedError, Turn, VirtualClock
+from ..scripted import (
+    DEFAULT_USAGE,
+    Failure,
+    ScriptExhaustedError,
+    ScriptPlayer,
+    StreamingScriptPlayer,
+    Turn,
+    VirtualClock,
+)
 from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
 from .invariants import RunRecord
 from .primary import FailingPrimary
@@ -56,8 +60,10 @@ __all__ = [
     "FuzzModel",
     "HookAnswer",
     "HookPlan",
+    "PlannedHooks",
     "StreamingFuzzModel",
     "VerifierAnswer",
+    "case_source",
     "model_source",
     "run_case",
     "turn_source",
@@ -79,77 +85,35 @@ result)."""
 
 
 # -- the scripted model ---------------------------------------------------------------------------
-class FuzzModel:
+class FuzzModel(ScriptPlayer):
     """Replays a script like :class:`~fsm_agent.testing.ScriptedModel`; with ``cycle`` the script
     starts over when it runs out, so a run that never stops keeps getting answers."""
 
     def __init__(self, turns: Sequence[Turn], *, cycle: bool = False, name: str = "fuzz") -> None:
+        super().__init__(name=name)
         self.turns = list(turns)
         self.cycle = cycle and bool(self.turns)
-        self._name = name
-        self.requests: list[ModelRequest] = []
         self.played: list[Turn] = []  # the turn answered to each request, in order
-        self.position = 0  # the script's next turn (a chain's failing primary plays none)
 
-    @property
-    def name(self) -> str:
-        """The model's name in events and traces."""
-        return self._name
-
-    @property
-    def context_window(self) -> int | None:
-        """Unknown: compaction follows the policy's ``compaction.context_window``."""
-        return None
-
-    def _next(self, request: ModelRequest) -> ModelResponse:
-        index = self.position
-        self.position += 1
-        self.requests.append(request)
+    def next_turn(self, index: int) -> Turn:
+        """The script's turn ``index`` (cycling, if the case says so); a fallback chain's failing
+        primary records its calls in ``requests`` without using a turn."""
         if index >= len(self.turns) and not self.cycle:
             raise ScriptExhaustedError(f"the script has {len(self.turns)} turn(s)")
         turn = self.turns[index % len(self.turns)]
         self.played.append(turn)
-        if isinstance(turn, Failure):
-            raise turn.error
-        calls = turn.message.tool_calls
-        if any(not c.id for c in calls):
-            parts = tuple(
-                p.model_copy(update={"id": f"call_{index}_{i}"})
-                if isinstance(p, ToolCall) and not p.id
-                else p
-                for i, p in enumerate(turn.message.parts)
-            )
-            message = turn.message.model_copy(update={"parts": parts})
-            turn = turn.model_copy(update={"message": message})
         return turn
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Play the next turn."""
-        await asyncio.sleep(0)
-        return self._next(request)
 
-
-class StreamingFuzzModel(FuzzModel):
+class StreamingFuzzModel(StreamingScriptPlayer, FuzzModel):
     """A :class:`FuzzModel` that also streams: text in ``chunk_size`` fragments, each tool
     call's id and name, then its arguments in two fragments."""
+
+    argument_fragments = 2
 
     def __init__(self, turns: Sequence[Turn], *, cycle: bool = False, chunk_size: int = 8) -> None:
         super().__init__(turns, cycle=cycle)
         self.chunk_size = chunk_size
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Play the next turn as fragments, then the response."""
-        response = self._next(request)
-        await asyncio.sleep(0)
-        text = response.message.text
-        for start in range(0, len(text), self.chunk_size):
-            yield TextDelta(text=text[start : start + self.chunk_size])
-        for index, call in enumerate(response.message.tool_calls):
-            yield ToolCallDelta(index=index, id=call.id, name=call.name)
-            half = len(call.arguments_json) // 2
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json[:half])
-            yield ToolCallDelta(index=index, arguments_fragment=call.arguments_json[half:])
-        yield response
 
 
 # -- the default agent's tools: one per behaviour -------------------------------------------------
@@ -266,16 +230,19 @@ class HookPlan:
         """The hook object (empty when nothing is planned)."""
         if not self:
             return []
-        return [_PlannedHooks(self)]
+        return [PlannedHooks(self)]
 
 
-class _PlannedHooks:
-    """Hook methods that play a :class:`HookPlan`; only the planned points exist."""
+class PlannedHooks:
+    """Hook methods that play a :class:`HookPlan`; only the planned points exist.
+    ``failed_gates`` lists the calls whose ``approve_tool`` answer raised, hung or was not a
+    verdict: calls that must not run."""
 
     timeout_s = 0.001
     __name__ = "fuzz_hooks"
 
     def __init__(self, plan: HookPlan) -> None:
+        self.failed_gates: list[str] = []
         self._answers = {f.name: list(getattr(plan, f.name)) for f in fields(plan)}
         for point, answers in self._answers.items():
             if answers:
@@ -286,6 +253,8 @@ class _PlannedHooks:
 
         async def hook(**kwargs: Any) -> object:
             answer = answers.pop(0) if answers else "none"
+            if point == "approve_tool" and answer in ("raise", "hang", "bad"):
+                self.failed_gates.append(kwargs["call"].id)
             return await _answer(point, answer, kwargs)
 
         return hook
@@ -353,26 +322,32 @@ class FuzzCase:
 
     def source(self, indent: str = "") -> str:
         """The constructor call that rebuilds this case (non-default fields only)."""
-        inner = indent + "    "
-        lines = ["FuzzCase("]
-        if self.script:
-            lines.append(f"{inner}script=(")
-            lines.extend(f"{inner}    {turn_source(t)}," for t in self.script)
-            lines.append(f"{inner}),")
-        defaults = FuzzCase()
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "script" or value == getattr(defaults, f.name):
-                continue
-            if isinstance(value, BaseModel):
-                text = model_source(value)
-            elif isinstance(value, HookPlan):
-                text = value.source()
-            else:
-                text = repr(value)
-            lines.append(f"{inner}{f.name}={text},")
-        lines.append(f"{indent})")
-        return "\n".join(lines) if len(lines) > 2 else "FuzzCase()"
+        return case_source(self, FuzzCase(), indent)
+
+
+def case_source(case: Any, defaults: Any, indent: str = "") -> str:
+    """The constructor call that rebuilds the dataclass ``case``: its script turn by turn, then
+    each field that differs from ``defaults`` (an instance built with no arguments)."""
+    inner = indent + "    "
+    name = type(case).__name__
+    lines = [f"{name}("]
+    if case.script:
+        lines.append(f"{inner}script=(")
+        lines.extend(f"{inner}    {turn_source(t)}," for t in case.script)
+        lines.append(f"{inner}),")
+    for f in fields(case):
+        value = getattr(case, f.name)
+        if f.name == "script" or value == getattr(defaults, f.name):
+            continue
+        if isinstance(value, BaseModel):
+            text = model_source(value)
+        elif isinstance(value, HookPlan):
+            text = value.source()
+        else:
+            text = repr(value)
+        lines.append(f"{inner}{f.name}={text},")
+    lines.append(f"{indent})")
+    return "\n".join(lines) if len(lines) > 2 else f"{name}()"
 
 
 def _verifier(answers: tuple[VerifierAnswer, ...]) -> Callable[..., Verdict]:

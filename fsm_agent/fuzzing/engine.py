@@ -13,14 +13,69 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
 
 from ..messages import ToolDefinition
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
 from .decoding import CASE_SIZE, Choices, read_case
-from .invariants import InvariantViolation, check_invariants
+from .invariants import InvariantViolation, RunRecord, check_invariants
+from .seam_checks import RunCrashed, SeamViolation, check_seam_record
+from .seams import ALL_ATTACKS, Attack, SeamCase, SeamRecord, read_seam_case, run_seam_case
 from .shrink import shrink
 
-__all__ = ["BATCH", "Engine", "Found", "Session", "definitions_of", "example_bytes"]
+__all__ = [
+    "BATCH",
+    "MODES",
+    "Engine",
+    "Found",
+    "Mode",
+    "ModeName",
+    "Session",
+    "definitions_of",
+    "example_bytes",
+]
+
+ModeName: TypeAlias = Literal["runs", "seams"]
+"""What the fuzzer attacks: ``runs`` (model scripts, limits and hooks on a virtual clock) or
+``seams`` (the real clock, outside cancels, stalled listeners, failing user code and stores)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """How one mode decodes a case, plays it, checks it, and names the path it took."""
+
+    read: Callable[[Choices, Iterable[ToolDefinition] | None, frozenset[Attack]], Any]
+    play: Callable[[Any, AgentFactory | None, asyncio.AbstractEventLoop], Any]
+    check: Callable[[Any], int]
+    path: Callable[[Any], int]
+    tries: int = 1  # runs of a shrinking candidate before it counts as passing
+
+
+def _run_path(record: RunRecord) -> int:
+    return hash(tuple(m.row for m in record.result.trace))
+
+
+def _seam_path(record: SeamRecord) -> int:
+    rs = record.run_state
+    return hash((record.ending, tuple(m.row for m in rs.trace) if rs is not None else ()))
+
+
+MODES: dict[str, Mode] = {
+    "runs": Mode(
+        lambda c, tools, _: read_case(c, tools),
+        lambda c, m, loop: run_case(c, m, loop=loop),
+        check_invariants,
+        _run_path,
+    ),
+    "seams": Mode(
+        read_seam_case,
+        lambda c, m, loop: run_seam_case(c, m, loop=loop),
+        check_seam_record,
+        _seam_path,
+        tries=3,
+    ),
+}
+"""The fuzzer's modes by name."""
 
 BATCH = 250
 """Examples between two progress reports."""
@@ -45,7 +100,7 @@ class Found:
 
     index: int
     data: bytes
-    case: FuzzCase
+    case: FuzzCase | SeamCase
     error: str
     kind: int | str  # the broken invariant's number, or the name of the exception the run raised
 
@@ -67,19 +122,29 @@ class Session:
     found: Found | None = None
 
 
-def _found(index: int, data: bytes, case: FuzzCase, exc: Exception) -> Found:
-    if isinstance(exc, InvariantViolation):
+def _found(index: int, data: bytes, case: FuzzCase | SeamCase, exc: Exception) -> Found:
+    if isinstance(exc, InvariantViolation | SeamViolation):
         return Found(index, data, case, str(exc), exc.number)
+    if isinstance(exc, RunCrashed):
+        return Found(index, data, case, str(exc), exc.kind)
     kind = type(exc).__qualname__
     return Found(index, data, case, f"the run raised {kind}: {exc}", kind)
 
 
 class Engine:
-    """Runs examples on the built-in agent or ``make_agent``'s, on one event loop."""
+    """Runs examples of one mode on the built-in agent or ``make_agent``'s, on one event loop."""
 
-    def __init__(self, make_agent: AgentFactory | None, seed: int) -> None:
+    def __init__(
+        self,
+        make_agent: AgentFactory | None,
+        seed: int,
+        mode: ModeName = "runs",
+        attacks: frozenset[Attack] = ALL_ATTACKS,
+    ) -> None:
         self.make_agent = make_agent
         self.seed = seed
+        self.mode = MODES[mode]
+        self.attacks = attacks
         self.definitions = definitions_of(make_agent)
         # A plain loop, not asyncio.Runner: in 3.11 its SIGINT check formats the repr of every
         # run's result (milliseconds per example).
@@ -89,9 +154,15 @@ class Engine:
         """Close the event loop."""
         self.loop.close()
 
-    def case(self, data: bytes) -> FuzzCase:
+    def case(self, data: bytes) -> FuzzCase | SeamCase:
         """The case ``data`` decodes to."""
-        return read_case(Choices(data), self.definitions)
+        case: FuzzCase | SeamCase = self.mode.read(Choices(data), self.definitions, self.attacks)
+        return case
+
+    def _check(self, case: FuzzCase | SeamCase) -> tuple[int, int]:
+        """Play ``case`` and check it: (invariants checked, the path's hash)."""
+        record = self.mode.play(case, self.make_agent, self.loop)
+        return self.mode.check(record), self.mode.path(record)
 
     def run(
         self,
@@ -110,15 +181,14 @@ class Engine:
             case = self.case(data)
             began = time.perf_counter()
             try:
-                record = run_case(case, self.make_agent, loop=self.loop)
-                checked = check_invariants(record)
+                checked, path = self._check(case)
             except Exception as exc:  # a broken invariant, or a crash of the run
                 session.found = _found(index, data, case, exc)
                 return session
             took = time.perf_counter() - began
             session.examples += 1
             session.invariants += checked
-            session.paths.add(hash(tuple(m.row for m in record.result.trace)))
+            session.paths.add(path)
             if took > session.slowest_s:
                 session.slowest_s, session.slowest_data = took, data
             if progress is not None and session.examples % BATCH == 0:
@@ -129,18 +199,21 @@ class Engine:
 
     def shrink(self, found: Found) -> Found:
         """The smallest example found that fails like ``found``: the same invariant, or for a
-        crash the same exception type (see :mod:`._fuzz_shrink`)."""
+        crash the same exception type (see :mod:`.shrink`). A mode on the real clock tries
+        each candidate up to ``mode.tries`` times: a timing-dependent failure that did not
+        happen once may happen the next time."""
         smallest = [found]
 
         def fails(data: bytes) -> bool:
             case = self.case(data)
-            try:
-                check_invariants(run_case(case, self.make_agent, loop=self.loop))
-            except Exception as exc:
-                candidate = _found(found.index, data, case, exc)
-                if candidate.kind == found.kind:
-                    smallest[0] = candidate  # shrink() returns the last one that failed
-                    return True
+            for _ in range(self.mode.tries):
+                try:
+                    self._check(case)
+                except Exception as exc:
+                    candidate = _found(found.index, data, case, exc)
+                    if candidate.kind == found.kind:
+                        smallest[0] = candidate  # shrink() returns the last one that failed
+                        return True
             return False
 
         shrink(found.data, fails)

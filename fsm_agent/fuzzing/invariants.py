@@ -19,6 +19,7 @@ from ..machine.table import Counters, Limits, State, StopReason
 from ..messages import Message, ModelRequest, ModelResponse, Role, Usage
 from ..policy import Policy
 from ..scripted import Turn
+from .oracle import oracle_for
 
 __all__ = [
     "ABORT_REASONS",
@@ -242,18 +243,23 @@ def _check_work(record: RunRecord) -> None:
 
 
 def _check_moves(record: RunRecord) -> None:
-    """Invariants 3 and 9: replaying ``decide()`` from zero counters gives every recorded move
-    (so each row's guard held), and no counter passes its limit."""
+    """Invariants 3 and 9: from zero counters, the oracle (a ``transitions`` machine built from
+    the rows, not the kernel's ``decide()``) makes every recorded move (so each row's guard
+    held), and no counter passes its limit."""
     result, limits = record.result, record.limits
+    oracle = oracle_for(record.machine.rows)
     moves = [e for e in record.events if isinstance(e, StateChangedEvent)]
     if len(moves) != len(result.trace):
         raise InvariantViolation(3, f"{len(moves)} events, {len(result.trace)} moves")
     counters = Counters()
     state = State.IDLE
     for event, move in zip(moves, result.trace, strict=True):
-        if event.source is not state:
+        if event.source is not state or move.source is not state:
             raise InvariantViolation(3, f"move from {event.source} while in {state}")
-        expected = record.machine.decide(event.source, event.outcome, counters, limits)
+        try:
+            expected = oracle.move(event.source, event.outcome, counters, limits)
+        except ValueError as exc:
+            raise InvariantViolation(3, str(exc)) from None
         if (event.row, event.dest) != (expected.row, expected.dest) or move != expected:
             raise InvariantViolation(
                 3,

@@ -14,15 +14,15 @@ import multiprocessing
 import queue
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from ..targets import load_factory
 from . import FuzzProgress, FuzzReport, fuzz_failure
-from .decoding import Choices, read_case
-from .engine import Engine, Found, Session, definitions_of
+from .engine import Engine, Found, ModeName, Session
+from .seams import Attack
 
 __all__ = ["fuzz_in_processes"]
 
@@ -61,10 +61,12 @@ def _job(
     end: float | None,
     messages: multiprocessing.Queue[tuple[str, int, Any]],
     first_failure: Synchronized[int],
+    mode: ModeName,
+    attacks: frozenset[Attack],
 ) -> None:
     """One process's share of the session; everything it reports goes to ``messages``."""
     try:
-        engine = Engine(None if target is None else load_factory(target), seed)
+        engine = Engine(None if target is None else load_factory(target), seed, mode, attacks)
 
         def indices() -> Iterator[int]:
             for index in range(job, examples, jobs):
@@ -101,13 +103,18 @@ def fuzz_in_processes(
     seed: int | None = None,
     max_seconds: float | None = None,
     progress: Callable[[FuzzProgress], None] | None = None,
+    mode: ModeName = "runs",
+    attacks: Iterable[Attack | str] = frozenset(Attack),
 ) -> FuzzReport:
     """:func:`~fsm_agent.fuzzing.fuzz` over ``jobs`` processes, for the agent ``target``
-    (``"module:factory"``) or the built-in one; raises ``RuntimeError`` when a process fails."""
+    (``"module:factory"``) or the built-in one, in ``mode``; raises ``RuntimeError`` when a
+    process fails."""
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
     make_agent = None if target is None else load_factory(target)
-    definitions = definitions_of(make_agent)  # also checks the factory before starting
+    chosen = frozenset(Attack(a) for a in attacks)
+    engine = Engine(make_agent, base, mode, chosen)  # also checks the factory before starting
+    engine.close()
     context = multiprocessing.get_context("spawn")
     messages: multiprocessing.Queue[tuple[str, int, Any]] = context.Queue()
     first_failure = context.Value("q", examples)
@@ -115,7 +122,7 @@ def fuzz_in_processes(
     processes = [
         context.Process(
             target=_job,
-            args=(target, job, jobs, examples, base, end, messages, first_failure),
+            args=(target, job, jobs, examples, base, end, messages, first_failure, mode, chosen),
             daemon=True,
         )
         for job in range(jobs)
@@ -156,7 +163,7 @@ def fuzz_in_processes(
     failure = None
     if failures:
         index, data, error, kind = min(failures)
-        case = read_case(Choices(data), definitions)
+        case = engine.case(data)
         failure = fuzz_failure(Found(index, data, case, error, kind), make_agent, target)
     slowest = max(results.values(), key=lambda r: r.counts.slowest_s)
     return FuzzReport(
@@ -166,11 +173,7 @@ def fuzz_in_processes(
         elapsed_s=time.perf_counter() - started,
         seed=base,
         slowest_s=slowest.counts.slowest_s,
-        slowest_case=(
-            None
-            if slowest.slowest_data is None
-            else read_case(Choices(slowest.slowest_data), definitions)
-        ),
+        slowest_case=None if slowest.slowest_data is None else engine.case(slowest.slowest_data),
         failure=failure,
     )
 

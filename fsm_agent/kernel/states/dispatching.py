@@ -408,8 +408,16 @@ async def _run_all(
         async with asyncio.TaskGroup() as group:
             for call in calls:
                 tasks.append(group.create_task(_run(ctx, call)))
+            # Wait here, not in the group's exit: on Python 3.11, a branch that fails while the
+            # exit waits cancels this task and never withdraws it (task.cancelling() stays 1).
+            await asyncio.wait(tasks)
     except BaseExceptionGroup as failed:
         failure = failed.exceptions[0]
+        # A group hides a cancel of this task that landed while a branch failed: when someone
+        # besides the run still asks this task to cancel, their cancel goes on, not the failure.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > ctx.own_cancels:
+            raise asyncio.CancelledError from failure
     if failure is not None:
         raise failure
 
