@@ -297,9 +297,6 @@ async def _record_cancel(ctx: RunContext) -> None:
     handle has the result and ``after_run`` hears of it; then the cancel goes on. A durable
     run stores nothing more, so it resumes from its latest checkpoint."""
     rs = ctx.rs
-    if ctx.durable is not None:
-        with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
-            await ctx.durable.interrupted()
     last = ctx.last_move
     if rs.state in TERMINAL or (last is not None and last.dest is _SUSPENDED):
         return  # the run already rests
@@ -316,3 +313,6 @@ async def _record_cancel(ctx: RunContext) -> None:
     hooks = ctx.agent.hooks
     if hooks.after_run:
         await _notify(ctx, hooks.after_run, True, result=result, run_state=rs)
+    if ctx.durable is not None:  # last: the writes already handed to the store, awaited
+        with contextlib.suppress(CheckpointError):  # the cancel goes on regardless
+            await ctx.durable.interrupted()

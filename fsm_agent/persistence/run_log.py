@@ -203,8 +203,8 @@ class RunLog:
     ) -> tuple[Callable[..., object], tuple[object, ...]]:
         """The call that stores ``rs`` as ``version``, encoded now when the store can split
         encoding from writing (the encoded checkpoint no longer depends on ``rs``)."""
-        if self._split is None:
-            return self._save, (rs, version)
+        if self._split is None:  # a copy: the thread must not read the state the run changes
+            return self._save, (_snapshot(rs), version)
         prepare, write = self._split
         return write, (prepare(rs, version=version),)
 
