@@ -21,8 +21,11 @@ replaces the agent's runtime with its virtual clock.
 (``pip install -e '.[testing]'`` in a checkout), and import it when first used.
 
 Read in order: :mod:`.decoding` (bytes to cases), :mod:`.case` (a case, the built-in agent,
-running one), :mod:`.invariants` (what every run must keep), :mod:`.engine` (the search),
-:mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
+running one), :mod:`.source` (a case printed as Python), :mod:`.invariants` (what every run
+must keep), :mod:`.engine` (the search), :mod:`.oracle` (every move checked against a machine
+built from the table, not against ``decide()``), :mod:`.seams` and :mod:`.seam_checks` (the
+seams mode and its invariants), :mod:`.primary` (a primary model that always fails, for
+fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
 :mod:`.strategies` (hypothesis strategies for your own property tests).
 """
 
