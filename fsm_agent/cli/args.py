@@ -11,12 +11,15 @@ prints one line on stderr and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..diagrams.trace import TraceError
 from ..errors import ConfigurationError, FsmAgentError
 from ..policy import Policy
 
@@ -156,3 +159,17 @@ def write_output(path: str, content: str | bytes) -> None:
         Path(path).write_bytes(data)
     except OSError as exc:
         raise UsageError(f"cannot write {path!r}: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Turn what reading a trace or a recording can raise into one-line usage errors that say
+    ``cannot read {what}: ...``."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"cannot read {what}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read {what}: not UTF-8 text") from None
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None

@@ -22,6 +22,7 @@ from .args import (
     mask_url,
     positive_int,
     read_policy,
+    reading,
     writable_file,
     write_output,
 )
@@ -201,19 +202,13 @@ def read_run(target: str) -> RecordedRun:
     ``postgresql://…#RUN_ID``), a recording, or an event trace."""
     if target.startswith(_STORE_PREFIXES):
         return _read_stored_run(target)
-    try:
+    with reading(f"trace {target!r}"):
         if is_recording(target):
             recording = read_recording(target)
             header = recording.header
             scope = diagrams.Scope.of(header.policy, verifier=header.verifier)
             return RecordedRun(diagrams.RunPath.from_events(recording.events), target, scope)
         return RecordedRun(diagrams.read_trace(target), target)
-    except OSError as exc:
-        raise UsageError(f"cannot read trace {target!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"cannot read trace {target!r}: not UTF-8 text") from None
-    except diagrams.TraceError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _read_stored_run(target: str) -> RecordedRun:

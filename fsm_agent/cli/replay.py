@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import sys
 
-from .. import diagrams
 from ..policy import Policy
 from ..replay import compare, read_recording, replay_stream
-from .args import UsageError, read_policy
+from .args import read_policy, reading
 from .trace import Trace, drive, labels
 
 __all__ = ["add_arguments", "handle"]
@@ -26,14 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Replay a recording: 0 when the replay matches it, 1 when it diverges."""
-    try:
+    with reading(repr(args.file)):
         recording = read_recording(args.file)
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"cannot read {args.file!r}: not UTF-8 text") from None
-    except diagrams.TraceError as exc:
-        raise UsageError(str(exc)) from None
     policy: Policy | None = None if args.policy is None else read_policy(args.policy)
     shown = policy or recording.header.policy
     trace = None
