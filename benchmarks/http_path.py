@@ -272,24 +272,14 @@ class LangGraphClient(Client):
         super().__init__(base_url)
         from langchain_core.messages import HumanMessage, SystemMessage
         from langchain_openai import ChatOpenAI
-        from langgraph.graph import START, MessagesState, StateGraph
-        from langgraph.prebuilt import ToolNode, tools_condition
+        from peers import tool_calling_graph
 
         def graph(steps: int, stream: bool) -> Any:
-            model = ChatOpenAI(
-                model=f"bench-{steps}", base_url=base_url, api_key=API_KEY, streaming=stream
-            ).bind_tools([add])
-
-            async def agent(state: MessagesState) -> dict[str, list[Any]]:
-                return {"messages": [await model.ainvoke(state["messages"])]}
-
-            builder = StateGraph(MessagesState)
-            builder.add_node("agent", agent)
-            builder.add_node("tools", ToolNode([add]))
-            builder.add_edge(START, "agent")
-            builder.add_conditional_edges("agent", tools_condition)
-            builder.add_edge("tools", "agent")
-            return builder.compile()
+            return tool_calling_graph(
+                ChatOpenAI(
+                    model=f"bench-{steps}", base_url=base_url, api_key=API_KEY, streaming=stream
+                ).bind_tools([add])
+            )
 
         self._graphs = {(s, m): graph(s, m) for s in (2, 10, 50) for m in (False, True)}
         self._input = lambda: {"messages": [SystemMessage(SYSTEM_PROMPT), HumanMessage(PROMPT)]}

@@ -15,6 +15,24 @@ from typing import Any
 from workload import ANSWER, PROMPT, SYSTEM_PROMPT, Adapter, Call, Run, add, next_call
 
 
+def tool_calling_graph(model: Any) -> Any:
+    """LangGraph's tool-calling loop over ``model`` (a chat model bound to ``add``): the graph
+    every LangGraph measurement runs, in-process here and over HTTP in ``http_path.py``."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    async def agent(state: MessagesState) -> dict[str, list[Any]]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([add]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
 class SharedAgentAdapter(Adapter):
     """An adapter whose runs of one length share one agent (its scripted model is stateless)."""
 
@@ -80,8 +98,6 @@ class LangGraphAdapter(SharedAgentAdapter):
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
-        from langgraph.graph import START, MessagesState, StateGraph
-        from langgraph.prebuilt import ToolNode, tools_condition
 
         class ScriptedChatModel(BaseChatModel):
             steps: int
@@ -114,18 +130,7 @@ class LangGraphAdapter(SharedAgentAdapter):
                 return self._generate(messages)
 
         def graph(steps: int) -> Any:
-            model = ScriptedChatModel(steps=steps).bind_tools([add])
-
-            async def agent(state: MessagesState) -> dict[str, list[Any]]:
-                return {"messages": [await model.ainvoke(state["messages"])]}
-
-            builder = StateGraph(MessagesState)
-            builder.add_node("agent", agent)
-            builder.add_node("tools", ToolNode([add]))
-            builder.add_edge(START, "agent")
-            builder.add_conditional_edges("agent", tools_condition)
-            builder.add_edge("tools", "agent")
-            return builder.compile()
+            return tool_calling_graph(ScriptedChatModel(steps=steps).bind_tools([add]))
 
         self._build = graph
         self._input = lambda: {"messages": [SystemMessage(SYSTEM_PROMPT), HumanMessage(PROMPT)]}
