@@ -8,7 +8,6 @@ import asyncio
 import os
 import sqlite3
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,22 +37,7 @@ from fsm_agent.persistence import (
 )
 from fsm_agent.run_state import RunState
 from fsm_agent.testing import ScriptedModel, text, tool_call
-
-DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _postgres() -> Iterator[Checkpointer]:
-    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
-    try:
-        psycopg.connect(DSN, connect_timeout=2).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
-    from fsm_agent.persistence import PostgresCheckpointer
-
-    store = PostgresCheckpointer(DSN, schema=f"fsm_test_{uuid.uuid4().hex[:12]}")
-    yield store
-    store.drop_schema()
-    store.close()
+from postgres_store import DSN, postgres_checkpointer
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -64,7 +48,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpoint
         yield sqlite_store
         sqlite_store.close()
     else:
-        yield from _postgres()
+        with postgres_checkpointer() as pg_store:
+            yield pg_store
 
 
 def _raw(store: Checkpointer, sql: str) -> None:
@@ -492,7 +477,7 @@ def test_the_postgres_store_reconnects_after_its_connections_drop() -> None:
     """The server ends every connection of the store's pool between two runs; the second run
     gets a new connection and completes."""
     psycopg = pytest.importorskip("psycopg")
-    for store in _postgres():
+    with postgres_checkpointer() as store:
         assert make_agent(store, lambda _: None).run_sync(PROMPT).ok
         for table in ("checkpoints", "runs", "effects"):  # the same run again, from scratch
             _raw(store, f"DELETE FROM {{t}}{table}")

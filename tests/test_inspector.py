@@ -25,6 +25,7 @@ from fsm_agent.inspector.app import SECURITY_HEADERS
 from fsm_agent.inspector.views import run_path
 from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
 from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_agent, gated_approver
+from postgres_store import postgres_checkpointer
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -380,21 +381,10 @@ def test_secrets_are_redacted_from_everything_shown(
     asyncio.run(main())
 
 
-PG_DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-
-
 @pytest.mark.postgres
 def test_a_postgres_store_is_listed_shown_and_answered() -> None:
     """The same pages over PostgreSQL: both runs listed, the finished one drawn, the suspended
     one approved and resumed to the end."""
-    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
-    try:
-        psycopg.connect(PG_DSN, connect_timeout=2).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
-    from fsm_agent.persistence import PostgresCheckpointer
-
-    pg = PostgresCheckpointer(PG_DSN, schema=f"fsm_inspect_{os.urandom(6).hex()}")
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
         listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
@@ -410,11 +400,8 @@ def test_a_postgres_store_is_listed_shown_and_answered() -> None:
         done = await _wait_for(http, filled.suspended, "done")
         assert done["output"] == "Deleted the old log."
 
-    try:
+    with postgres_checkpointer("fsm_inspect") as pg:
         run(pg, test, answer=True)
-    finally:
-        pg.drop_schema()
-        pg.close()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

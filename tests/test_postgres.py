@@ -4,8 +4,6 @@ postgresql://postgres@127.0.0.1:5432/test); each test session uses its own schem
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -14,25 +12,15 @@ import pytest
 from durable_scenario import PROMPT, RUN_ID, make_agent
 from fsm_agent.errors import CheckpointConflictError, RunFinishedError, SchemaVersionError
 from fsm_agent.persistence import crash_and_resume, resume_differences
+from postgres_store import DSN, postgres_checkpointer
 
 pytestmark = pytest.mark.postgres
-
-DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture
 def store() -> Iterator[object]:
-    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
-    try:
-        psycopg.connect(DSN, connect_timeout=2).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server answers at FSM_AGENT_PG_DSN ({exc})")
-    from fsm_agent.persistence import PostgresCheckpointer
-
-    checkpointer = PostgresCheckpointer(DSN, schema=f"fsm_test_{uuid.uuid4().hex[:12]}")
-    yield checkpointer
-    checkpointer.drop_schema()
-    checkpointer.close()
+    with postgres_checkpointer() as checkpointer:
+        yield checkpointer
 
 
 def test_a_run_round_trips_through_postgres(store: object) -> None:

@@ -11,8 +11,6 @@ replay`` print.
 from __future__ import annotations
 
 import logging
-import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
 from fsm_agent.providers._redact import BODY_LIMIT, MESSAGE_LIMIT, scrub_error
 from fsm_agent.replay import record
+from postgres_store import DSN, postgres_checkpointer
 from provider_server import (
     FAST,
     ProviderServer,
@@ -221,16 +220,6 @@ def _cli_output(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_the_key_reaches_no_postgres_table(provider: str) -> None:
     """A run whose model echoes the key in a 200 error object and in a stream error event
     keeps it out of every PostgreSQL table the run writes."""
-    psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
-    dsn = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        psycopg.connect(dsn, connect_timeout=2).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server answers ({exc})")
-    from fsm_agent.persistence import PostgresCheckpointer
-
-    schema = f"fsm_test_{uuid.uuid4().hex[:12]}"
-    checkpointer = PostgresCheckpointer(dsn, schema=schema)
     shapes = iter(["200 carrying an error", "stream error event"] * 4)
 
     async def scenario() -> None:
@@ -242,18 +231,16 @@ def test_the_key_reaches_no_postgres_table(provider: str) -> None:
             _ = [e async for e in agent.run_stream("and again")]
             await model.aclose()
 
-    try:
+    with postgres_checkpointer() as checkpointer:
         run(scenario())
-        with psycopg.connect(dsn) as conn:
+        psycopg = pytest.importorskip("psycopg")
+        with psycopg.connect(DSN) as conn:
             dumped = " ".join(
                 str(row)
                 for table in ("runs", "checkpoints", "effects", "outputs")
-                for row in conn.execute(f'SELECT * FROM "{schema}".{table}').fetchall()
+                for row in conn.execute(f'SELECT * FROM "{checkpointer.schema}".{table}').fetchall()
             )
         assert "**********" in dumped and not leaks(dumped)
-    finally:
-        checkpointer.drop_schema()
-        checkpointer.close()
 
 
 def test_scrubbing_masks_before_cutting_and_twice_changes_nothing() -> None:
