@@ -2,9 +2,15 @@
 
 Each run writes through a :class:`Lane`, which always uses the same thread of the store: the
 run's writes are made in the order it made them, and once one fails, the lane's later writes
-fail the same way without being made. A caller that waits for a write gets an asyncio future,
-settled from the thread with one ``call_soon_threadsafe``; cancelling the wait does not cancel
-the write (it is made whole or not at all).
+fail the same way without being made. A caller that waits for a write gets an asyncio future;
+cancelling the wait does not cancel the write (it is made whole or not at all).
+
+A thread takes every job queued for it (up to :data:`BATCH`) at once. For a store that gives a
+``batch`` (one transaction, committed on exit), it makes them in one commit: many runs' writes
+cost one commit and one wake-up of the event loop instead of one each. When a job of a batch
+fails, the batch is rolled back and its jobs are made again one at a time, so that each gets
+its own outcome; when the commit fails, every job of the batch gets that error. The futures of
+a batch are settled after its commit, with one ``call_soon_threadsafe`` per event loop.
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ import itertools
 import threading
 import weakref
 from collections.abc import Callable
-from queue import SimpleQueue
+from contextlib import AbstractContextManager
+from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["Lane", "StoreThreads"]
+__all__ = ["BATCH", "Batch", "Lane", "StoreThreads"]
+
+BATCH = 64
+"""The most jobs a thread makes in one batch: bounds how long the first waits for the last."""
+
+Batch = Callable[[], AbstractContextManager[object]]
+"""A store's transaction for a batch of jobs: entered before the first, committed on exit."""
 
 _Job = tuple[
     "Lane | None",
@@ -59,11 +72,14 @@ class Lane:
 
 
 class StoreThreads:
-    """``count`` threads, each taking jobs from its own queue (started when first used)."""
+    """``count`` threads, each taking jobs from its own queue (started when first used); the
+    jobs a thread takes together are made inside ``batch()`` when given (see the module
+    docstring)."""
 
-    def __init__(self, count: int, name: str) -> None:
+    def __init__(self, count: int, name: str, batch: Batch | None = None) -> None:
         self.count = max(1, count)
         self.name = name
+        self.batch = batch
         self._queues: list[SimpleQueue[_Job | None]] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -93,7 +109,7 @@ class StoreThreads:
             queues: list[SimpleQueue[_Job | None]] = [SimpleQueue() for _ in range(self.count)]
             for index, queue in enumerate(queues):
                 thread = threading.Thread(
-                    target=_work, args=(queue,), name=f"{self.name}-{index}", daemon=True
+                    target=_work, args=(queue, self.batch), name=f"{self.name}-{index}", daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
@@ -127,27 +143,72 @@ def _close_at_exit(threads: weakref.ref[StoreThreads]) -> None:
         alive.close()
 
 
-def _work(queue: SimpleQueue[_Job | None]) -> None:
-    while (job := queue.get()) is not None:
-        lane, fn, args, loop, future = job
-        value: object = None
-        error: BaseException | None = lane.failed if lane is not None else None
-        if error is None:
+def _work(queue: SimpleQueue[_Job | None], batch: Batch | None) -> None:
+    running = True
+    while running and (job := queue.get()) is not None:
+        jobs = [job]
+        while len(jobs) < BATCH:
             try:
-                value = fn(*args)
-            except BaseException as exc:  # handed to the waiting run, or to the lane's next write
-                error = exc
-                if lane is not None:
+                job = queue.get_nowait()
+            except Empty:
+                break
+            if job is None:  # closed: make what was taken, then stop
+                running = False
+                break
+            jobs.append(job)
+        _hand_back(jobs, _make(jobs, batch))
+
+
+class _JobFailed(Exception):
+    """A job of a batch raised: the batch is rolled back."""
+
+
+def _make(jobs: list[_Job], batch: Batch | None) -> list[tuple[object, BaseException | None]]:
+    """Each job's value and error (see the module docstring)."""
+    if batch is not None and len(jobs) > 1:
+        try:
+            with batch():
+                return [_one(job, batched=True) for job in jobs]
+        except _JobFailed:
+            pass  # rolled back: each job is made again below, on its own
+        except BaseException as exc:  # the commit failed: no job of the batch was made
+            for lane, *_ in jobs:
+                if lane is not None and lane.failed is None:
                     lane.failed = exc
+            return [(None, exc)] * len(jobs)
+    return [_one(job) for job in jobs]
+
+
+def _one(job: _Job, *, batched: bool = False) -> tuple[object, BaseException | None]:
+    lane, fn, args, _, _ = job
+    if lane is not None and lane.failed is not None:
+        return None, lane.failed
+    try:
+        return fn(*args), None
+    except BaseException as exc:  # handed to the waiting run, or to the lane's next write
+        if batched:
+            raise _JobFailed from exc
+        if lane is not None:
+            lane.failed = exc
+        return None, exc
+
+
+def _hand_back(jobs: list[_Job], outcomes: list[tuple[object, BaseException | None]]) -> None:
+    """Settle the waited-for jobs' futures, with one call into each event loop."""
+    waiting: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object, Any]]] = {}
+    for (_, _, _, loop, future), (value, error) in zip(jobs, outcomes, strict=True):
         if loop is not None and future is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle, future, value, error)
+            waiting.setdefault(loop, []).append((future, value, error))
+    for loop, settled in waiting.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(future: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(value)
-    else:
-        future.set_exception(error)
+def _settle(settled: list[tuple[asyncio.Future[Any], object, BaseException | None]]) -> None:
+    for future, value, error in settled:
+        if future.cancelled():
+            continue
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
