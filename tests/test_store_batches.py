@@ -44,8 +44,7 @@ async def _held(lane: Lane) -> Callable[[], None]:
         gate.wait(5)
 
     lane.submit(hold)
-    while not busy.is_set():
-        await asyncio.sleep(0.001)
+    assert await asyncio.to_thread(busy.wait, 5)
     return gate.set
 
 
