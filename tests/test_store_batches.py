@@ -135,3 +135,59 @@ def test_a_write_that_fails_in_a_batch_leaves_the_others_committed(store: Checkp
     assert isinstance(outcomes[1], CheckpointConflictError)
     assert store.effects("A")["1/tool/x"].result == "done"
     assert store.effects("B") == {}
+
+
+def test_a_write_that_fails_in_a_batch_is_not_made_again() -> None:
+    """A write that would fail only once, inside a batch, gets that error and is not retried
+    behind the run's back; the batch's other writes are made."""
+    calls: list[str] = []
+
+    def flaky() -> None:
+        calls.append("flaky")
+        if calls.count("flaky") == 1:
+            raise CheckpointError("the disk is full")
+
+    @contextmanager
+    def batch() -> Iterator[None]:
+        yield
+
+    threads = StoreThreads(1, "test-store", batch)
+
+    async def main() -> list[Any]:
+        first, second = threads.lane(), threads.lane()
+        release = await _held(first)
+        waits = [first.call(calls.append, "a"), second.call(flaky), first.call(calls.append, "b")]
+        release()
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    threads.close()
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], CheckpointError)
+    assert calls == ["a", "flaky", "a", "b"]  # "a" again: its batch was rolled back
+
+
+def test_a_database_error_inside_a_batch_reaches_the_run_typed(tmp_path: Path) -> None:
+    """SQLite's own error, raised by one write of a batch, reaches its run as a
+    CheckpointError, as it would for a write made alone; the other run's write is stored."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    store.save(_state("A"), version=1)
+    with store._write() as cur:
+        cur.execute("DROP TABLE outputs")
+    threads: StoreThreads = store.io_threads()
+    broken = _state("A").model_copy(update={"tool_outputs": {"out-1": "the whole text"}})
+
+    async def main() -> list[Any]:
+        a, b = threads.lane(), threads.lane()
+        release = await _held(a)
+        waits = [
+            a.call(partial(store.save, broken, version=2)),
+            b.call(partial(store.save, _state("B"), version=1)),
+        ]
+        release()
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert isinstance(outcomes[0], CheckpointError) and outcomes[1] is None
+    assert {run.run_id: run.version for run in store.runs()} == {"A": 1, "B": 1}
+    store.close()

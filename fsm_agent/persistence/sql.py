@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -183,13 +183,20 @@ class SQLCheckpointer:
     def _writing(self) -> AbstractContextManager[Cursor]:
         """A cursor in a write transaction: this thread's batch, or a transaction of its own."""
         cur: Cursor | None = getattr(self._batch, "cursor", None)
-        return self._write() if cur is None else nullcontext(cur)
+        return self._write() if cur is None else self._in_batch(cur)
 
     def _reading(self) -> AbstractContextManager[Cursor]:
         """A cursor for reading: this thread's batch (which sees its own writes), or a
         cursor of its own."""
         cur: Cursor | None = getattr(self._batch, "cursor", None)
-        return self._read() if cur is None else nullcontext(cur)
+        return self._read() if cur is None else self._in_batch(cur)
+
+    @contextmanager
+    def _in_batch(self, cur: Cursor) -> Iterator[Cursor]:
+        """The batch's cursor, the database's errors translated as a call of its own would
+        have them."""
+        with self._translated():
+            yield cur
 
     def _stop_io(self) -> None:
         """Make the calls handed to the store's threads, then stop them."""
@@ -214,6 +221,10 @@ class SQLCheckpointer:
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a unique-key violation."""
+        raise NotImplementedError
+
+    def _translated(self) -> AbstractContextManager[None]:
+        """The database's errors, raised inside it, as :class:`~fsm_agent.CheckpointError`."""
         raise NotImplementedError
 
     def _sql(self, text: str) -> str:

@@ -8,9 +8,11 @@ cancelling the wait does not cancel the write (it is made whole or not at all).
 A thread takes every job queued for it (up to :data:`BATCH`) at once. For a store that gives a
 ``batch`` (one transaction, committed on exit), it makes them in one commit: many runs' writes
 cost one commit and one wake-up of the event loop instead of one each. When a job of a batch
-fails, the batch is rolled back and its jobs are made again one at a time, so that each gets
-its own outcome; when the commit fails, every job of the batch gets that error. The futures of
-a batch are settled after its commit, with one ``call_soon_threadsafe`` per event loop.
+fails, it gets its error (the one it would have had alone: it saw what the jobs before it
+wrote), the batch is rolled back, and the other jobs are made again one at a time, so that each
+gets its own outcome; a failed job is never made twice. When the commit fails, every job of the
+batch gets that error. The futures of a batch are settled after its commit, with one
+``call_soon_threadsafe`` per event loop.
 """
 
 from __future__ import annotations
@@ -160,40 +162,55 @@ def _work(queue: SimpleQueue[_Job | None], batch: Batch | None) -> None:
 
 
 class _JobFailed(Exception):
-    """A job of a batch raised: the batch is rolled back."""
+    """The job at ``index`` of a batch raised ``error``: the batch is rolled back."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 
 
-def _make(jobs: list[_Job], batch: Batch | None) -> list[tuple[object, BaseException | None]]:
+_Outcome = tuple[object, BaseException | None]
+
+
+def _make(jobs: list[_Job], batch: Batch | None) -> list[_Outcome]:
     """Each job's value and error (see the module docstring)."""
-    if batch is not None and len(jobs) > 1:
-        try:
-            with batch():
-                return [_one(job, batched=True) for job in jobs]
-        except _JobFailed:
-            pass  # rolled back: each job is made again below, on its own
-        except BaseException as exc:  # the commit failed: no job of the batch was made
-            for lane, *_ in jobs:
-                if lane is not None and lane.failed is None:
-                    lane.failed = exc
-            return [(None, exc)] * len(jobs)
-    return [_one(job) for job in jobs]
+    if batch is None or len(jobs) == 1:
+        return [_one(job) for job in jobs]
+    try:
+        with batch():
+            return [_one(job, index) for index, job in enumerate(jobs)]
+    except _JobFailed as failed:  # rolled back: the others are made again, one at a time
+        lane = jobs[failed.index][0]
+        if lane is not None:
+            lane.failed = failed.error
+        return [
+            (None, failed.error) if index == failed.index else _one(job)
+            for index, job in enumerate(jobs)
+        ]
+    except BaseException as exc:  # the commit failed: no job of the batch was made
+        for lane, *_ in jobs:
+            if lane is not None and lane.failed is None:
+                lane.failed = exc
+        return [(None, exc)] * len(jobs)
 
 
-def _one(job: _Job, *, batched: bool = False) -> tuple[object, BaseException | None]:
+def _one(job: _Job, index: int | None = None) -> _Outcome:
+    """Make one job; inside a batch (``index`` given), its error rolls the batch back."""
     lane, fn, args, _, _ = job
     if lane is not None and lane.failed is not None:
         return None, lane.failed
     try:
         return fn(*args), None
     except BaseException as exc:  # handed to the waiting run, or to the lane's next write
-        if batched:
-            raise _JobFailed from exc
+        if index is not None:
+            raise _JobFailed(index, exc) from exc
         if lane is not None:
             lane.failed = exc
         return None, exc
 
 
-def _hand_back(jobs: list[_Job], outcomes: list[tuple[object, BaseException | None]]) -> None:
+def _hand_back(jobs: list[_Job], outcomes: list[_Outcome]) -> None:
     """Settle the waited-for jobs' futures, with one call into each event loop."""
     waiting: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object, Any]]] = {}
     for (_, _, _, loop, future), (value, error) in zip(jobs, outcomes, strict=True):
