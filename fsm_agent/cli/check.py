@@ -26,6 +26,11 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         "--verifier", action="store_true", help="check with a verifier (or require_done_tool)"
     )
     parser.add_argument(
+        "--output-type",
+        action="store_true",
+        help="check an agent with an output type (answers that do not validate are rejected)",
+    )
+    parser.add_argument(
         "--models",
         metavar="N",
         type=positive_int,
@@ -73,7 +78,12 @@ def run_check_command(args: argparse.Namespace) -> int:
     file cannot be read."""
     policy = Policy() if args.policy is None else read_policy(args.policy)
     proof = prove()
-    limits = limits_of(policy, verification=args.verifier, models=args.models)
+    limits = limits_of(
+        policy,
+        verification=args.verifier,
+        models=args.models,
+        output_validation=args.output_type,
+    )
     why = _why_explore(args, proof, limits)
     if why is None:
         print(_parametric(proof, policy, args))
@@ -86,6 +96,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         model_timeout_s=args.model_timeout,
         model_call_budget=args.model_call_budget,
         max_states=args.max_states,
+        output_validation=args.output_type,
     )
     if args.json:
         data = report.to_dict()
@@ -130,7 +141,7 @@ def _parametric(
     """The parametric verdict, the formulas, and their values for ``policy``."""
     computed = bounds(
         policy,
-        verification=args.verifier,
+        verification=args.verifier or args.output_type,
         model_timeout_s=args.model_timeout,
         models=args.models,
     )
