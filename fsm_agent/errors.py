@@ -21,6 +21,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
+    ├── OutputValidationError      the answer did not validate as the output type (kept on the
+    │                              RunResult of a run that ended ``output_invalid``)
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
     │   ├── UnknownRunError        no checkpoint holds the run id
@@ -56,6 +58,7 @@ __all__ = [
     "MCPServerError",
     "MalformedResponseError",
     "MissingExtraError",
+    "OutputValidationError",
     "ModelConnectionError",
     "ModelError",
     "ModelTimeoutError",
@@ -211,6 +214,15 @@ class HookError(FsmAgentError):
     def __init__(self, message: str, *, hook: str) -> None:
         super().__init__(message)
         self.hook = hook
+
+
+class OutputValidationError(FsmAgentError):
+    """The final answer did not validate as the agent's output type, and the verification
+    budget to ask again is spent. ``feedback`` is what the model was last told."""
+
+    def __init__(self, message: str, *, feedback: str) -> None:
+        super().__init__(message)
+        self.feedback = feedback
 
 
 class ResumeError(FsmAgentError):

@@ -26,11 +26,7 @@ from .machine.table import State
 from .messages import OutputSchema
 from .run_state import RunState
 
-__all__ = ["OUTPUT_TOOL", "OutputSpec", "output_spec"]
-
-OUTPUT_TOOL = "final_answer"
-"""The name of the tool whose arguments are the answer, for providers without a JSON-schema
-response mode (Anthropic)."""
+__all__ = ["OutputSpec", "output_spec"]
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _MAX_ERRORS = 5
@@ -73,7 +69,7 @@ class OutputSpec:
         """The answer ``text`` (JSON, optionally in a Markdown code fence) as the output type;
         raises :class:`pydantic.ValidationError` when it does not match."""
         value = self.adapter.validate_json(_unfenced(text))
-        return value.value if self.schema.wrapped else value  # type: ignore[attr-defined]
+        return value.value if self.schema.wrapped else value
 
     def feedback(self, error: ValidationError) -> str:
         """What the model is told about an answer that did not validate: each error's place and

@@ -130,7 +130,7 @@ class Recorder:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        agent: Agent[Any],
+        agent: Agent[Any, Any],
         prompt: str | Message,
         *,
         history: Sequence[Message] = (),
@@ -176,7 +176,7 @@ class Recorder:
 
 
 async def record(
-    agent: Agent[Any],
+    agent: Agent[Any, Any],
     prompt: str | Message,
     path: str | os.PathLike[str],
     *,

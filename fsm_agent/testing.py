@@ -53,7 +53,7 @@ __all__ = [
 
 
 def fuzz_agent(
-    make_agent: Callable[[Model], Agent[Any]],
+    make_agent: Callable[[Model], Agent[Any, Any]],
     *,
     examples: int | None = None,
     seed: int | None = None,

@@ -37,7 +37,7 @@ STATUS_EVENT = "fsm_agent.status"
 DECISIONS_TOPIC = "fsm_agent.decisions"
 DEFAULT_DECISION_TIMEOUT_S = 7 * 24 * 3600.0
 
-AgentFactory = Callable[[], Agent[Any]]
+AgentFactory = Callable[[], Agent[Any, Any]]
 """Builds the agent of a run, in whatever worker runs or recovers it."""
 
 factories: dict[str, AgentFactory] = {}

@@ -66,7 +66,7 @@ __all__ = [
     "turn_source",
 ]
 
-AgentFactory: TypeAlias = Callable[[Model], "Agent[Any]"]
+AgentFactory: TypeAlias = Callable[[Model], "Agent[Any, Any]"]
 """A user's agent under test: takes the (fuzzed) model, returns the agent built around it."""
 
 RUNAWAY_MOVES = 200
@@ -506,7 +506,7 @@ class _Control:
             if count == case.pause_after and not rested:
                 self.handle.pause()
 
-    async def main(self, agent: Agent[Any]) -> RunResult:
+    async def main(self, agent: Agent[Any, Any]) -> RunResult:
         """Run, then resume each suspension (a pause through a JSON checkpoint)."""
         await self.consume(agent.run_stream("Do the task.", handle=self.handle))
         decisions = list(self.case.decisions)

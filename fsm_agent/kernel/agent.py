@@ -23,7 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from typing_extensions import TypeVar
 
@@ -42,6 +42,7 @@ from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model, ModelChain
+from ..output import output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
@@ -55,7 +56,7 @@ from .checks import check_user_code
 from .context import Emitted, LoopSettings
 from .driver import drive
 from .limits import usage_limited
-from .run import RunHandle, RunResult, Runtime
+from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
@@ -78,8 +79,13 @@ StopCondition = Callable[[RunState], "bool | str | None"]
 """Called between iterations with the run state; a truthy value stops the run [S002]."""
 
 
-class Agent(Generic[DepsT]):
+class Agent(Generic[DepsT, OutputT]):
     """An agent: a model, tools, a policy, and the machine that drives them.
+
+    ``output_type`` (default ``str``: text) is the type of the final answer: a pydantic model,
+    a dataclass, a ``TypedDict``, a scalar or a list; the model is asked for JSON of that shape
+    and each answer is validated (see ``docs/output.md``), and ``result.output`` is typed
+    ``OutputT | None``.
 
     ``hooks`` are objects implementing hook methods (see :mod:`fsm_agent.hooks`), run in
     order. ``verifier`` checks no-tool answers (feedback goes back to the model when it rejects);
@@ -111,6 +117,7 @@ class Agent(Generic[DepsT]):
         checkpointer: Checkpointer | None = None,
         durability: Durability | str = Durability.SYNC,
         unknown_outcome: UnknownOutcome = "model",
+        output_type: type[OutputT] | None = None,
     ) -> None:
         complete = getattr(model, "complete", None)
         if not callable(complete) or not asyncio.iscoroutinefunction(complete):
@@ -143,6 +150,10 @@ class Agent(Generic[DepsT]):
             )
         self.checkpointer = checkpointer
         self.unknown_outcome: UnknownOutcome = unknown_outcome
+        self.output_type = cast("type[OutputT]", str if output_type is None else output_type)
+        self.output_spec = output_spec(self.output_type)
+        """How answers are validated (``None``: text output, nothing to validate)."""
+        self.output_schema = None if self.output_spec is None else self.output_spec.schema
         self._use_model(model)
         self.system_prompt = system_prompt
         # Built once: messages are immutable, so every run's history may share it.
@@ -188,6 +199,12 @@ class Agent(Generic[DepsT]):
                 "'done', so the verifier would never run. Check the answer inside the done tool "
                 "(or in an after_tool hook), or drop require_done_tool"
             )
+        if policy.require_done_tool and self.output_spec is not None:
+            raise ConfigurationError(
+                "require_done_tool=True and an output_type do not combine: the done tool's "
+                "message ends the run without validation. Drop require_done_tool (the typed "
+                "answer already ends the run) or the output_type"
+            )
         self._policy = policy
         tool_list = list(self._tools_given)
         if policy.require_done_tool and not any(
@@ -211,7 +228,10 @@ class Agent(Generic[DepsT]):
         self.approval_needed = any(t.needs_approval for t in registry.values())
         self.pager = pager
         self.limits = limits_of(
-            policy, verification=self.verifier is not None, models=len(self.models)
+            policy,
+            verification=self.verifier is not None,
+            models=len(self.models),
+            output_validation=self.output_spec is not None,
         )
         self.decide = self.machine.deciding(self.limits)
         self.settings = LoopSettings.of(policy, self.context_window)
@@ -238,7 +258,7 @@ class Agent(Generic[DepsT]):
         wrap_tool: Callable[[Tool], Tool] | None = None,
         runtime: Runtime | None = None,
         streams: bool | None = None,
-    ) -> Agent[DepsT]:
+    ) -> Agent[DepsT, OutputT]:
         """A copy of this agent whose model calls, tools or runtime go through adapters (the
         recorded steps of a durable-execution engine, say); the policy, hooks, verifier and
         machine are shared. ``wrap_tool`` must keep each tool's name, schema and approval
@@ -268,7 +288,7 @@ class Agent(Generic[DepsT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to the end and return the :class:`RunResult` (events are not built)."""
         ctx = self._context(prompt, history, handle, deps, listening=False)
         await self._drive(ctx)
@@ -296,7 +316,7 @@ class Agent(Generic[DepsT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
         try:
             asyncio.get_running_loop()
@@ -315,7 +335,7 @@ class Agent(Generic[DepsT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         allow_changed_definition: bool = False,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
         pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
         run, denied ones get their reason, answers become results; nothing runs twice. Raises
@@ -336,7 +356,7 @@ class Agent(Generic[DepsT]):
         await self._drive(ctx)
         return _result_of(ctx)
 
-    async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult:
+    async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult[OutputT]:
         """End a stored run for good: it is saved ``aborted`` with ``cancelled`` (every call
         still waiting gets an error result), so that it can no longer be resumed. A cancelled
         durable run stays resumable until this is called. Raises
@@ -583,7 +603,7 @@ async def _listened(
         return
 
 
-def _result_of(ctx: RunContext) -> RunResult:
+def _result_of(ctx: RunContext) -> RunResult[Any]:
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return result

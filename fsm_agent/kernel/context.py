@@ -137,7 +137,7 @@ class RunContext:
     """What the handlers of one run share: the agent, the run state, the interrupt."""
 
     def __init__(
-        self, agent: Agent[Any], state: RunState, *, listening: bool, handle: RunHandle
+        self, agent: Agent[Any, Any], state: RunState, *, listening: bool, handle: RunHandle
     ) -> None:
         self.agent = agent
         self.rs = state

@@ -231,8 +231,8 @@ def _terminal_event(ctx: RunContext) -> FinalEvent | AbortedEvent | SuspendedEve
     )
 
 
-def _set_result(ctx: RunContext) -> RunResult:
-    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
+def _set_result(ctx: RunContext) -> RunResult[Any]:
+    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error, ctx.agent.output_spec)
     return result
 
 

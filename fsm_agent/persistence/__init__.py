@@ -366,7 +366,7 @@ class CrashingCheckpointer:
 
 
 async def crash_and_resume(
-    agent: Agent[Any],
+    agent: Agent[Any, Any],
     prompt: str,
     *,
     crash_after: int,

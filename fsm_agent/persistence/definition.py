@@ -29,7 +29,7 @@ def _digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def definition_fingerprint(agent: Agent[Any]) -> str:
+def definition_fingerprint(agent: Agent[Any, Any]) -> str:
     """``tools=…;system_prompt=…;policy=…``: a digest of each part of ``agent``'s definition."""
     tools = sorted(
         (

@@ -203,6 +203,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                 "stop_sequences": (),
                 "reasoning_effort": None,
                 "reasoning_budget_tokens": None,
+                "output": agent.output_schema,
             },
         )
         try:
