@@ -27,6 +27,7 @@ __all__ = [
     "ModelRequestEvent",
     "ModelResponseEvent",
     "ModelSwitchedEvent",
+    "PartialOutputEvent",
     "ReasoningDeltaEvent",
     "ReasoningEvent",
     "RetryingEvent",
@@ -84,6 +85,14 @@ class TextDeltaEvent(_Event):
 
     type: Literal["text_delta"] = "text_delta"
     text: str
+
+
+class PartialOutputEvent(_Event):
+    """A typed-output answer as it arrives: ``partial`` is the JSON value parsed so far (its
+    last field may be cut; not validated). Emitted after each text delta that changes it."""
+
+    type: Literal["partial_output"] = "partial_output"
+    partial: JsonValue
 
 
 class ReasoningDeltaEvent(_Event):
@@ -260,6 +269,7 @@ Event: TypeAlias = Annotated[
     | ModelRequestEvent
     | ModelResponseEvent
     | TextDeltaEvent
+    | PartialOutputEvent
     | ReasoningDeltaEvent
     | ToolCallDeltaEvent
     | ReasoningEvent

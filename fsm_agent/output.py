@@ -96,7 +96,7 @@ class OutputSpec:
         if not text:
             return None
         try:
-            value: JsonValue = pydantic_core.from_json(text, allow_partial=True)
+            value: JsonValue = pydantic_core.from_json(text, allow_partial="trailing-strings")
         except ValueError:
             return None
         if self.schema.wrapped:

@@ -38,6 +38,7 @@ from .events import (
     ModelRequestEvent,
     ModelResponseEvent,
     ModelSwitchedEvent,
+    PartialOutputEvent,
     ReasoningDeltaEvent,
     RetryingEvent,
     StateChangedEvent,
@@ -92,7 +93,10 @@ FORMAT = 1
 
 _IGNORED_TYPES = frozenset(
     {TextDeltaEvent.model_fields["type"].default, ReasoningDeltaEvent.model_fields["type"].default}
-    | {ToolCallDeltaEvent.model_fields["type"].default}
+    | {
+        ToolCallDeltaEvent.model_fields["type"].default,
+        PartialOutputEvent.model_fields["type"].default,
+    }
 )
 _IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
 

@@ -51,9 +51,7 @@ class Scope:
         ``models`` how many models its fallback chain holds (1: a single model), and
         ``output_type`` whether it validates its answers as an output type."""
         return cls(
-            limits_of(
-                policy, verification=verifier, models=models, output_validation=output_type
-            ),
+            limits_of(policy, verification=verifier, models=models, output_validation=output_type),
             impossible_outcomes(
                 policy,
                 stop_conditions=stop_conditions,

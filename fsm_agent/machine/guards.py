@@ -300,9 +300,7 @@ GUARD_SPECS: dict[str, GuardSpec] = {
             ),
             any_of=True,
         ),
-        GuardSpec(
-            needs_verification, (Switch.VERIFICATION, Switch.OUTPUT_VALIDATION), any_of=True
-        ),
+        GuardSpec(needs_verification, (Switch.VERIFICATION, Switch.OUTPUT_VALIDATION), any_of=True),
         GuardSpec(
             compactions_and_steps_left,
             (Compare(C.COMPACTIONS, B.MAX_COMPACTION_ATTEMPTS), _NEXT_STEP_LEFT),

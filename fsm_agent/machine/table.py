@@ -238,9 +238,7 @@ DECLARATIONS: dict[State, Declaration] = {
         ),
         _WORKING,
     ),
-    S.VERIFYING: Declaration(
-        frozenset({On.VERIFIED, On.REJECTED, On.OUTPUT_INVALID}), _WORKING
-    ),
+    S.VERIFYING: Declaration(frozenset({On.VERIFIED, On.REJECTED, On.OUTPUT_INVALID}), _WORKING),
     S.SUSPENDED: Declaration(frozenset({On.RESUME}), _ALWAYS),
     S.FINALIZING: Declaration(
         frozenset({On.FINALIZED}), _ALWAYS | {On.DEADLINE, On.USAGE_EXCEEDED}

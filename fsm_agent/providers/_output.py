@@ -41,18 +41,14 @@ def answer_tool(output: OutputSchema) -> ToolDefinition:
     )
 
 
-def answer_parts(
-    parts: list[Part], finish: FinishReason
-) -> tuple[list[Part], FinishReason]:
+def answer_parts(parts: list[Part], finish: FinishReason) -> tuple[list[Part], FinishReason]:
     """The response's parts with a ``final_answer`` call turned into its text, and the finish
     reason ``stop`` when that call was the only one."""
     calls = [p for p in parts if isinstance(p, ToolCall)]
     if not any(c.name == ANSWER_TOOL for c in calls):
         return parts, finish
     kept: list[Part] = [
-        TextPart(text=p.arguments_json)
-        if isinstance(p, ToolCall) and p.name == ANSWER_TOOL
-        else p
+        TextPart(text=p.arguments_json) if isinstance(p, ToolCall) and p.name == ANSWER_TOOL else p
         for p in parts
     ]
     if all(c.name == ANSWER_TOOL for c in calls) and finish is FinishReason.TOOL_CALLS:

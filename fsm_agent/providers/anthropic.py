@@ -35,7 +35,6 @@ from ..messages import (
     Usage,
     parse_arguments,
 )
-from ._output import AnswerDeltas, answer_parts, answer_tool
 from ._assembly import (
     JSONObject,
     append_turn,
@@ -51,6 +50,7 @@ from ._assembly import (
 )
 from ._base import ProviderBase, ProviderOptions, deltas_of
 from ._http import Call, ErrorInfo, open_stream
+from ._output import AnswerDeltas, answer_parts, answer_tool
 from ._sse import SSEDecoder
 
 __all__ = ["AnthropicModel", "anthropic_finish_reason"]

@@ -14,6 +14,8 @@ import contextlib
 import math
 from typing import NamedTuple
 
+from pydantic import JsonValue
+
 from ...errors import (
     ContextWindowExceededError,
     MalformedResponseError,
@@ -24,6 +26,7 @@ from ...events import (
     ModelRequestEvent,
     ModelResponseEvent,
     ModelSwitchedEvent,
+    PartialOutputEvent,
     ReasoningDeltaEvent,
     ReasoningEvent,
     RetryingEvent,
@@ -446,6 +449,9 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
     run_id = ctx.rs.run_id
     stream = current_model(ctx).stream(request).__aiter__()  # type: ignore[attr-defined]
     response: ModelResponse | None = None
+    spec = ctx.agent.output_spec if request.output is not None else None
+    text: list[str] = []  # a typed answer's text so far, for its partial value
+    partial: JsonValue = None
     try:
         while True:
             try:
@@ -456,6 +462,12 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
                 response = item
             elif isinstance(item, TextDelta):
                 await ctx.emit(TextDeltaEvent(run_id=run_id, text=item.text))
+                if spec is not None:
+                    text.append(item.text)
+                    now = spec.partial("".join(text))
+                    if now is not None and now != partial:
+                        partial = now
+                        await ctx.emit(PartialOutputEvent(run_id=run_id, partial=now))
             elif isinstance(item, ReasoningDelta):
                 await ctx.emit(ReasoningDeltaEvent(run_id=run_id, text=item.text))
             elif isinstance(item, ToolCallDelta):
