@@ -114,9 +114,9 @@ def _totals(
 
 def _reference_coverage(machine: AgentMachine, max_states: int) -> tuple[set[int], set[State]]:
     """The rows and states that runs under two permissive reference policies use (verification
-    and output validation off, then both on; a fallback chain of two models; every interrupt enabled; small limits that do
-    not mask each other). A row or state that a checked policy leaves unused but these use is
-    disabled by that policy."""
+    and output validation off, then both on; a fallback chain of two models; every interrupt
+    enabled; small limits that do not mask each other). A row or state that a checked policy
+    leaves unused but these use is disabled by that policy."""
     reference = Policy(
         max_steps=4,
         retry=RetryPolicy(max_retries=1),
