@@ -190,7 +190,7 @@ DOT_STYLES: dict[str, dict[str, str]] = {
         "rankdir": "TB",
         "fontname": "Helvetica",
         "labelloc": "t",
-        "nodesep": "0.7",
+        "nodesep": "0.8",
         "ranksep": "0.6",
     },
     "node": {"shape": "box", "style": "rounded", "fontname": "Helvetica", "margin": "0.15,0.08"},
