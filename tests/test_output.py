@@ -160,6 +160,7 @@ def test_text_agents_send_no_schema_and_keep_their_output() -> None:
 
 def test_bad_configurations_are_refused() -> None:
     """A type pydantic cannot handle, and output_type with require_done_tool, are refused."""
+
     class Opaque:
         pass
 
