@@ -10,6 +10,7 @@ have. Policies are small, so that every limit is reached. Nothing here imports h
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
@@ -23,7 +24,7 @@ from ..errors import (
     ProviderServerError,
     RateLimitError,
 )
-from ..messages import FinishReason, ToolDefinition, Usage
+from ..messages import FinishReason, ModelResponse, ToolDefinition, Usage
 from ..policy import (
     CompactionSettings,
     CompactionStrategyName,
@@ -35,7 +36,7 @@ from ..policy import (
     ToolOutputSettings,
     UsageLimits,
 )
-from ..scripted import DEFAULT_USAGE, Turn, fail, finish, text, tool_calls
+from ..scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
 from ..tool_output import PAGER_NAME
 from .case import DEFAULT_TOOLS, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 
@@ -274,7 +275,7 @@ def read_case(c: Choices, definitions: Iterable[ToolDefinition] | None = None) -
     tools = list(definitions) if definitions is not None else [t.definition for t in DEFAULT_TOOLS]
     cancel_after = 1 + c.below(40) if c.chance(5) else None
     pause_after = 1 + c.below(40) if cancel_after is None and c.chance(6) else None
-    return FuzzCase(
+    case = FuzzCase(
         cycle=c.chance(4),
         stream=not c.chance(2),
         chunk_size=8 - c.below(8),
@@ -288,4 +289,21 @@ def read_case(c: Choices, definitions: Iterable[ToolDefinition] | None = None) -
         pause_after=pause_after,
         script=read_script(c, tools),
         fallback=not target and c.chance(5),
+        typed=not target and c.chance(4),
     )
+    return _with_typed_answers(c, case) if case.typed else case
+
+
+def _with_typed_answers(c: Choices, case: FuzzCase) -> FuzzCase:
+    """A typed case: some of the script's plain answers become valid JSON of the output type
+    (the others stay words, which fail validation)."""
+    script = tuple(
+        answer({"answer": turn.message.text})
+        if isinstance(turn, ModelResponse)
+        and turn.finish_reason is FinishReason.STOP
+        and not turn.message.tool_calls
+        and c.chance(2)
+        else turn
+        for turn in case.script
+    )
+    return replace(case, script=script)

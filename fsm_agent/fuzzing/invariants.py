@@ -55,6 +55,7 @@ DONE_REASONS = frozenset(
         StopReason.OUTPUT_LIMIT,
         StopReason.CONTENT_FILTER,
         StopReason.UNVERIFIED,
+        StopReason.OUTPUT_INVALID,
         StopReason.TIMEOUT,
         StopReason.USAGE_LIMIT,
         StopReason.STOP_CONDITION,
@@ -176,8 +177,15 @@ def check_invariants(record: RunRecord) -> int:
             raise InvariantViolation(6, f"done with {result.stop_reason}")
         if result.trace[-1].source is not State.FINALIZING:
             raise InvariantViolation(6, "done but not from finalizing")
-        if result.output is None:
+        if result.output_text is None:
             raise InvariantViolation(6, "done without an output")
+        if (
+            record.limits.output_validation
+            and result.stop_reason is StopReason.COMPLETED
+            and result.trace[-2].source is State.VERIFYING
+            and result.output is None
+        ):
+            raise InvariantViolation(6, "a verified typed answer without its validated output")
     elif result.state is State.ABORTED:
         if result.stop_reason not in ABORT_REASONS:
             raise InvariantViolation(6, f"aborted with {result.stop_reason}")
