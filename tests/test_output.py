@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ from conftest_network import no_external_network  # noqa: F401
 from fsm_agent import (
     Agent,
     ConfigurationError,
+    FallbackModel,
+    Model,
     OutputValidationError,
     Policy,
     State,
@@ -25,7 +29,11 @@ from fsm_agent import (
     Verdict,
 )
 from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
+from fsm_agent.fuzzing.engine import Engine, definitions_of
+from fsm_agent.fuzzing.primary import FailingPrimary
+from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
+from fsm_agent.mcp import MCPServerStdio
 from fsm_agent.messages import FinishReason, Message, ModelRequest, Role
 from fsm_agent.output import OutputSpec
 from fsm_agent.persistence import InMemoryCheckpointer, crash_and_resume, resume_differences
@@ -323,3 +331,58 @@ def test_anthropic_typed_run_keeps_one_result_per_tool_call() -> None:
     calls = [c.id for m in result.messages for c in m.tool_calls]
     results = [r.call_id for m in result.messages for r in m.tool_results]
     assert calls == results == ["toolu_1"]
+
+
+# -- the three together: MCP tools, typed output, a fallback model ---------------------------
+def test_the_checker_and_the_fuzzer_run_an_agent_with_mcp_tools_typed_output_and_fallback() -> None:
+    """One agent with a real MCP server's tools, an output type and a FallbackModel whose
+    primary always fails: the checker proves its bounds, and generated scripts (typed answers
+    valid and invalid, MCP calls that fail or hang) keep every run invariant."""
+    server = MCPServerStdio(
+        sys.executable,
+        [str(Path(__file__).parent / "mcp_server.py"), "stdio"],
+        include={"add", "fail", "hang"},
+        timeout_s=0.05,
+    )
+    policy = Policy(max_steps=4, max_verifications=2, tool_timeout_s=0.05)
+
+    def make_agent(model: Model) -> Agent[None, Plan]:
+        chain = FallbackModel(FailingPrimary(model), model)  # type: ignore[arg-type]
+        return Agent(chain, tools=server.tools, policy=policy, output_type=Plan)
+
+    engine = Engine(None, seed=5)
+    try:
+        engine.loop.run_until_complete(server.__aenter__())
+        probe = make_agent(ScriptedModel([]))
+        assert (len(probe.models), probe.limits.output_validation) == (2, True)
+        report = check(policy, models=2, output_validation=True)
+        engine.make_agent = make_agent
+        engine.definitions = definitions_of(make_agent)
+        session = engine.run(range(40))
+        engine.loop.run_until_complete(server.__aexit__(None, None, None))
+    finally:
+        engine.close()
+    assert report.proven, report.format()
+    assert StopReason.OUTPUT_INVALID in report.stop_reasons
+    invalid = {
+        i for i, row in enumerate(probe.machine.rows) if row.outcome is Outcome.OUTPUT_INVALID
+    }
+    assert not invalid & set(report.disabled_rows)
+    assert session.found is None, session.found
+    assert session.examples == 40 and len(session.paths) > 5
+
+
+def test_fsm_agent_check_reports_the_bounds_with_an_output_type(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`fsm-agent check --output-type --models 2 --json` explores the policy, proves the bounds
+    and lists output_invalid among the stop reasons it reaches."""
+    from fsm_agent.cli import main
+
+    policy = tmp_path / "policy.json"
+    policy.write_text(Policy(max_steps=6, max_verifications=2).model_dump_json())
+    argv = ["check", "--policy", str(policy), "--output-type", "--models", "2", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "proven" and data["output_validation"] is True
+    assert "output_invalid" in data["stop_reasons"]
