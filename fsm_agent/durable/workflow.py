@@ -113,7 +113,7 @@ class RunStatus(BaseModel):
     rejected: str | None = None
 
     @classmethod
-    def of(cls, result: RunResult, rejected: str | None = None) -> RunStatus:
+    def of(cls, result: RunResult[Any], rejected: str | None = None) -> RunStatus:
         """The status of a run that rests with ``result``."""
         handle = result.resume_handle
         return cls(

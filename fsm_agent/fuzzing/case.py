@@ -538,7 +538,7 @@ class _Control:
             if count == case.pause_after and not rested:
                 self.handle.pause()
 
-    async def main(self, agent: Agent[Any, Any]) -> RunResult:
+    async def main(self, agent: Agent[Any, Any]) -> RunResult[Any]:
         """Run, then resume each suspension (a pause through a JSON checkpoint)."""
         await self.consume(agent.run_stream("Do the task.", handle=self.handle))
         decisions = list(self.case.decisions)

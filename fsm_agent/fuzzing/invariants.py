@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..events import Event, StateChangedEvent, UsageEvent
 from ..kernel.agent import RunResult
@@ -108,7 +108,7 @@ class RunRecord:
     the same run without its pause (invariant 10).
     """
 
-    result: RunResult
+    result: RunResult[Any]
     events: list[Event]
     model: RecordedModel
     policy: Policy
@@ -119,7 +119,7 @@ class RunRecord:
     bounds: Bounds | None = None  # default: bounds(policy) with the limits' verification
     runaway: str | None = None
     played: list[Turn] | None = None
-    reference: RunResult | None = None
+    reference: RunResult[Any] | None = None
 
 
 def check_history(messages: Sequence[Message], *, pending: bool = False) -> None:

@@ -329,7 +329,7 @@ class SeamRecord:
     case: SeamCase
     ending: str = "returned"
     events: list[Event] = field(default_factory=list)
-    result: RunResult | None = None
+    result: RunResult[Any] | None = None
     run_state: RunState | None = None
     model: FuzzModel | None = None
     cancel_delivered: bool = False
