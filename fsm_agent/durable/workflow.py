@@ -120,7 +120,7 @@ class RunStatus(BaseModel):
             run_id=result.run_id,
             state=result.state,
             stop_reason=result.stop_reason,
-            output=result.output,
+            output=result.output_text,  # the text (a typed agent's JSON): a status is JSON
             pending=list(result.pending),
             questions=handle.questions if handle is not None else {},
             rejected=rejected,
