@@ -3,9 +3,12 @@
 A generated :class:`FuzzCase` is a model script (text, tool calls with malformed arguments,
 unknown tools and repeated ids, every finish reason, retryable and fatal errors with
 Retry-After, streamed in fragments or not) plus, for the built-in agent, a policy, verifier
-answers, hook behaviours, a stop condition, human decisions and a cancel or pause point. The
-built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeout), slow
-(virtual time), huge output, done, ask a human, needs approval, cancel from inside.
+answers, hook behaviours, a stop condition, human decisions and a cancel or pause point, and
+maybe a fallback chain whose primary fails or an output type (some plain answers then valid
+JSON of it, the rest failing validation). The built-in agent's tools cover every tool
+behaviour: ok, raise, hang (a 1 ms timeout), slow (virtual time), huge output, done, ask a
+human, needs approval, cancel from inside, and an MCP-style tool that errs or goes quiet. An
+agent of yours with an output type gets answers that follow its schema.
 
 :func:`fuzz` runs cases on the real kernel with a virtual clock (retry backoff takes no time),
 resumes suspended runs, and checks every run invariant after every run (invariant 2
