@@ -46,6 +46,7 @@ from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
+from ..phases import CompiledPhases, Phases
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
@@ -55,6 +56,7 @@ from .checks import check_user_code
 from .context import Emitted, LoopSettings
 from .driver import drive
 from .limits import usage_limited
+from .phasing import budget_stop
 from .run import RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
 
@@ -111,6 +113,7 @@ class Agent(Generic[DepsT]):
         checkpointer: Checkpointer | None = None,
         durability: Durability | str = Durability.SYNC,
         unknown_outcome: UnknownOutcome = "model",
+        phases: Phases | None = None,
     ) -> None:
         complete = getattr(model, "complete", None)
         if not callable(complete) or not asyncio.iscoroutinefunction(complete):
@@ -149,7 +152,14 @@ class Agent(Generic[DepsT]):
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
         self.hooks = HookSet(hooks)
         self.verifier = verifier
+        if phases is not None and not isinstance(phases, Phases):
+            raise ConfigurationError(
+                f"phases must be a fsm_agent.Phases, got {type(phases).__name__}"
+            )
+        self._phases_given = phases
         self.stop_conditions = tuple(stop_conditions)
+        if phases is not None:  # a phase's spent budget without on_budget stops the run
+            self.stop_conditions = (*self.stop_conditions, budget_stop(phases))
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
@@ -209,6 +219,17 @@ class Agent(Generic[DepsT]):
         self.tools = registry
         self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
         self.approval_needed = any(t.needs_approval for t in registry.values())
+        given = self._phases_given
+        self.phases: CompiledPhases | None = None
+        if given is not None:
+            done = registry.find("done") if policy.require_done_tool else None
+            self.phases = CompiledPhases(
+                given,
+                self.tool_definitions,
+                self.system_prompt,
+                always=frozenset({PAGER_NAME}),
+                goal_tools=() if done is None else (done.definition,),
+            )
         self.pager = pager
         self.limits = limits_of(
             policy, verification=self.verifier is not None, models=len(self.models)
