@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_m
 from pydantic_core import to_json
 
 from .errors import ToolDefinitionError
-from .phases.table import MovePhase
 from .messages import (
     MAX_ARGUMENT_DEPTH,
     ToolCall,
@@ -42,6 +41,7 @@ from .messages import (
     arguments_too_deep,
     trusted,
 )
+from .phases.table import MovePhase
 
 __all__ = [
     "HumanInputRequired",

@@ -80,8 +80,10 @@ class CompiledPhases:
             self.tools_of[p.name] = offered
             self.allowed[p.name] = frozenset(p.tools) | always | {d.name for d in finishing}
             if p.instructions:
-                text = p.instructions if system_prompt is None else (
-                    f"{system_prompt}\n\n{p.instructions}"
+                text = (
+                    p.instructions
+                    if system_prompt is None
+                    else (f"{system_prompt}\n\n{p.instructions}")
                 )
                 self.system_of[p.name] = Message.system(text)
             else:
@@ -107,11 +109,11 @@ class CompiledPhases:
         instructions."""
         system = self.system_of[rs.phase or self.phases.initial]
         messages = rs.messages
-        if system is self.base_system:
+        if system is None or system is self.base_system:
             return tuple(messages)
         if messages and messages[0].role is Role.SYSTEM:
-            return (system, *messages[1:])  # type: ignore[return-value]
-        return (system, *messages)  # type: ignore[return-value]
+            return (system, *messages[1:])
+        return (system, *messages)
 
     def budget_move(self, rs: RunState) -> tuple[Phase, str | None] | None:
         """When the current phase's step budget is spent: the phase and its ``on_budget``."""
@@ -153,9 +155,7 @@ class CompiledPhases:
             )
         else:
             view = self.view(rs)
-            allowed = [
-                t for t in self.phases.transitions_from(source) if t.dest == target
-            ]
+            allowed = [t for t in self.phases.transitions_from(source) if t.dest == target]
             if not any(_holds(t.guard, view) for t in allowed):
                 labels = ", ".join(t.label or _name(t.guard) for t in allowed)
                 now = self.legal_now(rs)
@@ -170,7 +170,9 @@ class CompiledPhases:
                     return refusal
         rs.phase_trace = (
             *rs.phase_trace,
-            PhaseChange(source=source, dest=target, by=by, step=rs.counters.steps, move=len(rs.trace)),
+            PhaseChange(
+                source=source, dest=target, by=by, step=rs.counters.steps, move=len(rs.trace)
+            ),
         )
         rs.phase = target
         rs.phase_since = rs.counters.steps
@@ -187,7 +189,7 @@ class CompiledPhases:
                 legal = self.phases.next_phases.get(phase, ())
                 return _error(
                     call,
-                    "Error: move_to_phase needs {\"phase\": <next phase>}; the legal next "
+                    'Error: move_to_phase needs {"phase": <next phase>}; the legal next '
                     f"phases are {', '.join(legal) or 'none'}",
                 )
             refusal = self.move(rs, target, by="model")

@@ -147,7 +147,9 @@ class Phases:
             t if isinstance(t, Transition) else Transition(*t) for t in transitions
         )
         self.goals: frozenset[str] = frozenset(goals)
-        self.initial = initial if initial is not None else (self.phases[0].name if self.phases else "")
+        self.initial = (
+            initial if initial is not None else (self.phases[0].name if self.phases else "")
+        )
         self.by_name: dict[str, Phase] = {p.name: p for p in self.phases}
         self.next_phases: dict[str, tuple[str, ...]] = {}
         for t in self.transitions:
@@ -194,7 +196,9 @@ class Phases:
                 if p.max_steps is None:
                     faults.append(f"phase {p.name!r}: on_budget needs a max_steps to spend")
                 if p.on_budget not in known:
-                    faults.append(f"phase {p.name!r}: on_budget names unknown phase {p.on_budget!r}")
+                    faults.append(
+                        f"phase {p.name!r}: on_budget names unknown phase {p.on_budget!r}"
+                    )
             if MOVE_TOOL in p.tools:
                 faults.append(
                     f"phase {p.name!r} lists {MOVE_TOOL!r}: it is generated, leave it out"
