@@ -12,13 +12,23 @@ from pathlib import Path
 
 from .. import diagrams
 from ..errors import CheckpointError, UnknownRunError
-from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent
+from ..diagrams.phases import phases_dot, phases_mermaid
+from ..events import (
+    AbortedEvent,
+    Event,
+    FinalEvent,
+    PhaseChangedEvent,
+    StateChangedEvent,
+    event_adapter,
+)
 from ..machine.agent_machine import Move
 from ..machine.table import State
+from ..phases import PhaseChange
 from ..replay import is_recording, read_recording
 from .args import (
     PROG,
     UsageError,
+    load_phases,
     mask_url,
     positive_int,
     read_policy,
@@ -85,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "stored run as STORE#RUN_ID (e.g. sqlite:///runs.db#run_42)",
     )
     parser.add_argument(
+        "--phases",
+        metavar="MODULE:ATTR",
+        help="draw a phase table (a fsm_agent.Phases) with the loop beside it (dot or mermaid; "
+        "with --trace, a recording or event trace: the run's path through the phases)",
+    )
+    parser.add_argument(
         "--write-all",
         metavar="DIR",
         help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg) to DIR",
@@ -110,6 +126,8 @@ def handle(args: argparse.Namespace) -> int:
     fmt = _format_of(args)
     if fmt == "png" and args.output is None:
         raise UsageError("PNG is binary: pass -o FILE")
+    if args.phases is not None:
+        return _draw_phases(args, fmt)
     scope = None
     title = "fsm_agent"
     if args.policy is not None:
@@ -136,6 +154,39 @@ def handle(args: argparse.Namespace) -> int:
         content = diagrams.to_dot(drawing)
     else:
         content = diagrams.render(diagrams.to_dot(drawing), "png" if fmt == "png" else "svg")
+    if args.output is None:
+        sys.stdout.write(content if isinstance(content, str) else content.decode())
+    else:
+        write_output(args.output, content)
+    return 0
+
+
+def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
+    phases = load_phases(args.phases)
+    path: list[PhaseChange] = []
+    if args.trace is not None:
+        with reading("trace"):
+            events = (
+                read_recording(args.trace).events
+                if is_recording(args.trace)
+                else [
+                    event_adapter.validate_json(line)
+                    for line in Path(args.trace).read_text(encoding="utf-8").splitlines()
+                    if line.strip()
+                ]
+            )
+        path = [
+            PhaseChange(source=e.source, dest=e.dest, by=e.by, step=e.step, move=0)
+            for e in events
+            if isinstance(e, PhaseChangedEvent)
+        ]
+    content: str | bytes
+    if fmt == "mermaid":
+        content = phases_mermaid(phases, path)
+    else:
+        content = phases_dot(phases, path)
+        if fmt != "dot":
+            content = diagrams.render(content, "png" if fmt == "png" else "svg")
     if args.output is None:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:

@@ -161,7 +161,10 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
 def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:
     phases = ctx.agent.phases
     if phases is None:
-        content = f"{result.content}\n\nError: this agent has no phases; MovePhase({target!r}) did nothing"
+        content = (
+            f"{result.content}\n\nError: this agent has no phases; MovePhase({target!r}) "
+            "did nothing"
+        )
         return result.model_copy(update={"content": content.lstrip(), "is_error": True})
     return move_by_code(ctx, phases, result, target)
 
