@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import diagrams
-from ..errors import CheckpointError, UnknownRunError
 from ..diagrams.phases import phases_dot, phases_mermaid
+from ..errors import CheckpointError, UnknownRunError
 from ..events import (
     AbortedEvent,
     Event,
