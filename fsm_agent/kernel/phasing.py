@@ -31,9 +31,11 @@ def _moved(ctx: RunContext, source: str, by: Literal["model", "code", "budget"])
 
 
 def gate_call(ctx: RunContext, phases: CompiledPhases, call: ToolCall) -> ToolResult | None:
-    """The phase's answer to ``call`` before it runs (see :meth:`CompiledPhases.gate`)."""
+    """The phase's answer to ``call`` before it runs (see :meth:`CompiledPhases.gate`):
+    concurrent calls are all checked in the phase their turn started in, as their start
+    events said."""
     source = ctx.rs.phase or phases.phases.initial
-    result = phases.gate(ctx.rs, call)
+    result = phases.gate(ctx.rs, call, ctx.turn_phase)
     if result is not None and not result.is_error:
         _moved(ctx, source, "model")
     return result

@@ -178,9 +178,10 @@ class CompiledPhases:
         rs.phase_since = rs.counters.steps
         return None
 
-    def gate(self, rs: RunState, call: ToolCall) -> ToolResult | None:
+    def gate(self, rs: RunState, call: ToolCall, in_phase: str | None = None) -> ToolResult | None:
         """Before ``call`` runs: the move tool's result (the move made or refused), or the
-        refusal of a tool outside the current phase, or ``None`` when the call may run."""
+        refusal of a tool outside the current phase (or ``in_phase``, the phase a turn of
+        concurrent calls started in), or ``None`` when the call may run."""
         phase = rs.phase or self.phases.initial
         if call.name == MOVE_TOOL:
             args = call.arguments
@@ -201,6 +202,8 @@ class CompiledPhases:
                 name=call.name,
                 content=f"Moved to phase '{target}'. Its tools: {tools}.",
             )
+        if in_phase is not None:
+            phase = in_phase
         if call.name in self.allowed[phase]:
             return None
         tools = ", ".join(self.phases.by_name[phase].tools) or "none"

@@ -301,11 +301,13 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                     raise Interrupted
             tasks: list[asyncio.Task[ToolExecution]] = []
             running = list(to_run)
+            ctx.turn_phase = rs.phase
             try:
                 await ctx.effect(_run_all(ctx, to_run, tasks))
             except Interrupted:
                 interrupted = True
             except BaseException:  # keep the results of the calls that finished
+                ctx.turn_phase = None
                 for call, task in zip(to_run, tasks, strict=True):
                     if task.done() and not task.cancelled() and task.exception() is None:
                         execution = task.result()
@@ -313,6 +315,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                             settled[call.id] = execution.result
                             running.remove(call)
                 raise
+            ctx.turn_phase = None
             for call, task in zip(to_run, tasks, strict=True):
                 if not task.done() or task.cancelled():
                     continue
