@@ -141,7 +141,8 @@ async def _play(
     handle = RunHandle()
     events = [e async for e in agent.run_stream("go", handle=handle)]
     compiled = agent.phases
-    assert compiled is not None and handle.result is not None
+    assert compiled is not None
+    assert handle.result is not None
     rs = handle.result.run_state
     assert rs is not None
     found: list[tuple[str, str]] = []
