@@ -351,3 +351,53 @@ def test_an_agent_without_phases_keeps_no_phase() -> None:
     assert result.run_state is not None
     assert result.run_state.phase is None and result.run_state.phase_trace == ()
     assert RAN == ["write"]
+
+
+# -- replay and the definition fingerprint ---------------------------------------------------------
+def test_a_recorded_run_under_phases_replays_without_divergence(tmp_path: Any) -> None:
+    """Replayed with its phases, a run with refusals, model moves and a code move makes the
+    same moves; replayed with another table, it diverges."""
+    from fsm_agent.replay import record, replay
+
+    turns = [
+        tool_call("write", {"path": "a", "body": "x"}),
+        move("act"),
+        move("check"),
+        tool_call("run_tests", {}),
+        text("ok"),
+    ]
+    path = tmp_path / "run.jsonl"
+    asyncio.run(record(agent_for(turns), "go", path))
+    report = asyncio.run(replay(path, phases=plan_act_check()))
+    assert report.ok, report.divergence
+    changes = [e for e in report.events if isinstance(e, PhaseChangedEvent)]
+    assert [(c.dest, c.by) for c in changes] == [
+        ("act", "model"),
+        ("check", "model"),
+        ("act", "code"),
+    ]
+    other = Phases(
+        [Phase("plan", ("read", "write")), Phase("act")], [("plan", "act")], goals=["act"]
+    )
+    assert not asyncio.run(replay(path, phases=other)).ok
+
+
+def test_resuming_under_another_phase_table_is_refused() -> None:
+    """The phases are part of the agent's definition fingerprint; agents without phases keep
+    the fingerprint they had."""
+    from fsm_agent.errors import DefinitionChangedError
+
+    store = InMemoryCheckpointer()
+    turns = [move("act"), tool_call("deploy", {}), text("ok")]
+    first = asyncio.run(agent_for(turns, checkpointer=store).run("go"))
+    other = Phases(
+        [Phase("plan", ("read",)), Phase("act", ("write", "deploy"))],
+        [("plan", "act")],
+        goals=["act"],
+    )
+    assert first.resume_handle is not None
+    with pytest.raises(DefinitionChangedError) as caught:
+        asyncio.run(agent_for(turns[2:], other, checkpointer=store).resume(first.resume_handle))
+    assert caught.value.changed == ("phases",)
+    plain = Agent(ScriptedModel([]), tools=[read])
+    assert "phases=" not in plain._definition()
