@@ -73,71 +73,104 @@ def _guard_holds(guard: object, view: PhaseView) -> bool:
         return False
 
 
+class _Probe(PhaseView):
+    """A view that notes which of its fields a guard reads."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name in ("phase_steps", "visits"):
+            object.__getattribute__(self, "reads").add(name)
+        return object.__getattribute__(self, name)
+
+
 def check_phases(
     phases: Phases, max_steps: int, *, max_states: int = DEFAULT_MAX_PHASE_STATES
 ) -> PhaseCheck:
-    """Explore ``phases`` with the loop under a bound of ``max_steps`` model turns."""
+    """Explore ``phases`` with the loop under a bound of ``max_steps`` model turns.
+
+    A guard sees only what it reads: the search first leaves out the turns of a visit (past a
+    budget) and the visits, and searches again keeping those the guards were seen to read, so
+    a table whose guards read little is checked under a large step bound at small cost."""
+    kept: set[str] = set()
+    while True:
+        reads: set[str] = set()
+        report = _explore(phases, max_steps, max_states, frozenset(kept), reads)
+        if reads <= kept:
+            return report
+        kept |= reads
+
+
+def _explore(
+    phases: Phases, max_steps: int, max_states: int, kept: frozenset[str], reads: set[str]
+) -> PhaseCheck:
     names = [p.name for p in phases.phases]
     index = {name: i for i, name in enumerate(names)}
-
-    def visits_of(visits: tuple[int, ...]) -> dict[str, int]:
-        return {name: visits[i] for i, name in enumerate(names) if visits[i]}
+    track_visits = "visits" in kept
+    track_turns = "phase_steps" in kept
+    caps = {p.name: p.max_steps or 0 for p in phases.phases}  # a visit's turns, untracked
 
     def entered(visits: tuple[int, ...], phase: str) -> tuple[int, ...]:
+        if not track_visits:
+            return visits
         bumped = list(visits)
         bumped[index[phase]] += 1
         return tuple(bumped)
 
-    start_visits = entered(tuple(0 for _ in names), phases.initial)
-    start: _Node = (phases.initial, 0, 0, start_visits)
-    parent: dict[_Node, tuple[_Node, bool] | None] = {start: None}  # node -> (from, a move?)
-    edges: dict[_Node, list[_Node]] = {}
-    ends_in: dict[_Node, bool] = {}  # node -> the run can end in a goal from this node
-    per_phase = dict.fromkeys(names, 0)
+    def view(steps: int, turns: int, visits: tuple[int, ...]) -> PhaseView:
+        probe = _Probe(steps, turns, {n: visits[i] for i, n in enumerate(names) if visits[i]})
+        object.__setattr__(probe, "reads", reads)
+        return probe
+
+    start: _Node = (phases.initial, 0, 0, entered(tuple(0 for _ in names), phases.initial))
+    seen = {start}
+    first_entry = dict.fromkeys(names, max_steps)  # the earliest step each phase is entered
+    goals_reachable = dict.fromkeys(sorted(phases.goals), False)
     queue = deque([start])
     complete = True
     opened: set[int] = set()  # the transitions whose guard held at some reachable view
     while queue:
         node = queue.popleft()
-        phase, steps, phase_steps, visits = node
-        per_phase[phase] = max(per_phase[phase], phase_steps)
+        phase, steps, turns, visits = node
+        if turns == 0:
+            first_entry[phase] = min(first_entry[phase], steps)
         declared = phases.by_name[phase]
         nexts: list[_Node] = []
-        ends_in[node] = False
-        if declared.max_steps is not None and phase_steps >= declared.max_steps:
+        if declared.max_steps is not None and turns >= declared.max_steps:
             if declared.on_budget is not None:  # the budget move, before the next turn
                 dest = declared.on_budget
                 nexts.append((dest, steps, 0, entered(visits, dest)))
             # else: the run stops here (phase_budget), not in a goal
         elif steps < max_steps:
-            ends_in[node] = phase in phases.goals  # the turn may be the answer
+            if phase in goals_reachable:
+                goals_reachable[phase] = True  # this turn may be the answer
             after = steps + 1
+            stayed = turns + 1 if track_turns else min(turns + 1, caps[phase])
             if after < max_steps:
-                nexts.append((phase, after, phase_steps + 1, visits))  # tools, same phase
-            view = PhaseView(after, phase_steps + 1, visits_of(visits))
+                nexts.append((phase, after, stayed, visits))  # tools, same phase
+            seen_by_guards = view(after, turns + 1, visits)
             for i, t in enumerate(phases.transitions):
-                if t.source == phase and _guard_holds(t.guard, view):
+                if t.source == phase and _guard_holds(t.guard, seen_by_guards):
                     opened.add(i)
                     nexts.append((t.dest, after, 0, entered(visits, t.dest)))
-        edges[node] = nexts
         for nxt in nexts:
-            if nxt not in parent:
-                if len(parent) >= max_states:
+            if nxt not in seen:
+                if len(seen) >= max_states:
                     complete = False
                     continue
-                parent[nxt] = (node, nxt[0] != phase or nxt[3] != visits)
+                seen.add(nxt)
                 queue.append(nxt)
-    goals_reachable = {
-        g: any(n[0] == g and ends_in.get(n) for n in edges) for g in sorted(phases.goals)
+    per_phase = {
+        p.name: 0
+        if first_entry[p.name] >= max_steps
+        else min(p.max_steps or max_steps, max_steps - first_entry[p.name])
+        for p in phases.phases
     }
     stuck_path, lasso = _cut_off(phases, opened) if complete else ((), ())
-    budgets = {p.name: p.max_steps for p in phases.phases}
     return PhaseCheck(
         max_steps=max_steps,
-        states=len(parent),
+        states=len(seen),
         complete=complete,
         per_phase=per_phase,
-        budgets=budgets,
+        budgets={p.name: p.max_steps for p in phases.phases},
         goals_reachable=goals_reachable,
         stuck_path=stuck_path,
         lasso=lasso,
