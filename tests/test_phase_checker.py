@@ -168,3 +168,10 @@ def test_diagram_phases_command_draws_a_recorded_path(
     assert code == 0
     out = capsys.readouterr().out
     assert "act --> check : x2" in out and "check --> act : x1" in out
+
+
+def test_the_docs_page_shows_the_checked_in_diagram() -> None:
+    """docs/phases.md shows diagrams/phases.mmd as it is."""
+    page = (ROOT / "docs" / "phases.md").read_text(encoding="utf-8")
+    drawn = (ROOT / "diagrams" / "phases.mmd").read_text(encoding="utf-8")
+    assert f"```mermaid\n{drawn}```" in page

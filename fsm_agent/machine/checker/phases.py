@@ -52,6 +52,9 @@ class PhaseCheck:
             + ("" if self.complete else " (state limit reached: inconclusive)"),
         ]
         for name, turns in self.per_phase.items():
+            if turns == 0:
+                out.append(f"  phase {name:<12} never takes a turn")
+                continue
             budget = self.budgets[name]
             why = f"its budget {budget}" if budget is not None else "the step bound"
             out.append(f"  phase {name:<12} at most {turns} turns per visit ({why})")
