@@ -390,9 +390,7 @@ def replayed_tools(recording: Recording) -> list[Tool]:
         final = event.content if done and event.content != "Task complete." else None
         before = events[index - 1] if index else None
         moved = (
-            before.dest
-            if isinstance(before, PhaseChangedEvent) and before.by == "code"
-            else None
+            before.dest if isinstance(before, PhaseChangedEvent) and before.by == "code" else None
         )  # the tool returned MovePhase: the replayed call asks for the same move
         execution = ToolExecution(
             result,
