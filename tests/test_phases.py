@@ -401,3 +401,28 @@ def test_resuming_under_another_phase_table_is_refused() -> None:
     assert caught.value.changed == ("phases",)
     plain = Agent(ScriptedModel([]), tools=[read])
     assert "phases=" not in plain._definition()
+
+
+def test_an_after_tool_hook_moves_the_phase_by_returning_move_phase() -> None:
+    """A hook moves the task by code too; an illegal move it asks for is refused the same way."""
+
+    class Advance:
+        def after_tool(self, *, call: Any, result: Any, **_: Any) -> MovePhase | None:
+            if call.name == "read":
+                return MovePhase("act", "read; moving on")
+            if call.name == "write":
+                return MovePhase("plan")  # not a legal next phase of act
+            return None
+
+    turns = [
+        tool_call("read", {"path": "a"}),
+        tool_call("write", {"path": "a", "body": "b"}),
+        text("ok"),
+    ]
+    agent = agent_for(turns, hooks=[Advance()])
+    events = asyncio.run(events_of(agent))
+    changes = [(e.source, e.dest, e.by) for e in events if isinstance(e, PhaseChangedEvent)]
+    assert changes == [("plan", "act", "code")]
+    results = [e for e in events if e.type == "tool_result"]
+    assert results[0].content == "read; moving on"  # type: ignore[union-attr]
+    assert "cannot move from phase 'act' to 'plan'" in results[1].content  # type: ignore[union-attr]

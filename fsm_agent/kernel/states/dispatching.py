@@ -149,7 +149,9 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
     if execution.phase is not None:  # the tool returned MovePhase: a move by code
         result = _moved_by(ctx, result, execution.phase)
     if agent.hooks.after_tool:
-        result = await agent.hooks.run_after_tool(ctx, call, result)
+        result, move = await agent.hooks.run_after_tool(ctx, call, result)
+        if move is not None:  # an after_tool hook returned MovePhase
+            result = _moved_by(ctx, result, move)
     result = _limited(ctx, result)
     if result is execution.result:
         return execution
