@@ -168,6 +168,8 @@ def test_diagram_phases_command_draws_a_recorded_path(
     assert code == 0
     out = capsys.readouterr().out
     assert "act --> check : x2" in out and "check --> act : x1" in out
+    assert "dispatching --> compacting : x9" in out  # the loop's path: nine tool turns
+    assert "class dispatching visited" in out
 
 
 def test_the_docs_page_shows_the_checked_in_diagram() -> None:

@@ -164,6 +164,7 @@ def handle(args: argparse.Namespace) -> int:
 def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
     phases = load_phases(args.phases)
     path: list[PhaseChange] = []
+    loop_path: list[tuple[State, State]] = []
     if args.trace is not None:
         with reading("trace"):
             events = (
@@ -180,11 +181,12 @@ def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
             for e in events
             if isinstance(e, PhaseChangedEvent)
         ]
+        loop_path = [(e.source, e.dest) for e in events if isinstance(e, StateChangedEvent)]
     content: str | bytes
     if fmt == "mermaid":
-        content = phases_mermaid(phases, path)
+        content = phases_mermaid(phases, path, loop_path=loop_path)
     else:
-        content = phases_dot(phases, path)
+        content = phases_dot(phases, path, loop_path=loop_path)
         if fmt != "dot":
             content = diagrams.render(content, "png" if fmt == "png" else "svg")
     if args.output is None:

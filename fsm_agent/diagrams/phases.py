@@ -1,9 +1,11 @@
-"""A phase table drawn with the loop beside it, and a run's path through the phases; pure.
+"""A phase table drawn with the loop beside it, and a run's path through both; pure.
 
 The task machine is a cluster of the user's phases (the initial phase marked, goal phases
 double-bordered, each transition labelled with its guard, budget moves dashed); beside it, the
 loop every turn of every phase runs, drawn from the loop's own table (one edge per pair of
-states). A run's path (its ``phase_trace``) colours the phases it entered and counts each move.
+states). A run's path colours the phases it entered and counts each phase move (its
+``phase_trace``), and colours the loop states it visited and counts each loop move (its
+``trace``, as ``(source, dest)`` pairs).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..phases.table import PhaseChange, Phases
 __all__ = ["phases_dot", "phases_mermaid"]
 
 _LOOP_STATES = [s for s in State if s is not State.IDLE]
+_VISITED = ', style="rounded,filled", fillcolor="#dbe8ff", color="#1f5fd1"'
 
 
 def _moves(path: Sequence[PhaseChange]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
@@ -43,9 +46,16 @@ def _label(phases: Phases, index: int) -> str:
     return ""
 
 
-def phases_mermaid(phases: Phases, path: Sequence[PhaseChange] = (), *, loop: bool = True) -> str:
+def phases_mermaid(
+    phases: Phases,
+    path: Sequence[PhaseChange] = (),
+    *,
+    loop: bool = True,
+    loop_path: Sequence[tuple[State, State]] = (),
+) -> str:
     """Mermaid ``stateDiagram-v2`` text: the phases, the loop beside them, a run's path."""
     entered, moved = _moves(path)
+    looped = Counter(loop_path)
     lines = ["stateDiagram-v2", "    direction LR", '    state "task phases" as task {']
     lines.append(f"        [*] --> {phases.initial}")
     for i, t in enumerate(phases.transitions):
@@ -62,21 +72,32 @@ def phases_mermaid(phases: Phases, path: Sequence[PhaseChange] = (), *, loop: bo
     if loop:
         lines.append('    state "each turn: the loop" as loop {')
         for source, dest in _loop_edges():
-            lines.append(f"        {source.value} --> {dest.value}")
+            count = looped.get((source, dest), 0)
+            label = f" : x{count}" if count else ""
+            lines.append(f"        {source.value} --> {dest.value}{label}")
         lines.append("    }")
         lines.append("    task --> loop : every turn of a phase")
     lines.append("    classDef goal font-weight:bold,stroke-width:3px")
     lines.append("    classDef visited fill:#dbe8ff,stroke:#1f5fd1,stroke-width:2px")
     for goal in sorted(phases.goals):
         lines.append(f"    class {goal} goal")
-    for name in entered:
+    visited_loop = sorted({s.value for pair in looped for s in pair if s is not State.IDLE})
+    for name in [*entered, *visited_loop]:
         lines.append(f"    class {name} visited")
     return "\n".join(lines) + "\n"
 
 
-def phases_dot(phases: Phases, path: Sequence[PhaseChange] = (), *, loop: bool = True) -> str:
+def phases_dot(
+    phases: Phases,
+    path: Sequence[PhaseChange] = (),
+    *,
+    loop: bool = True,
+    loop_path: Sequence[tuple[State, State]] = (),
+) -> str:
     """Graphviz DOT text: the phases in one cluster, the loop in another, a run's path."""
     entered, moved = _moves(path)
+    looped = Counter(loop_path)
+    visited_loop = {s for pair in looped for s in pair}
     lines = [
         "digraph phases {",
         "  compound=true; rankdir=LR;",
@@ -90,7 +111,7 @@ def phases_dot(phases: Phases, path: Sequence[PhaseChange] = (), *, loop: bool =
         if p.name in phases.goals:
             attrs.append("peripheries=2")
         if p.name in entered:
-            attrs.append('style="rounded,filled", fillcolor="#dbe8ff", color="#1f5fd1"')
+            attrs.append(_VISITED.lstrip(", "))
         lines.append(f"    {p.name} [{', '.join(attrs)}];")
     lines.append(f"    start -> {phases.initial};")
     for i, t in enumerate(phases.transitions):
@@ -108,9 +129,12 @@ def phases_dot(phases: Phases, path: Sequence[PhaseChange] = (), *, loop: bool =
     if loop:
         lines.append('  subgraph cluster_loop {\n    label="each turn: the loop"; style=dashed;')
         for state in _LOOP_STATES:
-            lines.append(f'    loop_{state.value} [label="{state.value}"];')
+            style = _VISITED if state in visited_loop else ""
+            lines.append(f'    loop_{state.value} [label="{state.value}"{style}];')
         for source, dest in _loop_edges():
-            lines.append(f"    loop_{source.value} -> loop_{dest.value};")
+            count = looped.get((source, dest), 0)
+            taken = f' [label="×{count}", color="#1f5fd1", penwidth=2.2]' if count else ""
+            lines.append(f"    loop_{source.value} -> loop_{dest.value}{taken};")
         lines.append("  }")
         lines.append(
             f"  {phases.initial} -> loop_calling [style=dotted, arrowhead=none, "
