@@ -58,7 +58,7 @@ def move_by_code(
 def move_by_budget(ctx: RunContext, phases: CompiledPhases) -> None:
     """Before a model call: when the phase's step budget is spent and it names an
     ``on_budget`` phase, move there."""
-    spent = phases.budget_move(ctx.rs)
+    spent = phases.phases.spent(ctx.rs)
     if spent is None or spent[1] is None:
         return
     source = spent[0].name

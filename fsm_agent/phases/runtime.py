@@ -11,19 +11,17 @@ the phase is unchanged.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Literal
 
+from ..log import logger
 from ..messages import Message, Role, ToolCall, ToolDefinition, ToolResult
-from .table import MOVE_TOOL, Phase, PhaseChange, Phases, PhaseView
+from .table import MOVE_TOOL, PhaseChange, Phases, PhaseView
 
 if TYPE_CHECKING:
     from ..run_state import RunState
 
 __all__ = ["CompiledPhases", "move_tool_definition"]
-
-_log = logging.getLogger("fsm_agent")
 
 
 def move_tool_definition(phase: str, targets: tuple[str, ...]) -> ToolDefinition:
@@ -100,10 +98,6 @@ class CompiledPhases:
             visits=visits,
         )
 
-    def current(self, rs: RunState) -> Phase:
-        """The run's current phase."""
-        return self.phases.by_name[rs.phase or self.phases.initial]
-
     def messages(self, rs: RunState) -> tuple[Message, ...]:
         """The history as the model gets it: the system message carries the current phase's
         instructions."""
@@ -114,10 +108,6 @@ class CompiledPhases:
         if messages and messages[0].role is Role.SYSTEM:
             return (system, *messages[1:])
         return (system, *messages)
-
-    def budget_move(self, rs: RunState) -> tuple[Phase, str | None] | None:
-        """When the current phase's step budget is spent: the phase and its ``on_budget``."""
-        return self.phases.spent(rs)
 
     def legal_now(self, rs: RunState) -> list[str]:
         """The next phases whose guard holds now (exit checks not asked)."""
@@ -220,7 +210,7 @@ def _holds(guard: object, view: PhaseView) -> bool:
     try:
         return bool(guard(view))  # type: ignore[operator]
     except Exception:
-        _log.warning("a phase guard raised; it counts as false", exc_info=True)
+        logger.warning("a phase guard raised; it counts as false", exc_info=True)
         return False
 
 
@@ -232,7 +222,7 @@ def _exit_refusal(check: object, rs: RunState, source: str) -> str | None:
     try:
         verdict = check(rs)  # type: ignore[operator]
     except Exception as exc:
-        _log.warning("the exit check of phase %r raised; the move is refused", source)
+        logger.warning("the exit check of phase %r raised; the move is refused", source)
         return f"the exit check of phase '{source}' failed ({type(exc).__name__}: {exc})"
     if isinstance(verdict, str):
         return f"phase '{source}' is not finished: {verdict}"
