@@ -34,6 +34,7 @@ from fsm_agent import (
 )
 from fsm_agent.events import Event, ModelSwitchedEvent
 from fsm_agent.machine.table import Counters, Limits, Outcome
+from fsm_agent.phases import MovePhase, Phase, PhaseChange, Phases, PhaseView, Transition
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 
 
@@ -114,3 +115,23 @@ def fallback_chain() -> None:
     )
     if isinstance(event, ModelSwitchedEvent):
         assert_type(event.to_model, str)
+
+
+def phases() -> None:
+    # A phase table takes Phase values and (source, dest) pairs or Transitions with guards over
+    # a PhaseView; a run state's phase is a str or None; a tool may return MovePhase.
+    def planned(view: PhaseView) -> bool:
+        return view.phase_steps >= 1 and view.visited("plan") == 1
+
+    table = Phases(
+        [Phase("plan", (), "Plan."), Phase("act", max_steps=3, on_budget="plan")],
+        [Transition("plan", "act", planned, "planned"), ("act", "plan")],
+        goals=["act"],
+    )
+    assert_type(table.next_phases, dict[str, tuple[str, ...]])
+    agent = Agent(ScriptedModel([text("hi")]), phases=table)
+    run_state = agent.run_sync("hi").run_state
+    if run_state is not None:
+        assert_type(run_state.phase, str | None)
+        assert_type(run_state.phase_trace, tuple[PhaseChange, ...])
+    assert_type(MovePhase("act", "done planning").phase, str)
