@@ -426,3 +426,29 @@ def test_an_after_tool_hook_moves_the_phase_by_returning_move_phase() -> None:
     results = [e for e in events if e.type == "tool_result"]
     assert results[0].content == "read; moving on"  # type: ignore[union-attr]
     assert "cannot move from phase 'act' to 'plan'" in results[1].content  # type: ignore[union-attr]
+
+
+def test_a_run_without_a_phase_resumed_under_phases_starts_in_the_initial_phase() -> None:
+    """A run started without phases and resumed (allow_changed_definition) by an agent with
+    them is put in the initial phase before its next call, and its calls are gated."""
+    store = InMemoryCheckpointer()
+    plain = Agent(
+        ScriptedModel([tool_call("deploy", {})]), tools=[read, write, deploy], checkpointer=store
+    )
+    first = asyncio.run(plain.run("go"))
+    assert first.stop_reason is StopReason.SUSPENDED
+    assert first.resume_handle is not None
+    later = agent_for(
+        [tool_call("write", {"path": "a", "body": "b"}), text("ok")], checkpointer=store
+    )
+    done = asyncio.run(
+        later.resume(
+            first.resume_handle, {first.pending[0].id: True}, allow_changed_definition=True
+        )
+    )
+    assert done.run_state is not None
+    assert done.run_state.phase == "plan"
+    assert [(c.source, c.dest, c.by) for c in done.run_state.phase_trace] == [
+        (None, "plan", "start")
+    ]
+    assert RAN == []  # deploy and write are not plan tools: refused, the approval notwithstanding

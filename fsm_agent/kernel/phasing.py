@@ -34,7 +34,7 @@ def gate_call(ctx: RunContext, phases: CompiledPhases, call: ToolCall) -> ToolRe
     """The phase's answer to ``call`` before it runs (see :meth:`CompiledPhases.gate`):
     concurrent calls are all checked in the phase their turn started in, as their start
     events said."""
-    source = ctx.rs.phase or phases.phases.initial
+    source = phases.settle(ctx.rs)
     result = phases.gate(ctx.rs, call, ctx.turn_phase)
     if result is not None and not result.is_error:
         _moved(ctx, source, "model")
@@ -46,7 +46,7 @@ def move_by_code(
 ) -> ToolResult:
     """Make the move a tool asked for by returning ``MovePhase(target)``; the result gains
     the refusal (as an error) when the move is not legal."""
-    source = ctx.rs.phase or phases.phases.initial
+    source = phases.settle(ctx.rs)
     refusal = phases.move(ctx.rs, target, by="code")
     if refusal is None:
         _moved(ctx, source, "code")
@@ -58,6 +58,7 @@ def move_by_code(
 def move_by_budget(ctx: RunContext, phases: CompiledPhases) -> None:
     """Before a model call: when the phase's step budget is spent and it names an
     ``on_budget`` phase, move there."""
+    phases.settle(ctx.rs)
     spent = phases.phases.spent(ctx.rs)
     if spent is None or spent[1] is None:
         return

@@ -101,7 +101,7 @@ class CompiledPhases:
     def messages(self, rs: RunState) -> tuple[Message, ...]:
         """The history as the model gets it: the system message carries the current phase's
         instructions."""
-        system = self.system_of[rs.phase or self.phases.initial]
+        system = self.system_of[self.settle(rs)]
         messages = rs.messages
         if system is None or system is self.base_system:
             return tuple(messages)
@@ -113,12 +113,28 @@ class CompiledPhases:
         """The next phases whose guard holds now (exit checks not asked)."""
         view = self.view(rs)
         legal: list[str] = []
-        for t in self.phases.transitions_from(rs.phase or self.phases.initial):
+        for t in self.phases.transitions_from(self.settle(rs)):
             if t.dest not in legal and _holds(t.guard, view):
                 legal.append(t.dest)
         return legal
 
     # -- moving ---------------------------------------------------------------------------
+    def settle(self, rs: RunState) -> str:
+        """The run's phase, after putting a run that has none in this table (one started by
+        an agent without phases, or under another table, resumed with
+        ``allow_changed_definition``) in the initial phase."""
+        phase = rs.phase
+        if phase is not None and phase in self.allowed:
+            return phase
+        initial = self.phases.initial
+        change = PhaseChange(
+            source=phase, dest=initial, by="start", step=rs.counters.steps, move=len(rs.trace)
+        )
+        rs.phase_trace = (*rs.phase_trace, change)
+        rs.phase = initial
+        rs.phase_since = rs.counters.steps
+        return initial
+
     def start(self, rs: RunState) -> None:
         """Put a new run in the initial phase."""
         rs.phase = self.phases.initial
@@ -131,7 +147,7 @@ class CompiledPhases:
         self, rs: RunState, target: str, *, by: Literal["model", "code", "budget"]
     ) -> str | None:
         """Move ``rs`` to ``target``; the refusal (the phase unchanged) or ``None``."""
-        source = rs.phase or self.phases.initial
+        source = self.settle(rs)
         declared = self.phases.next_phases.get(source, ())
         if by == "budget":
             if target not in self.phases.by_name:
@@ -172,7 +188,7 @@ class CompiledPhases:
         """Before ``call`` runs: the move tool's result (the move made or refused), or the
         refusal of a tool outside the current phase (or ``in_phase``, the phase a turn of
         concurrent calls started in), or ``None`` when the call may run."""
-        phase = rs.phase or self.phases.initial
+        phase = self.settle(rs)
         if call.name == MOVE_TOOL:
             args = call.arguments
             target = args.get("phase") if isinstance(args, dict) else None

@@ -242,7 +242,9 @@ class Phases:
     def spent(self, rs: RunState) -> tuple[Phase, str | None] | None:
         """When the run's current phase has spent its step budget: the phase and its
         ``on_budget`` phase (``None``: the run stops)."""
-        phase = self.by_name[rs.phase or self.initial]
+        phase = self.by_name.get(rs.phase or self.initial)
+        if phase is None:
+            return None
         if phase.max_steps is None or rs.counters.steps - rs.phase_since < phase.max_steps:
             return None
         return phase, phase.on_budget

@@ -195,7 +195,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             messages = tuple(rs.messages)
         else:  # the current phase's tools and instructions
             move_by_budget(ctx, phases)
-            tools = phases.tools_of[rs.phase or ""]
+            tools = phases.tools_of[phases.settle(rs)]
             messages = phases.messages(rs)
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)

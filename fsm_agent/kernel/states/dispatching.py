@@ -79,7 +79,7 @@ async def _prepare(
     if found is None:  # nothing to change or approve: running it answers "Unknown tool"
         return call, None
     phases = ctx.agent.phases
-    if phases is not None and call.name not in phases.allowed[ctx.rs.phase or ""]:
+    if phases is not None and call.name not in phases.allowed[phases.settle(ctx.rs)]:
         return call, None  # refused before it runs, so neither hooks nor humans see it
     if hooks.before_tool:
         changed = await hooks.run_before_tool(ctx, call)
