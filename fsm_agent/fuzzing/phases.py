@@ -1,9 +1,10 @@
 """Phases under attack: generated models that try illegal phase moves and out-of-phase tools.
 
-Each case is a seeded script for a plan -> act -> check agent (or your own ``Phases`` and
-tools): turns of one or several calls to any tool of any phase, unknown tools, ``move_to_phase``
-toward legal, illegal and unknown phases or with broken arguments, and tools that move the
-task by code. The real kernel plays each case, and every run must keep the phase invariants:
+Each case is a seeded script for an agent with a phase table (plan -> act -> check by default,
+or yours, with a stub for each tool it names, or your own tools): turns of one or several calls
+to any tool of any phase, unknown tools, ``move_to_phase`` toward legal, illegal and unknown
+phases or with broken arguments, and tools that move the task by code. The real kernel plays
+each case, and every run must keep the phase invariants:
 
 - P1 a tool outside the phase current when its call starts never runs;
 - P2 every phase move is a declared transition (or a budget move) from the phase it left, so
@@ -27,9 +28,9 @@ from ..messages import Role
 from ..phases.table import MOVE_TOOL, MovePhase, Phase, Phases
 from ..policy import Policy
 from ..scripted import ScriptedModel, Turn, text, tool_calls
-from ..tools import Tool, ToolContext, tool
+from ..tools import Tool, ToolContext
 
-__all__ = ["PhaseFuzzReport", "default_phases", "fuzz_phases"]
+__all__ = ["PhaseFuzzReport", "default_phases", "fuzz_phases", "stub_tools"]
 
 
 def default_phases() -> Phases:
@@ -56,31 +57,24 @@ class PhaseFuzzReport:
     violations: list[tuple[int, str, str]] = field(default_factory=list)
 
 
-def _tools(ran: list[tuple[str, str]], rng_seed: int) -> list[Tool]:
-    chooser = random.Random(rng_seed)
+def stub_tools(phases: Phases, ran: list[tuple[str, str]], seed: int) -> list[Tool]:
+    """A stub for every tool the phases name: each appends ``(call_id, name)`` to ``ran`` when
+    it runs, and one call in four returns a :class:`MovePhase` toward a phase drawn at random
+    (an unknown one too), so moves by code are attacked as well."""
+    chooser = random.Random(seed)
+    targets = [*(p.name for p in phases.phases), "nowhere"]
+    names = sorted({name for p in phases.phases for name in p.tools})
 
-    def record(name: str, ctx: ToolContext[Any]) -> None:
-        ran.append((ctx.call_id, name))
+    def stub(name: str) -> Tool:
+        def run(ctx: ToolContext[Any]) -> str | MovePhase:
+            ran.append((ctx.call_id, name))
+            if chooser.random() < 0.25:
+                return MovePhase(chooser.choice(targets), f"{name} asks for a move")
+            return f"{name} ran"
 
-    @tool
-    def read(ctx: ToolContext[Any]) -> str:
-        """Read."""
-        record("read", ctx)
-        return "read"
+        return Tool(run, name=name, description=f"The {name} stub.")
 
-    @tool
-    def write(ctx: ToolContext[Any]) -> str:
-        """Write."""
-        record("write", ctx)
-        return "written"
-
-    @tool
-    def test(ctx: ToolContext[Any]) -> str | MovePhase:
-        """Test; a failure moves the task by code (sometimes toward an illegal phase)."""
-        record("test", ctx)
-        return MovePhase(chooser.choice(["act", "act", "plan", "nowhere"]), "failed")
-
-    return [read, write, test]
+    return [stub(name) for name in names]
 
 
 def _script(rng: random.Random, phases: Phases, tool_names: Sequence[str]) -> list[Turn]:
@@ -113,9 +107,14 @@ def fuzz_phases(
 ) -> PhaseFuzzReport:
     """Run ``cases`` generated cases on the real kernel and check P1-P4 after each.
     ``make_tools(ran, seed)`` builds tools that append ``(call_id, name)`` to ``ran`` when
-    they run (default: read, write, and a test tool that moves the task by code)."""
+    they run (default: :func:`stub_tools` of the table)."""
     table = phases or default_phases()
-    build = make_tools or _tools
+
+    def build(ran: list[tuple[str, str]], case_seed: int) -> list[Tool]:
+        if make_tools is not None:
+            return make_tools(ran, case_seed)
+        return stub_tools(table, ran, case_seed)
+
     report = PhaseFuzzReport()
     for index in range(cases):
         case_seed = seed + index
