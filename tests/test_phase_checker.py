@@ -145,6 +145,8 @@ def test_diagram_phases_command_draws_a_recorded_path(
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     import plan_act_check as example  # type: ignore[import-not-found]
 
+    monkeypatch.setitem(example.FILES, "greet.py", "def greet(name):\n    return name\n")
+
     from fsm_agent.events import event_adapter
     from fsm_agent.scripted import ScriptedModel
 
@@ -177,3 +179,36 @@ def test_the_docs_page_shows_the_checked_in_diagram() -> None:
     page = (ROOT / "docs" / "phases.md").read_text(encoding="utf-8")
     drawn = (ROOT / "diagrams" / "phases.mmd").read_text(encoding="utf-8")
     assert f"```mermaid\n{drawn}```" in page
+
+
+def test_diagram_phases_command_draws_a_stored_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored run (STORE#RUN_ID) is drawn from its checkpoint: its phase trace and its loop
+    trace."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import plan_act_check as example
+
+    monkeypatch.setitem(example.FILES, "greet.py", "def greet(name):\n    return name\n")
+
+    from fsm_agent import Agent
+    from fsm_agent.persistence import SQLiteCheckpointer
+    from fsm_agent.scripted import ScriptedModel
+
+    db = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(str(db))
+    built = example.build(ScriptedModel(example.SCRIPT))
+    agent = Agent(
+        ScriptedModel(example.SCRIPT),
+        tools=list(built.tools.values()),
+        policy=built.policy,
+        phases=example.PHASES,
+        checkpointer=store,
+    )
+    result = asyncio.run(agent.run("go"))
+    store.close()
+    target = f"sqlite:///{db}#{result.run_id}"
+    assert main(["diagram", "--phases", "plan_act_check:PHASES", "--trace", target]) == 0
+    out = capsys.readouterr().out
+    assert 'act -> check [label="×2"' in out
+    assert 'loop_dispatching -> loop_compacting [label="×9"' in out

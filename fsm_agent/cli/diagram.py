@@ -25,6 +25,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import State
 from ..phases import PhaseChange
 from ..replay import is_recording, read_recording
+from ..run_state import RunState
 from .args import (
     PROG,
     UsageError,
@@ -165,7 +166,11 @@ def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
     phases = load_phases(args.phases)
     path: list[PhaseChange] = []
     loop_path: list[tuple[State, State]] = []
-    if args.trace is not None:
+    if args.trace is not None and args.trace.startswith(_STORE_PREFIXES):
+        state = _stored_state(args.trace)
+        path = list(state.phase_trace)
+        loop_path = [(move.source, move.dest) for move in state.trace]
+    elif args.trace is not None:
         with reading("trace"):
             events = (
                 read_recording(args.trace).events
@@ -176,7 +181,8 @@ def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
                     if line.strip()
                 ]
             )
-        path = [
+        start = PhaseChange(source=None, dest=phases.initial, by="start", step=0, move=0)
+        path = [start] + [
             PhaseChange(source=e.source, dest=e.dest, by=e.by, step=e.step, move=0)
             for e in events
             if isinstance(e, PhaseChangedEvent)
@@ -265,6 +271,15 @@ def read_run(target: str) -> RecordedRun:
 
 
 def _read_stored_run(target: str) -> RecordedRun:
+    state = _stored_state(target)
+    return RecordedRun(
+        diagrams.RunPath.from_events(events_of(state.run_id, state.trace, state.state)),
+        state.run_id,
+    )
+
+
+def _stored_state(target: str) -> RunState:
+    """The run state ``STORE#RUN_ID`` holds."""
     from ..persistence import open_checkpointer
 
     store_url, _, run_id = target.rpartition("#")
@@ -277,14 +292,11 @@ def _read_stored_run(target: str) -> RecordedRun:
     except CheckpointError as exc:
         raise UsageError(mask_url(store_url, f"cannot open {store_url!r}: {exc}")) from None
     try:
-        state = store.load(run_id).state
+        return store.load(run_id).state
     except UnknownRunError as exc:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
-    return RecordedRun(
-        diagrams.RunPath.from_events(events_of(run_id, state.trace, state.state)), run_id
-    )
 
 
 # --- the checked-in diagrams ------------------------------------------------------------------
