@@ -452,3 +452,53 @@ def test_a_run_without_a_phase_resumed_under_phases_starts_in_the_initial_phase(
         (None, "plan", "start")
     ]
     assert RAN == []  # deploy and write are not plan tools: refused, the approval notwithstanding
+
+
+def test_a_call_after_a_move_in_the_same_turn_is_checked_in_the_new_phase() -> None:
+    """Calls run one after the other: the write after move_to_phase('act') runs."""
+    turn = tool_calls((MOVE_TOOL, {"phase": "act"}), ("write", {"path": "a", "body": "b"}))
+    agent = agent_for([turn, text("ok")], policy=Policy(parallel_tool_calls=False))
+    asyncio.run(agent.run("go"))
+    assert RAN == ["write"]
+
+
+def test_concurrent_calls_are_checked_in_the_phase_their_turn_started_in() -> None:
+    """With parallel tool calls, a write beside a move out of plan is refused, as its
+    step_start event (phase plan) says, whichever task starts first (found by the fuzzer)."""
+    turn = tool_calls((MOVE_TOOL, {"phase": "act"}), ("write", {"path": "a", "body": "b"}))
+    agent = agent_for([turn, text("ok")], policy=Policy(parallel_tool_calls=True))
+    events = asyncio.run(events_of(agent))
+    starts = {e.tool_name: e.phase for e in events if isinstance(e, StepStartEvent)}
+    assert starts == {MOVE_TOOL: "plan", "write": "plan"}
+    assert RAN == []
+    assert [e.dest for e in events if isinstance(e, PhaseChangedEvent)] == ["act"]
+
+
+def test_phases_must_be_a_phase_table() -> None:
+    """Anything but a Phases value is refused when the agent is built."""
+    from fsm_agent.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="phases must be a fsm_agent.Phases, got list"):
+        Agent(ScriptedModel([]), phases=[Phase("a")])  # type: ignore[arg-type]
+
+
+def test_require_done_tool_offers_done_in_the_goal_phases_only() -> None:
+    """The done tool of require_done_tool is offered, and allowed, in every goal phase."""
+    model = ScriptedModel(
+        [
+            tool_call("done", {"message": "early"}),
+            move("act"),
+            move("check"),
+            tool_call("done", {"message": "finished"}),
+        ]
+    )
+    agent = Agent(
+        model,
+        tools=[read, write, run_tests, deploy],
+        phases=plan_act_check(),
+        policy=Policy(require_done_tool=True),
+    )
+    result = asyncio.run(agent.run("go"))
+    assert "done" not in [t.name for t in model.requests[0].tools]
+    assert "done" in [t.name for t in model.requests[-1].tools]
+    assert result.output == "finished"

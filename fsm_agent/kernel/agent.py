@@ -46,7 +46,7 @@ from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
-from ..phases import CompiledPhases, Phases
+from ..phases import Phases
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
@@ -56,7 +56,7 @@ from .checks import check_user_code
 from .context import Emitted, LoopSettings
 from .driver import drive
 from .limits import usage_limited
-from .phasing import budget_stop
+from .phasing import compile_phases, phase_stop_conditions
 from .run import RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
 
@@ -94,6 +94,7 @@ class Agent(Generic[DepsT]):
     says when the writes happen (see :class:`~fsm_agent.persistence.Durability` and
     ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
     that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
+    ``phases`` is the task's phase table (see ``docs/phases.md``).
     """
 
     def __init__(
@@ -152,14 +153,8 @@ class Agent(Generic[DepsT]):
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
         self.hooks = HookSet(hooks)
         self.verifier = verifier
-        if phases is not None and not isinstance(phases, Phases):
-            raise ConfigurationError(
-                f"phases must be a fsm_agent.Phases, got {type(phases).__name__}"
-            )
         self._phases_given = phases
-        self.stop_conditions = tuple(stop_conditions)
-        if phases is not None:  # a phase's spent budget without on_budget stops the run
-            self.stop_conditions = (*self.stop_conditions, budget_stop(phases))
+        self.stop_conditions = (*stop_conditions, *phase_stop_conditions(phases))
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
@@ -219,17 +214,7 @@ class Agent(Generic[DepsT]):
         self.tools = registry
         self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
         self.approval_needed = any(t.needs_approval for t in registry.values())
-        given = self._phases_given
-        self.phases: CompiledPhases | None = None
-        if given is not None:
-            done = registry.find("done") if policy.require_done_tool else None
-            self.phases = CompiledPhases(
-                given,
-                self.tool_definitions,
-                self.system_prompt,
-                always=frozenset({PAGER_NAME}),
-                goal_tools=() if done is None else (done.definition,),
-            )
+        self.phases = compile_phases(self._phases_given, registry, self.system_prompt, policy)
         self.pager = pager
         self.limits = limits_of(
             policy, verification=self.verifier is not None, models=len(self.models)

@@ -11,13 +11,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from ..errors import ConfigurationError
 from ..events import PhaseChangedEvent
 from ..messages import ToolCall, ToolResult
 from ..phases import CompiledPhases, Phases
+from ..policy import Policy
 from ..run_state import RunState
+from ..tool_output import PAGER_NAME
+from ..tools import ToolRegistry
 from .context import RunContext
 
-__all__ = ["budget_stop", "gate_call", "move_by_budget", "move_by_code"]
+__all__ = [
+    "budget_stop",
+    "compile_phases",
+    "gate_call",
+    "move_by_budget",
+    "move_by_code",
+    "phase_stop_conditions",
+]
 
 
 def _moved(ctx: RunContext, source: str, by: Literal["model", "code", "budget"]) -> None:
@@ -65,6 +76,33 @@ def move_by_budget(ctx: RunContext, phases: CompiledPhases) -> None:
     source = spent[0].name
     phases.move(ctx.rs, spent[1], by="budget")
     _moved(ctx, source, "budget")
+
+
+def compile_phases(
+    phases: Phases | None, registry: ToolRegistry, system_prompt: str | None, policy: Policy
+) -> CompiledPhases | None:
+    """``phases`` fitted to an agent's tools, system prompt and policy: the pager is allowed
+    in every phase, and the done tool of ``require_done_tool`` offered in the goal phases."""
+    if phases is None:
+        return None
+    done = registry.find("done") if policy.require_done_tool else None
+    return CompiledPhases(
+        phases,
+        registry.definitions,
+        system_prompt,
+        always=frozenset({PAGER_NAME}),
+        goal_tools=() if done is None else (done.definition,),
+    )
+
+
+def phase_stop_conditions(phases: Phases | None) -> tuple[Callable[[RunState], str | None], ...]:
+    """The stop condition an agent with ``phases`` adds to its own (see :func:`budget_stop`);
+    raises :class:`~fsm_agent.ConfigurationError` when ``phases`` is not a table."""
+    if phases is None:
+        return ()
+    if not isinstance(phases, Phases):
+        raise ConfigurationError(f"phases must be a fsm_agent.Phases, got {type(phases).__name__}")
+    return (budget_stop(phases),)
 
 
 def budget_stop(phases: Phases) -> Callable[[RunState], str | None]:
