@@ -478,7 +478,7 @@ def test_phases_must_be_a_phase_table() -> None:
     """Anything but a Phases value is refused when the agent is built."""
     from fsm_agent.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="phases must be a fsm_agent.Phases, got list"):
+    with pytest.raises(ConfigurationError, match=r"phases must be a fsm_agent\.Phases, got list"):
         Agent(ScriptedModel([]), phases=[Phase("a")])  # type: ignore[arg-type]
 
 
