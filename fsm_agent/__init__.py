@@ -57,6 +57,7 @@ from .errors import (
     ModelConnectionError,
     ModelError,
     ModelTimeoutError,
+    PhaseDefinitionError,
     PolicyError,
     ProviderServerError,
     RateLimitError,
@@ -99,6 +100,7 @@ from .persistence import (
     RunSummary,
     open_checkpointer,
 )
+from .phases import MovePhase, Phase, Phases, PhaseView, Transition
 from .policy import (
     CompactionSettings,
     HookFailureMode,
@@ -209,8 +211,13 @@ __all__ = [
     "ModelResponse",
     "ModelTimeoutError",
     "Move",
+    "MovePhase",
     "OpenAIChatModel",
     "Outcome",
+    "Phase",
+    "PhaseDefinitionError",
+    "PhaseView",
+    "Phases",
     "Policy",
     "PolicyError",
     "PostgresCheckpointer",
@@ -253,6 +260,7 @@ __all__ = [
     "ToolOutputSettings",
     "ToolResult",
     "TraceError",
+    "Transition",
     "TrimToolOutputs",
     "UndeclaredOutcomeError",
     "UnknownRunError",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ConfigurationError
+from ..errors import PhaseDefinitionError
 
 if TYPE_CHECKING:
     from ..run_state import RunState
@@ -36,11 +36,6 @@ __all__ = [
 
 MOVE_TOOL = "move_to_phase"
 """The name of the generated tool the model calls to move to the next phase."""
-
-
-class PhaseDefinitionError(ConfigurationError):
-    """A phase table is malformed (raised when it is built, or when an agent is built with
-    it and it names tools the agent does not have); the message lists every fault."""
 
 
 @dataclass(frozen=True, slots=True)
