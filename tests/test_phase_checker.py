@@ -117,12 +117,17 @@ def test_the_mermaid_diagram_draws_phases_beside_the_loop_and_a_path() -> None:
 
 
 def test_the_checked_in_phase_diagram_is_up_to_date() -> None:
-    """diagrams/phases.mmd is the example's table as drawn now."""
+    """diagrams/phases.mmd and phases.dot are the example's table as drawn now (regenerate
+    with fsm-agent diagram --phases examples.plan_act_check:PHASES -o diagrams/phases.mmd)."""
     import runpy
 
     example = runpy.run_path(str(ROOT / "examples" / "plan_act_check.py"))
-    drawn = phases_mermaid(example["PHASES"])
-    assert (ROOT / "diagrams" / "phases.mmd").read_text(encoding="utf-8") == drawn
+    assert (ROOT / "diagrams" / "phases.mmd").read_text(encoding="utf-8") == phases_mermaid(
+        example["PHASES"]
+    )
+    assert (ROOT / "diagrams" / "phases.dot").read_text(encoding="utf-8") == phases_dot(
+        example["PHASES"]
+    )
 
 
 def test_check_phases_command(
