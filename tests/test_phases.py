@@ -502,3 +502,14 @@ def test_require_done_tool_offers_done_in_the_goal_phases_only() -> None:
     assert "done" not in [t.name for t in model.requests[0].tools]
     assert "done" in [t.name for t in model.requests[-1].tools]
     assert result.output == "finished"
+
+
+def test_phase_instructions_join_a_system_message_from_the_history() -> None:
+    """Without a system prompt, a system message given in the history is kept and the phase's
+    instructions follow it."""
+    from fsm_agent.messages import Message
+
+    model = ScriptedModel([text("ok")])
+    agent = Agent(model, tools=[read, write, run_tests, deploy], phases=plan_act_check())
+    asyncio.run(agent.run("go", history=[Message.system("Be terse.")]))
+    assert model.requests[0].messages[0].text == "Be terse.\n\nPlan the change; read only."

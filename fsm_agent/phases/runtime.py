@@ -101,13 +101,17 @@ class CompiledPhases:
     def messages(self, rs: RunState) -> tuple[Message, ...]:
         """The history as the model gets it: the system message carries the current phase's
         instructions."""
-        system = self.system_of[self.settle(rs)]
+        phase = self.settle(rs)
+        system = self.system_of[phase]
         messages = rs.messages
         if system is None or system is self.base_system:
             return tuple(messages)
-        if messages and messages[0].role is Role.SYSTEM:
-            return (system, *messages[1:])
-        return (system, *messages)
+        if not messages or messages[0].role is not Role.SYSTEM:
+            return (system, *messages)
+        if self.base_system is None:  # the system message came with the history: keep it
+            instructions = self.phases.by_name[phase].instructions
+            system = Message.system(f"{messages[0].text}\n\n{instructions}")
+        return (system, *messages[1:])
 
     def legal_now(self, rs: RunState) -> list[str]:
         """The next phases whose guard holds now (exit checks not asked)."""
