@@ -15,7 +15,7 @@ from fsm_agent.events import PhaseChangedEvent
 from fsm_agent.messages import Message, ModelRequest, Role, ToolCall, ToolResult
 from fsm_agent.phases import MOVE_TOOL, Phase, Phases
 from fsm_agent.run_state import RunState
-from test_e2e_openai_server import (  # the session's server and its helpers
+from test_e2e_openai_server import (  # the shared server fixture and its functions
     Target,
     connect,
     run,
