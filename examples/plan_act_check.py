@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from fsm_agent import Agent, Policy, tool
+from fsm_agent import Agent, Model, Policy, tool
 from fsm_agent.phases import MOVE_TOOL, MovePhase, Phase, Phases
 from fsm_agent.scripted import ScriptedModel, text, tool_call
 
@@ -69,10 +69,10 @@ SCRIPT = [
 ]
 
 
-def build(model: object) -> Agent[None]:
+def build(model: Model) -> Agent[None]:
     """The agent on ``model``."""
     return Agent(
-        model,  # type: ignore[arg-type]
+        model,
         tools=[read_file, write_file, run_tests],
         system_prompt="You maintain a small Python project.",
         policy=Policy(max_steps=12),
@@ -82,13 +82,14 @@ def build(model: object) -> Agent[None]:
 
 async def main() -> None:
     spec = os.environ.get("PLAN_ACT_CHECK_MODEL")
+    task = "Make greet() say 'Hello, <name>!'."
     if spec is None:
-        model: object = ScriptedModel(SCRIPT)
+        result = await build(ScriptedModel(SCRIPT)).run(task)
     else:
         from fsm_agent.providers import infer_model
 
-        model = infer_model(spec)
-    result = await build(model).run("Make greet() say 'Hello, <name>!'.")
+        async with infer_model(spec) as model:  # closes its HTTP connections at the end
+            result = await build(model).run(task)
     assert result.run_state is not None
     path = " -> ".join(change.dest for change in result.run_state.phase_trace)
     print(f"{result.stop_reason.value} in phase {result.run_state.phase}: {result.output}")

@@ -513,3 +513,42 @@ def test_phase_instructions_join_a_system_message_from_the_history() -> None:
     agent = Agent(model, tools=[read, write, run_tests, deploy], phases=plan_act_check())
     asyncio.run(agent.run("go", history=[Message.system("Be terse.")]))
     assert model.requests[0].messages[0].text == "Be terse.\n\nPlan the change; read only."
+
+
+def test_the_example_runs_on_a_model_over_http(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/plan_act_check.py with PLAN_ACT_CHECK_MODEL talks to an OpenAI-compatible
+    server (here on 127.0.0.1): each request offers its phase's tools, and the model's
+    move_to_phase calls move the task."""
+    import runpy
+    from pathlib import Path
+
+    from provider_server import Request, Turn, json_reply, openai_json, server_in_thread
+
+    fixed = "def greet(name):\n    return f'Hello, {name}!'\n"
+    script = [
+        Turn(calls=[("c1", MOVE_TOOL, {"phase": "act"})]),
+        Turn(calls=[("c2", "write_file", {"path": "greet.py", "content": fixed})]),
+        Turn(calls=[("c3", MOVE_TOOL, {"phase": "check"})]),
+        Turn(calls=[("c4", "run_tests", {})]),
+        Turn(text="The tests pass."),
+    ]
+    offered: list[list[str]] = []
+
+    def handler(request: Request) -> Any:
+        offered.append([t["function"]["name"] for t in request.json.get("tools", [])])
+        return json_reply(openai_json(script[len(offered) - 1]))
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "plan_act_check.py"
+    with server_in_thread(handler) as url:
+        monkeypatch.setenv("PLAN_ACT_CHECK_MODEL", "openai:local-model")
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        runpy.run_path(str(example), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "completed in phase check: The tests pass." in out
+    assert "phases: plan -> act -> check" in out
+    assert offered[0] == ["read_file", MOVE_TOOL]
+    assert offered[1] == ["read_file", "write_file", MOVE_TOOL]
+    assert offered[3] == ["run_tests", MOVE_TOOL]
