@@ -58,6 +58,7 @@ from .errors import (
     ModelError,
     ModelTimeoutError,
     OutputValidationError,
+    PhaseDefinitionError,
     PolicyError,
     ProviderServerError,
     RateLimitError,
@@ -100,6 +101,7 @@ from .persistence import (
     RunSummary,
     open_checkpointer,
 )
+from .phases import MovePhase, Phase, Phases, PhaseView, Transition
 from .policy import (
     CompactionSettings,
     HookFailureMode,
@@ -210,9 +212,14 @@ __all__ = [
     "ModelResponse",
     "ModelTimeoutError",
     "Move",
+    "MovePhase",
     "OpenAIChatModel",
     "Outcome",
     "OutputValidationError",
+    "Phase",
+    "PhaseDefinitionError",
+    "PhaseView",
+    "Phases",
     "Policy",
     "PolicyError",
     "PostgresCheckpointer",
@@ -255,6 +262,7 @@ __all__ = [
     "ToolOutputSettings",
     "ToolResult",
     "TraceError",
+    "Transition",
     "TrimToolOutputs",
     "UndeclaredOutcomeError",
     "UnknownRunError",

@@ -8,6 +8,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   ├── PolicyError            a Policy / RetryPolicy value is invalid
     │   ├── ToolDefinitionError    a tool cannot be built (no type hints, duplicate name, ...)
     │   ├── InvalidInputError      run input that cannot start a run (empty prompt, ...)
+    │   ├── PhaseDefinitionError   a phase table is malformed or names unknown tools (phases)
     │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
     ├── ModelError                 a model call failed (kept on the RunResult, drives retries)
     │   ├── RateLimitError         429; may carry ``retry_after``
@@ -62,6 +63,7 @@ __all__ = [
     "ModelError",
     "ModelTimeoutError",
     "OutputValidationError",
+    "PhaseDefinitionError",
     "PolicyError",
     "ProviderServerError",
     "RateLimitError",
@@ -99,6 +101,11 @@ class PolicyError(ConfigurationError):
 
 class ToolDefinitionError(ConfigurationError):
     """A tool cannot be built or registered."""
+
+
+class PhaseDefinitionError(ConfigurationError):
+    """A phase table (:class:`fsm_agent.phases.Phases`) is malformed, or names tools the agent
+    does not have; raised when it (or the agent) is built, listing every fault."""
 
 
 class InvalidInputError(ConfigurationError):

@@ -20,6 +20,7 @@ from conftest_network import no_external_network  # noqa: F401
 from fsm_agent import (
     Agent,
     ConfigurationError,
+    DefinitionChangedError,
     FallbackModel,
     Model,
     OutputValidationError,
@@ -27,6 +28,7 @@ from fsm_agent import (
     State,
     StopReason,
     Verdict,
+    tool,
 )
 from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
 from fsm_agent.fuzzing.engine import Engine, definitions_of
@@ -224,6 +226,32 @@ def test_a_resumed_run_keeps_the_typed_output() -> None:
         result, _ = asyncio.run(crash_and_resume(_durable_agent(), "go", crash_after=crash_after))
         assert result.output == baseline.output, crash_after
         assert not resume_differences(baseline, result)
+
+
+def test_a_run_is_not_resumed_under_another_output_type() -> None:
+    """The output type is part of the agent's definition: a run started for one type is not
+    resumed by an agent that validates another (text agents keep their fingerprints)."""
+
+    @tool(needs_approval=True)
+    def deploy() -> str:
+        """Deploy."""
+        return "deployed"
+
+    store = InMemoryCheckpointer()
+
+    def agent(output_type: type[Any]) -> Agent[None, Any]:
+        script = [tool_call("deploy", {}, id="d1"), answer(Point(x=1, y=2))]
+        model = ScriptedModel(script)
+        return Agent(model, tools=[deploy], checkpointer=store, output_type=output_type)
+
+    suspended = agent(Plan).run_sync("go")
+    assert suspended.state is State.SUSPENDED
+    assert "output=" in (suspended.run_state.definition or "")  # type: ignore[union-attr]
+    with pytest.raises(DefinitionChangedError) as caught:
+        asyncio.run(agent(Point).resume(suspended.run_id, {"d1": True}))
+    assert caught.value.changed == ("output",)
+    text_run = Agent(ScriptedModel([text("hi")]), checkpointer=store).run_sync("hi")
+    assert "output=" not in (text_run.run_state.definition or "output=")  # type: ignore[union-attr]
 
 
 # -- the providers ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from fsm_agent import (
 )
 from fsm_agent.events import Event, ModelSwitchedEvent, PartialOutputEvent
 from fsm_agent.machine.table import Counters, Limits, Outcome
+from fsm_agent.phases import MovePhase, Phase, PhaseChange, Phases, PhaseView, Transition
 from fsm_agent.testing import ScriptedModel, answer, text, tool_call, tool_calls
 
 
@@ -154,3 +155,23 @@ async def typed_output() -> None:
     # An agent without output_type is a text agent, spelled as before.
     text_agent: Agent[None] = Agent(ScriptedModel([text("hi")]))
     assert_type(text_agent, Agent[None, str])
+
+
+def phases() -> None:
+    # A phase table takes Phase values and (source, dest) pairs or Transitions with guards over
+    # a PhaseView; a run state's phase is a str or None; a tool may return MovePhase.
+    def planned(view: PhaseView) -> bool:
+        return view.phase_steps >= 1 and view.visited("plan") == 1
+
+    table = Phases(
+        [Phase("plan", (), "Plan."), Phase("act", max_steps=3, on_budget="plan")],
+        [Transition("plan", "act", planned, "planned"), ("act", "plan")],
+        goals=["act"],
+    )
+    assert_type(table.next_phases, dict[str, tuple[str, ...]])
+    agent = Agent(ScriptedModel([text("hi")]), phases=table)
+    run_state = agent.run_sync("hi").run_state
+    if run_state is not None:
+        assert_type(run_state.phase, str | None)
+        assert_type(run_state.phase_trace, tuple[PhaseChange, ...])
+    assert_type(MovePhase("act", "done planning").phase, str)

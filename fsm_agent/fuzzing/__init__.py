@@ -28,8 +28,9 @@ running one), :mod:`.source` (a case printed as Python), :mod:`.invariants` (wha
 must keep), :mod:`.engine` (the search), :mod:`.oracle` (every move checked against a machine
 built from the table, not against ``decide()``), :mod:`.seams` and :mod:`.seam_checks` (the
 seams mode and its invariants), :mod:`.primary` (a primary model that always fails, for
-fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
-:mod:`.strategies` (hypothesis strategies for your own property tests).
+fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes),
+:mod:`.strategies` (hypothesis strategies for your own property tests) and :mod:`.phases` (a
+phase table attacked with illegal moves and out-of-phase tools).
 """
 
 from __future__ import annotations

@@ -47,15 +47,17 @@ from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
+from ..phases import Phases
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
-from .checks import check_user_code
+from .checks import check_done_tool, check_user_code
 from .context import Emitted, LoopSettings
 from .driver import drive
 from .limits import usage_limited
+from .phasing import compile_phases, phase_stop_conditions
 from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
 
@@ -98,6 +100,7 @@ class Agent(Generic[DepsT, OutputT]):
     says when the writes happen (see :class:`~fsm_agent.persistence.Durability` and
     ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
     that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
+    ``phases`` is the task's phase table (see ``docs/phases.md``).
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class Agent(Generic[DepsT, OutputT]):
         durability: Durability | str = Durability.SYNC,
         unknown_outcome: UnknownOutcome = "model",
         output_type: type[OutputT] | None = None,
+        phases: Phases | None = None,
     ) -> None:
         complete = getattr(model, "complete", None)
         if not callable(complete) or not asyncio.iscoroutinefunction(complete):
@@ -160,7 +164,8 @@ class Agent(Generic[DepsT, OutputT]):
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
         self.hooks = HookSet(hooks)
         self.verifier = verifier
-        self.stop_conditions = tuple(stop_conditions)
+        self._phases_given = phases
+        self.stop_conditions = (*stop_conditions, *phase_stop_conditions(phases))
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
@@ -192,19 +197,7 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError(
                 f"policy must be a fsm_agent.Policy, got {type(policy).__name__}"
             )
-        if policy.require_done_tool and self.verifier is not None:
-            raise ConfigurationError(
-                "require_done_tool=True and a verifier do not combine: the done tool's message "
-                "ends the run unverified and a plain answer only gets the reminder to call "
-                "'done', so the verifier would never run. Check the answer inside the done tool "
-                "(or in an after_tool hook), or drop require_done_tool"
-            )
-        if policy.require_done_tool and self.output_spec is not None:
-            raise ConfigurationError(
-                "require_done_tool=True and an output_type do not combine: the done tool's "
-                "message ends the run without validation. Drop require_done_tool (the typed "
-                "answer already ends the run) or the output_type"
-            )
+        check_done_tool(policy, verifier=self.verifier, typed=self.output_spec is not None)
         self._policy = policy
         tool_list = list(self._tools_given)
         if policy.require_done_tool and not any(
@@ -226,6 +219,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.tools = registry
         self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
         self.approval_needed = any(t.needs_approval for t in registry.values())
+        self.phases = compile_phases(self._phases_given, registry, self.system_prompt, policy)
         self.pager = pager
         self.limits = limits_of(
             policy,

@@ -155,6 +155,7 @@ class RunContext:
         self.in_effect = False
         self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
+        self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
 

@@ -203,6 +203,7 @@ async def publish(ctx: RunContext, move: Move) -> None:
                 dest=dest,
                 row=move.row,
                 stop_reason=move.stop,
+                phase=rs.phase,
             )
         )
     if not resting:

@@ -53,6 +53,7 @@ from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
 from ..context import ONE_REQUEST, Interrupted, RunContext
+from ..phasing import move_by_budget
 
 __all__ = [
     "Answer",
@@ -191,13 +192,20 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
         if settings.keep_recent_outputs is not None:
             trim_old_outputs(ctx, settings.keep_recent_outputs, settings.old_output_max_chars)
-        tools = agent.tool_definitions
+        phases = agent.phases
+        if phases is None:
+            tools = agent.tool_definitions
+            messages = tuple(rs.messages)
+        else:  # the current phase's tools and instructions
+            move_by_budget(ctx, phases)
+            tools = phases.tools_of[phases.settle(rs)]
+            messages = phases.messages(rs)
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)
         request = trusted(
             ModelRequest,
             {
-                "messages": tuple(rs.messages),
+                "messages": messages,
                 "tools": tools,
                 "tool_choice": None,
                 "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
