@@ -508,8 +508,8 @@ class _Control:
         """Cancel the run, recording how much work had started."""
         handle = self.handle
         if self.cancelled_at is None and not handle.cancel_requested:
-            ctx = handle._ctx
-            executions = ctx.rs.tool_executions if ctx is not None else 0
+            rs = handle._rs
+            executions = rs.tool_executions if rs is not None else 0
             self.cancelled_at = (len(self.model.requests), executions)
         handle.cancel()
 

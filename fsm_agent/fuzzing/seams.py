@@ -477,5 +477,4 @@ async def _play(case: SeamCase, agent: Agent[Any, Any], record: SeamRecord) -> N
     if record.timeout_expired:
         record.cancel_delivered = True
     record.result = handle.result
-    ctx = handle._ctx
-    record.run_state = ctx.rs if ctx is not None else None
+    record.run_state = handle._rs

@@ -398,7 +398,7 @@ class Agent(Generic[DepsT, OutputT]):
                 "needs an agent with a checkpointer"
             )
         handle = handle or RunHandle()
-        if handle._ctx is not None and handle._ctx.rs is not getattr(resume, "run_state", None):
+        if handle._rs is not None and handle._rs is not getattr(resume, "run_state", None):
             raise InvalidInputError("a RunHandle controls one run; create a new one per run")
         rs = apply_decisions(resume, decisions if decisions is not None else {})
         return self._new_context(rs, handle, deps, listening)
@@ -440,8 +440,8 @@ class Agent(Generic[DepsT, OutputT]):
             log.close()  # the store keeps nothing for a run that was not resumed
             raise
         handle = handle or RunHandle()
-        if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
-            handle._ctx = None  # the same run, resumed from its checkpoint
+        if handle._rs is not None and handle._rs.run_id == run_id:
+            handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
             handle._pause_requested = False
         ctx = self._new_context(rs, handle, deps, listening, log)
         if rs.trace and rs.state is not State.SUSPENDED:

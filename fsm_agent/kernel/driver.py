@@ -291,6 +291,7 @@ async def drive(ctx: RunContext) -> None:
             timer.cancel()
         if ctx.durable is not None:
             ctx.durable.close()
+        ctx.handle._detach()
 
 
 async def _record_cancel(ctx: RunContext) -> None:

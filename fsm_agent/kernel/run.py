@@ -157,7 +157,8 @@ class RunHandle:
     when done."""
 
     def __init__(self) -> None:
-        self._ctx: RunContext | None = None
+        self._ctx: RunContext | None = None  # while the run moves
+        self._rs: RunState | None = None  # the run it controls, kept once the run rests
         self._cancel_requested = False
         self._pause_requested = False
         self.result: RunResult[Any] | None = None
@@ -188,10 +189,17 @@ class RunHandle:
             self._ctx.request_interrupt(Outcome.CANCEL)
 
     def _attach(self, ctx: RunContext) -> None:
-        if self._ctx is not None:
-            if self._ctx.rs is not ctx.rs:
+        if self._rs is not None:
+            if self._rs is not ctx.rs:
                 raise InvalidInputError("a RunHandle controls one run; create a new one per run")
             self._pause_requested = False  # the same run, resumed
         self._ctx = ctx
+        self._rs = ctx.rs
         if self._cancel_requested:
             ctx.interrupt = Outcome.CANCEL
+
+    def _detach(self) -> None:
+        """The run stopped moving: let go of its context. The context holds the handle, so
+        keeping it would leave every object of a finished run to the garbage collector's
+        cycle search instead of freeing them when the caller drops the result."""
+        self._ctx = None
