@@ -101,7 +101,7 @@ class HumanRequest(BaseModel):
     ``question`` the tool asked with ``ToolContext.ask_human``. ``resume`` fills ``decision``
     (``allow``, ``deny`` or ``answer``) and ``reply`` (the denial reason or the answer)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["approval", "question"]
     call: ToolCall
@@ -113,7 +113,8 @@ class HumanRequest(BaseModel):
 class RunState(BaseModel):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use, like the messages: a run that keeps no checkpoint never validates one.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     # The kernel assigns a dozen fields per step; the run state validates on the way in and out
     # (model_validate/model_dump), never on assignment, so a plain attribute write does. It
@@ -209,6 +210,9 @@ def unknown_write_error(names: list[str]) -> str:
     )
 
 
-_START: dict[str, object] = dict(RunState.model_construct(run_id="").__dict__)
+_START: dict[str, object] = dict(
+    RunState.model_construct(run_id="", usage=Usage.model_construct()).__dict__
+)
 """A new run's fields in declaration order (``RunState.start`` replaces the run id and the
-mutable containers)."""
+mutable containers). The zero usage is given, not made by the field's factory, which would
+validate a ``Usage``: importing the package validates nothing."""
