@@ -2,12 +2,13 @@
 none, as a ratio (and the microseconds each costs).
 
 A run makes ``--steps`` tool-calling steps on a model that answers instantly, so the time
-measured is the kernel's plus the checkpointer's. A step is four moves (compacting → calling →
-dispatching → compacting), so with ``durability="sync"`` it writes four checkpoint rows and
-four journal records (model call intent and result, tool call intent and result), each a
-SQLite transaction in WAL mode (``synchronous=NORMAL``: durable against a crash of the process;
-``--fsync`` makes every commit survive an OS crash too). ``async`` moves the writes to a
-background thread; ``exit`` writes once.
+measured is the kernel's plus the checkpointer's. A step is three moves (compacting → calling →
+dispatching → compacting), so with ``durability="sync"`` it writes three checkpoint rows and
+four journal records (model call intent and result, tool call intent and result) in SQLite's
+WAL mode (``synchronous=NORMAL``: durable against a crash of the process; ``--fsync`` makes
+every commit survive an OS crash too); the run waits for five of them (the model call's two
+records are not awaited), and the writes queued together are committed together. ``async``
+waits for the tool's intent only; ``exit`` writes once.
 
 Reported: microseconds per step (best of ``--rounds``) per setting, and the ratio to no
 checkpointer.

@@ -7,21 +7,32 @@ model answers at once. Beside them a task measures its own wake-up delay: it ask
 1 ms, over and over, and records how late it woke. Reported per store (no checkpointer, SQLite,
 PostgreSQL when ``--pg`` answers), for the default durability (``sync``):
 
-* the worst and the 99th-percentile wake-up delay (target: worst ≤ 10 ms),
+* the worst, 99th-percentile and median wake-up delay over the whole time (target: worst
+  ≤ 10 ms), and the same once every run has started (after the ramp),
+* the longest garbage collection during the runs (wall and CPU time, generation),
+* CPU per run, of the process and of the event loop's thread (steadier than the delays on a
+  shared machine: a thread the OS does not schedule waits whatever the code does),
 * how many tool calls timed out (target: no more than without a checkpointer),
 * runs per second.
+
+``--service`` measures a process set up as a long-running service would be: start-up done
+(imports, agent and store built), then ``gc.collect(); gc.freeze()``, so that the objects of
+start-up are no longer traversed by each full collection (see docs/scale-out.md). Without it,
+the first full collection of the process, which walks every object of start-up, falls inside
+the measurement.
 
 A store kept in memory (no I/O at all) gives the loop's own cost of durable runs as a reference.
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
 step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
 
-    python benchmarks/durable_lag.py [--runs 1000] [--steps 2] [--pg postgresql://…]
+    python benchmarks/durable_lag.py [--runs 1000] [--steps 2] [--pg postgresql://…] [--service]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -89,12 +100,39 @@ def _agent(
     )
 
 
-async def _watch(stop: asyncio.Event, lags: list[float]) -> None:
+async def _watch(stop: asyncio.Event, lags: list[tuple[float, float]]) -> None:
+    """Sleep 1 ms over and over; record (when it woke, how late)."""
     loop = asyncio.get_running_loop()
     while not stop.is_set():
         asked = loop.time()
         await asyncio.sleep(0.001)
-        lags.append(loop.time() - asked - 0.001)
+        woke = loop.time()
+        lags.append((woke, woke - asked - 0.001))
+
+
+class _Collections:
+    """The longest garbage collection while installed: (wall s, CPU s of its thread, gen)."""
+
+    def __init__(self) -> None:
+        self.longest = (0.0, 0.0, -1)
+        self._started = (0.0, 0.0)
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = (time.perf_counter(), time.thread_time())
+            return
+        wall = time.perf_counter() - self._started[0]
+        if wall > self.longest[0]:
+            cpu = time.thread_time() - self._started[1]
+            self.longest = (wall, cpu, info["generation"])
+
+
+def _percentiles(lags: list[float]) -> str:
+    if not lags:
+        return "no samples"
+    lags = sorted(lags)
+    worst, p99, p50 = lags[-1], lags[int(len(lags) * 0.99)], lags[len(lags) // 2]
+    return f"worst {worst * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, p50 {p50 * 1e3:.2f} ms"
 
 
 async def _in_flight(
@@ -102,8 +140,9 @@ async def _in_flight(
 ) -> dict[str, Any]:
     agent = _agent(steps, store)
     stop = asyncio.Event()
-    lags: list[float] = []
+    lags: list[tuple[float, float]] = []
     flying = [0, 0]  # now, peak
+    collections = _Collections()
 
     async def one() -> Any:
         flying[0] += 1
@@ -113,26 +152,40 @@ async def _in_flight(
         finally:
             flying[0] -= 1
 
+    loop = asyncio.get_running_loop()
     watcher = asyncio.create_task(_watch(stop, lags))
     await asyncio.sleep(0.01)
+    gc.callbacks.append(collections)
     started = time.perf_counter()
+    cpu, loop_cpu = time.process_time(), time.thread_time()
     tasks = []
-    for n in range(runs):  # started over ramp_s, not in one burst of the loop
-        tasks.append(asyncio.create_task(one()))
-        if n % 10 == 9:
-            await asyncio.sleep(ramp_s * 10 / runs)
-    results = await asyncio.gather(*tasks)
+    try:
+        for n in range(runs):  # started over ramp_s, not in one burst of the loop
+            tasks.append(asyncio.create_task(one()))
+            if n % 10 == 9:
+                await asyncio.sleep(ramp_s * 10 / runs)
+        ramped = loop.time()
+        results = await asyncio.gather(*tasks)
+    finally:
+        gc.callbacks.remove(collections)
     elapsed = time.perf_counter() - started
+    cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
     stop.set()
     await watcher
     timeouts = sum(
         TIMED_OUT in r.content for res in results for m in res.messages for r in m.tool_results
     )
-    lags.sort()
+    every = sorted(lag for _, lag in lags)
+    gc_wall, gc_cpu, gc_gen = collections.longest
     return {
         "ok": sum(r.ok for r in results),
-        "worst_ms": lags[-1] * 1e3,
-        "p99_ms": lags[int(len(lags) * 0.99)] * 1e3,
+        "worst_ms": every[-1] * 1e3,
+        "p99_ms": every[int(len(every) * 0.99)] * 1e3,
+        "lags": _percentiles(every),
+        "after_ramp": _percentiles([lag for woke, lag in lags if woke > ramped]),
+        "gc": f"{gc_wall * 1e3:.1f} ms ({gc_cpu * 1e3:.1f} ms CPU, generation {gc_gen})",
+        "cpu_ms_per_run": cpu / runs * 1e3,
+        "loop_cpu_ms_per_run": loop_cpu / runs * 1e3,
         "timeouts": timeouts,
         "runs_per_s": runs / elapsed,
         "peak": flying[1],
@@ -174,6 +227,10 @@ def main() -> None:
     parser.add_argument("--ramp", type=float, default=1.0, help="seconds to start them over")
     parser.add_argument("--step-runs", type=int, default=30, help="steps timed per mode")
     parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL ('' to skip)")
+    parser.add_argument(
+        "--service", action="store_true", help="gc.freeze() after start-up, as a service would"
+    )
+    parser.add_argument("--no-steps", action="store_true", help="skip the per-step costs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Any] = {
@@ -189,15 +246,22 @@ def main() -> None:
             store = make()
             if name != "none" and store is None:
                 continue
+            if args.service:
+                gc.collect()
+                gc.freeze()
             row = asyncio.run(_in_flight(args.runs, args.steps, store, args.ramp))
+            if args.service:
+                gc.unfreeze()
             lag_rows.append(
                 f"{name}: {row['ok']}/{args.runs} ok, {row['peak']} at once at peak, "
-                f"worst lag {row['worst_ms']:.1f} ms, "
-                f"p99 {row['p99_ms']:.1f} ms, {row['timeouts']} tool timeouts, "
-                f"{row['runs_per_s']:.0f} runs/s"
+                f"lag {row['lags']} (after the ramp: {row['after_ramp']}), "
+                f"longest collection {row['gc']}, "
+                f"CPU per run {row['cpu_ms_per_run']:.2f} ms "
+                f"(loop thread {row['loop_cpu_ms_per_run']:.2f} ms), "
+                f"{row['timeouts']} tool timeouts, {row['runs_per_s']:.0f} runs/s"
             )
             _close(store)
-            if name in ("none", "memory"):
+            if name in ("none", "memory") or args.no_steps:
                 continue
             costs: dict[str, float] = {}
             for mode in ("sync", "async", "exit"):
@@ -212,8 +276,9 @@ def main() -> None:
                 + ", ".join(f"{m} {c:.0f} µs ({c / plain:.1f}×)" for m, c in costs.items())
             )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    setup = "service set-up: gc.freeze() after start-up" if args.service else "cold process"
     print(
-        f"{args.runs} runs in flight, {args.steps} tool steps each (sync durability); "
+        f"{args.runs} runs in flight, {args.steps} tool steps each (sync durability), {setup}; "
         f"load average {load:.1f} on {os.cpu_count()} CPUs"
     )
     for line in lag_rows + step_rows:

@@ -10,6 +10,8 @@ callgrind instead of timing: slow, but the same figure on a loaded machine (a di
 measure: it does not see cache misses, so its ratios run lower than the clock's). Building
 the agents is left out of all.
 
+``phases`` is fsm_agent under a two-phase task machine (``fsm_agent.phases``).
+
     python benchmarks/kernel_overhead.py [--steps 10,50] [--rounds 7] [--instructions]
 """
 
@@ -29,12 +31,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workload import Adapter, FloorAdapter, FsmAgentAdapter, PlainFloorAdapter
+from workload import Adapter, FloorAdapter, FsmAgentAdapter, PhasedAdapter, PlainFloorAdapter
 
 SYSTEMS: dict[str, type[Adapter]] = {
     "plain": PlainFloorAdapter,
     "floor": FloorAdapter,
     "fsm_agent": FsmAgentAdapter,
+    "phases": PhasedAdapter,
 }
 FLOORS = ("plain", "floor")
 
@@ -68,6 +71,11 @@ def timed(steps: int, rounds: int) -> None:
             f"N = {steps:>5}  fsm_agent / {floor}: {statistics.median(ratios):.2f}× "
             f"({min(ratios):.2f}–{max(ratios):.2f}; target ≤ 2×)"
         )
+    ratios = [p / k for p, k in zip(per_step["phases"], per_step["fsm_agent"], strict=True)]
+    print(
+        f"N = {steps:>5}  phases / fsm_agent: {statistics.median(ratios):.2f}× "
+        f"({min(ratios):.2f}–{max(ratios):.2f}; target ≤ 1.2×)"
+    )
 
 
 def _instructions(system: str, steps: int, runs: int, *, play_them: bool) -> int:
@@ -103,6 +111,8 @@ def counted(steps: int) -> None:
     for floor in FLOORS:
         ratio = per_step["fsm_agent"] / per_step[floor]
         print(f"N = {steps:>5}  fsm_agent / {floor}: {ratio:.2f}×")
+    ratio = per_step["phases"] / per_step["fsm_agent"]
+    print(f"N = {steps:>5}  phases / fsm_agent: {ratio:.2f}× (target ≤ 1.2×)")
 
 
 def play(system: str, steps: int, runs: int, *, play_them: bool = True) -> None:

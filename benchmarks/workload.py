@@ -41,6 +41,7 @@ from fsm_agent import (
     ToolResult,
     tool,
 )
+from fsm_agent.phases import Phase, Phases
 from fsm_agent.testing import Turn, text, tool_call
 
 PROMPT = "count"
@@ -215,6 +216,28 @@ class FsmAgentAdapter(Adapter):
             return result.output or ""
 
         return run
+
+
+class PhasedAdapter(FsmAgentAdapter):
+    """fsm_agent under phases: the same agent with a two-phase task machine (each step offers
+    the phase's tools and the move tool, adds the phase's instructions, and gates the call)."""
+
+    name = "phases"
+
+    def start(self, steps: int) -> Agent[None]:
+        """The ``fsm_agent`` agent with phases."""
+        phases = Phases(
+            [Phase("work", ("add",), "Add the numbers."), Phase("answer")],
+            [("work", "answer")],
+            goals=["work", "answer"],
+        )
+        return Agent(
+            WireModel(steps),
+            tools=[ADD_TOOL],
+            system_prompt=SYSTEM_PROMPT,
+            policy=POLICY,
+            phases=phases,
+        )
 
 
 class FloorAdapter(Adapter):

@@ -8,6 +8,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   ├── PolicyError            a Policy / RetryPolicy value is invalid
     │   ├── ToolDefinitionError    a tool cannot be built (no type hints, duplicate name, ...)
     │   ├── InvalidInputError      run input that cannot start a run (empty prompt, ...)
+    │   ├── PhaseDefinitionError   a phase table is malformed or names unknown tools (phases)
     │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
     ├── ModelError                 a model call failed (kept on the RunResult, drives retries)
     │   ├── RateLimitError         429; may carry ``retry_after``
@@ -21,6 +22,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
+    ├── OutputValidationError      the answer did not validate as the output type (kept on the
+    │                              RunResult of a run that ended ``output_invalid``)
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
     │   ├── UnknownRunError        no checkpoint holds the run id
@@ -59,6 +62,8 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelTimeoutError",
+    "OutputValidationError",
+    "PhaseDefinitionError",
     "PolicyError",
     "ProviderServerError",
     "RateLimitError",
@@ -96,6 +101,11 @@ class PolicyError(ConfigurationError):
 
 class ToolDefinitionError(ConfigurationError):
     """A tool cannot be built or registered."""
+
+
+class PhaseDefinitionError(ConfigurationError):
+    """A phase table (:class:`fsm_agent.phases.Phases`) is malformed, or names tools the agent
+    does not have; raised when it (or the agent) is built, listing every fault."""
 
 
 class InvalidInputError(ConfigurationError):
@@ -211,6 +221,15 @@ class HookError(FsmAgentError):
     def __init__(self, message: str, *, hook: str) -> None:
         super().__init__(message)
         self.hook = hook
+
+
+class OutputValidationError(FsmAgentError):
+    """The final answer did not validate as the agent's output type, and the verification
+    budget to ask again is spent. ``feedback`` is what the model was last told."""
+
+    def __init__(self, message: str, *, feedback: str) -> None:
+        super().__init__(message)
+        self.feedback = feedback
 
 
 class ResumeError(FsmAgentError):

@@ -27,6 +27,8 @@ __all__ = [
     "ModelRequestEvent",
     "ModelResponseEvent",
     "ModelSwitchedEvent",
+    "PartialOutputEvent",
+    "PhaseChangedEvent",
     "ReasoningDeltaEvent",
     "ReasoningEvent",
     "RetryingEvent",
@@ -61,6 +63,7 @@ class StateChangedEvent(_Event):
     dest: State
     row: int
     stop_reason: StopReason | None = None
+    phase: str | None = None  # the task's phase after the move (an agent with phases)
 
 
 class ModelRequestEvent(_Event):
@@ -85,6 +88,14 @@ class TextDeltaEvent(_Event):
 
     type: Literal["text_delta"] = "text_delta"
     text: str
+
+
+class PartialOutputEvent(_Event):
+    """A typed-output answer as it arrives: ``partial`` is the JSON value parsed so far (its
+    last field may be cut; not validated). Emitted after each text delta that changes it."""
+
+    type: Literal["partial_output"] = "partial_output"
+    partial: JsonValue
 
 
 class ReasoningDeltaEvent(_Event):
@@ -125,6 +136,7 @@ class StepStartEvent(_Event):
     step: int
     call_id: str
     tool_name: str
+    phase: str | None = None  # the task's phase when the call starts (an agent with phases)
 
 
 class ToolCallEvent(_Event):
@@ -224,6 +236,17 @@ class LoopDetectedEvent(_Event):
     action: Literal["warn", "finalize"]
 
 
+class PhaseChangedEvent(_Event):
+    """The task moved from phase ``source`` to ``dest``, ``by`` the model (``move_to_phase``),
+    by code (a tool's :class:`~fsm_agent.phases.MovePhase`) or by a spent step budget."""
+
+    type: Literal["phase_changed"] = "phase_changed"
+    source: str
+    dest: str
+    by: Literal["model", "code", "budget"]
+    step: int
+
+
 class UsageEvent(_Event):
     """Usage of the last model call and the run so far."""
 
@@ -261,6 +284,7 @@ Event: TypeAlias = Annotated[
     | ModelRequestEvent
     | ModelResponseEvent
     | TextDeltaEvent
+    | PartialOutputEvent
     | ReasoningDeltaEvent
     | ToolCallDeltaEvent
     | ReasoningEvent
@@ -279,7 +303,8 @@ Event: TypeAlias = Annotated[
     | FinalEvent
     | AbortedEvent
     | SuspendedEvent
-    | LoopDetectedEvent,
+    | LoopDetectedEvent
+    | PhaseChangedEvent,
     Field(discriminator="type"),
 ]
 

@@ -42,6 +42,7 @@ from .log import logger
 from .machine.agent_machine import Move
 from .machine.table import TERMINAL, Outcome, State
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from .phases.table import MovePhase
 from .policy import HookFailureMode
 from .run_state import RunState, strip_unknown, unknown_write_error
 from .tools import HumanInputRequired, TaskComplete
@@ -172,8 +173,9 @@ class AfterToolHook(Protocol):
 
     def after_tool(
         self, *, call: ToolCall, result: ToolResult, run_state: RunState, **future_kwargs: Any
-    ) -> ToolResult | Awaitable[ToolResult | None] | None:
-        """Return a changed result."""
+    ) -> ToolResult | MovePhase | Awaitable[ToolResult | MovePhase | None] | None:
+        """Return a changed result, or a :class:`~fsm_agent.phases.MovePhase` to move the
+        task (an agent with phases)."""
         ...
 
 
@@ -345,8 +347,11 @@ class HookSet:
 
     async def run_after_tool(
         self, ctx: RunContext, call: ToolCall, result: ToolResult
-    ) -> ToolResult:
-        """The result after every ``after_tool`` hook (its call id and name are kept)."""
+    ) -> tuple[ToolResult, str | None]:
+        """The result after every ``after_tool`` hook (its call id and name are kept), and
+        the phase the last hook that returned a :class:`~fsm_agent.phases.MovePhase` asks
+        the task to move to."""
+        move: str | None = None
         for hook in self.after_tool:
             ok, value = await _call(
                 ctx, hook, {"call": call, "result": result, "run_state": ctx.rs}
@@ -357,9 +362,13 @@ class HookSet:
                 continue
             if isinstance(value, ToolResult):
                 result = value.model_copy(update={"call_id": call.id, "name": call.name})
+            elif isinstance(value, MovePhase):  # a move by code; its content, when given
+                move = value.phase
+                if value.content:
+                    result = result.model_copy(update={"content": value.content})
             else:
-                _bad_return(ctx, hook, value, "a ToolResult or None")
-        return result
+                _bad_return(ctx, hook, value, "a ToolResult, a MovePhase or None")
+        return result, move
 
 
 def _verdict(value: object) -> Approval | None:

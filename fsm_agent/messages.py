@@ -22,6 +22,7 @@ __all__ = [
     "Message",
     "ModelRequest",
     "ModelResponse",
+    "OutputSchema",
     "Part",
     "ReasoningDelta",
     "ReasoningPart",
@@ -372,6 +373,21 @@ ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 """``"auto"``, ``"none"``, ``"required"``, or the name of one tool the model must call."""
 
 
+class OutputSchema(_Frozen):
+    """The shape the final answer must have: a JSON schema with a name, for providers to ask
+    for structured output (OpenAI-compatible ``response_format``, Gemini ``responseSchema``, or
+    a final answer tool where the wire format has no such mode).
+
+    ``wrapped`` says the output type's own schema is not an object (a scalar, a list): the
+    schema here is then an object with one property, ``value``, and the answer is
+    ``{"value": ...}``."""
+
+    name: str
+    json_schema: dict[str, JsonValue]
+    wrapped: bool = False
+    strict: bool = False
+
+
 class ModelRequest(_Frozen):
     """Everything a model call needs, provider-neutral.
 
@@ -388,6 +404,7 @@ class ModelRequest(_Frozen):
     stop_sequences: tuple[str, ...] = ()
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     reasoning_budget_tokens: int | None = None
+    output: OutputSchema | None = None  # typed output: the schema the final answer must match
 
     @property
     def system_prompt(self) -> str | None:

@@ -290,9 +290,12 @@ class Policy(_PolicyModel):
         return self
 
 
-def limits_of(policy: Policy, *, verification: bool, models: int = 1) -> Limits:
-    """The numbers the table's guards read, from a policy, whether answers are verified and how
-    many models a fallback chain holds (1: a single model)."""
+def limits_of(
+    policy: Policy, *, verification: bool, models: int = 1, output_validation: bool = False
+) -> Limits:
+    """The numbers the table's guards read, from a policy, whether answers are verified, how
+    many models a fallback chain holds (1: a single model) and whether answers are validated as
+    an output type."""
     return Limits(
         max_steps=policy.max_steps,
         max_retries=policy.retry.max_retries,
@@ -305,4 +308,5 @@ def limits_of(policy: Policy, *, verification: bool, models: int = 1) -> Limits:
         max_repeated_tool_calls=policy.max_repeated_tool_calls,
         finalize_repeated_tool_calls=policy.on_repeated_tool_calls is LoopGuardAction.FINALIZE,
         max_model_switches=max(0, models - 1),
+        output_validation=output_validation,
     )

@@ -38,6 +38,8 @@ from .events import (
     ModelRequestEvent,
     ModelResponseEvent,
     ModelSwitchedEvent,
+    PartialOutputEvent,
+    PhaseChangedEvent,
     ReasoningDeltaEvent,
     RetryingEvent,
     StateChangedEvent,
@@ -68,6 +70,7 @@ from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:
     from .kernel.agent import Agent, RunResult
+    from .phases import Phases
 
 __all__ = [
     "Divergence",
@@ -92,7 +95,10 @@ FORMAT = 1
 
 _IGNORED_TYPES = frozenset(
     {TextDeltaEvent.model_fields["type"].default, ReasoningDeltaEvent.model_fields["type"].default}
-    | {ToolCallDeltaEvent.model_fields["type"].default}
+    | {
+        ToolCallDeltaEvent.model_fields["type"].default,
+        PartialOutputEvent.model_fields["type"].default,
+    }
 )
 _IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
 
@@ -130,7 +136,7 @@ class Recorder:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        agent: Agent[Any],
+        agent: Agent[Any, Any],
         prompt: str | Message,
         *,
         history: Sequence[Message] = (),
@@ -176,7 +182,7 @@ class Recorder:
 
 
 async def record(
-    agent: Agent[Any],
+    agent: Agent[Any, Any],
     prompt: str | Message,
     path: str | os.PathLike[str],
     *,
@@ -386,11 +392,16 @@ def replayed_tools(recording: Recording) -> list[Tool]:
             is_error=event.is_error,
         )
         final = event.content if done and event.content != "Task complete." else None
+        before = events[index - 1] if index else None
+        moved = (
+            before.dest if isinstance(before, PhaseChangedEvent) and before.by == "code" else None
+        )  # the tool returned MovePhase: the replayed call asks for the same move
         execution = ToolExecution(
             result,
             done=done,
             final_message=final,
             error=RecordedToolError(event.content) if event.is_error else None,
+            phase=moved,
         )
         results.setdefault(event.call_id, deque()).append(execution)
     for event in events:
@@ -453,7 +464,10 @@ class ReplayReport:
 
 
 def _agent(
-    recording: Recording, policy: Policy | None, tools: Sequence[Tool] | None
+    recording: Recording,
+    policy: Policy | None,
+    tools: Sequence[Tool] | None,
+    phases: Phases | None = None,
 ) -> Agent[None]:
     from .kernel.agent import Agent, Runtime
 
@@ -471,6 +485,7 @@ def _agent(
         system_prompt=header.system_prompt,
         policy=policy or header.policy,
         verifier=verifier if header.verifier else None,
+        phases=phases,
         runtime=Runtime(
             sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: run_id
         ),
@@ -482,9 +497,10 @@ async def replay_stream(
     *,
     policy: Policy | None = None,
     tools: Sequence[Tool] | None = None,
+    phases: Phases | None = None,
 ) -> AsyncIterator[Event]:
     """The events of a replay of ``recording``, as they happen (see :func:`replay`)."""
-    agent = _agent(recording, policy, tools)
+    agent = _agent(recording, policy, tools, phases)
     header = recording.header
     async for event in agent.run_stream(header.input, history=header.history):
         yield event
@@ -495,12 +511,17 @@ async def replay(
     *,
     policy: Policy | None = None,
     tools: Sequence[Tool] | None = None,
+    phases: Phases | None = None,
 ) -> ReplayReport:
     """Re-run a recording with no network and compare it with what was recorded. ``policy``
     and ``tools`` replace the recorded policy and the replayed tools, to see where a change
-    makes the run diverge."""
+    makes the run diverge. A run recorded under phases is replayed with its ``phases`` (a
+    phase table is code, so the recording cannot hold it): the replay then makes the same
+    phase moves, or diverges where they differ."""
     recording = path if isinstance(path, Recording) else read_recording(path)
-    events = tuple([e async for e in replay_stream(recording, policy=policy, tools=tools)])
+    events = tuple(
+        [e async for e in replay_stream(recording, policy=policy, tools=tools, phases=phases)]
+    )
     return ReplayReport(recording, events, compare(recording, events))
 
 

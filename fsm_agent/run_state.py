@@ -15,6 +15,7 @@ from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ToolCall, ToolResult, Usage
+from .phases.table import PhaseChange
 
 __all__ = [
     "HumanRequest",
@@ -158,6 +159,11 @@ class RunState(BaseModel):
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
     definition: str | None = None  # a stored run's agent fingerprint (persistence.definition)
     answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
+    # The task machine (an agent with phases): the current phase, the steps when it was
+    # entered, and every phase move (None and () without phases).
+    phase: str | None = None
+    phase_since: int = 0
+    phase_trace: tuple[PhaseChange, ...] = ()
 
     @classmethod
     def start(cls, run_id: str) -> RunState:

@@ -5,8 +5,8 @@ demo build on them here, below the fuzzer in the import graph.
 
 ``ScriptedModel`` replays a list of turns, one per model call, and records every request it
 receives (it is a :class:`ScriptPlayer`, as the fuzzer's and the replay's models are). Build
-turns with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`finish`
-and :func:`fail`::
+turns with :func:`text`, :func:`answer` (a typed-output agent's answer), :func:`tool_call`,
+:func:`tool_calls`, :func:`finish` and :func:`fail`::
 
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
 """
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
 
 from .errors import ModelError, ProviderServerError
 from .messages import (
@@ -48,6 +48,7 @@ __all__ = [
     "StreamingScriptPlayer",
     "Turn",
     "VirtualClock",
+    "answer",
     "fail",
     "finish",
     "text",
@@ -83,6 +84,13 @@ def text(content: str, *, reasoning: str | None = None, usage: Usage = DEFAULT_U
     return ModelResponse(
         message=message, finish_reason=FinishReason.STOP, raw_finish_reason="stop", usage=usage
     )
+
+
+def answer(value: Any, *, usage: Usage = DEFAULT_USAGE) -> Turn:
+    """A typed-output answer: ``value`` (a pydantic model, a dataclass, a dict, a scalar, ...)
+    as the JSON text a provider's structured output gives. A scalar or a list must be given as
+    the wrapped object, ``{"value": ...}``, as a model asked for it would answer."""
+    return text(TypeAdapter(Any).dump_json(value).decode(), usage=usage)
 
 
 def tool_call(

@@ -2,8 +2,8 @@
 ``fuzz_agent``, the fuzzer in one line.
 
 ``ScriptedModel`` replays a list of turns, one per model call, and records every request it
-receives. Build turns with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`finish`
-and :func:`fail`::
+receives. Build turns with :func:`text`, :func:`answer`, :func:`tool_call`, :func:`tool_calls`,
+:func:`finish` and :func:`fail`::
 
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
 
@@ -24,6 +24,7 @@ from .scripted import (
     ScriptExhaustedError,
     Turn,
     VirtualClock,
+    answer,
     fail,
     finish,
     text,
@@ -43,6 +44,7 @@ __all__ = [
     "ScriptedModel",
     "Turn",
     "VirtualClock",
+    "answer",
     "fail",
     "finish",
     "fuzz_agent",
@@ -53,7 +55,7 @@ __all__ = [
 
 
 def fuzz_agent(
-    make_agent: Callable[[Model], Agent[Any]],
+    make_agent: Callable[[Model], Agent[Any, Any]],
     *,
     examples: int | None = None,
     seed: int | None = None,

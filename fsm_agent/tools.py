@@ -41,6 +41,7 @@ from .messages import (
     arguments_too_deep,
     trusted,
 )
+from .phases.table import MovePhase
 
 __all__ = [
     "HumanInputRequired",
@@ -117,6 +118,7 @@ class ToolExecution:
     error: BaseException | None = None
     duration_s: float = 0.0
     question: str | None = None  # the tool asked a human this (the result is a placeholder)
+    phase: str | None = None  # the tool returned MovePhase(phase): the phase it asks to move to
 
 
 class Tool:
@@ -242,6 +244,11 @@ class Tool:
             return _failure(call, message, exc, started)
         except Exception as exc:
             return _failure(call, _raised(exc), exc, started)
+        if isinstance(value, MovePhase):  # a move by code: the kernel makes or refuses it
+            result = ToolResult(call_id=call.id, name=call.name, content=value.content)
+            return ToolExecution(
+                result, phase=value.phase, duration_s=time.perf_counter() - started
+            )
         result = trusted(  # every value below is already a valid field value
             ToolResult,
             {

@@ -20,11 +20,11 @@ def make_agent(
     policy: Policy | None = None,
     clock: VirtualClock | None = None,
     **kwargs: Any,
-) -> tuple[Agent[Any], ScriptedModel, VirtualClock]:
+) -> tuple[Agent[Any, Any], ScriptedModel, VirtualClock]:
     """An agent on a scripted model whose sleeps take no real time."""
     clock = clock or VirtualClock()
     model = ScriptedModel(turns)
-    agent: Agent[Any] = Agent(
+    agent: Agent[Any, Any] = Agent(
         model,
         tools=tools,
         policy=policy,
@@ -35,7 +35,7 @@ def make_agent(
 
 
 def stream(
-    agent: Agent[Any],
+    agent: Agent[Any, Any],
     prompt: str = "Do the task.",
     *,
     on_event: Callable[[Event, RunHandle], None] | None = None,

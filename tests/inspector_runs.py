@@ -34,7 +34,7 @@ class FilledStore:
 
     finished: str  # run id: fetch_page, then an answer
     suspended: str  # run id: waits for approval of delete_file
-    approver: Agent[Any]  # its model's script continues the suspended run
+    approver: Agent[Any, Any]  # its model's script continues the suspended run
 
 
 async def fill(store: Checkpointer) -> FilledStore:
@@ -74,7 +74,7 @@ class Gate:
             await asyncio.sleep(0.02)
 
 
-def gated_agent(store: Checkpointer, gate: Gate) -> Agent[Any]:
+def gated_agent(store: Checkpointer, gate: Gate) -> Agent[Any, Any]:
     """An agent whose one tool call waits for ``gate``: its run rests in ``dispatching`` until
     the gate opens, then finishes."""
 
@@ -91,7 +91,7 @@ def gated_agent(store: Checkpointer, gate: Gate) -> Agent[Any]:
     )
 
 
-def gated_approver(store: Checkpointer, gate: Gate) -> Agent[Any]:
+def gated_approver(store: Checkpointer, gate: Gate) -> Agent[Any, Any]:
     """An agent whose one call needs approval and, once approved, waits for ``gate``."""
 
     @tool(needs_approval=True)

@@ -59,7 +59,7 @@ class LiveInspector:
     """An inspector over ``store`` (answering through ``agent`` when given), serving until
     :meth:`stop`. ``url`` is the address to open, token included."""
 
-    def __init__(self, store: Checkpointer, *, agent: Agent[Any] | None = None) -> None:
+    def __init__(self, store: Checkpointer, *, agent: Agent[Any, Any] | None = None) -> None:
         self.inspector = build(store, agent=agent)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"

@@ -54,7 +54,7 @@ _SWITCH_ROWS = {
 _REQUEST = ModelRequest(messages=(Message.user("hi"),))
 
 
-def _agent(*models: ScriptedModel, policy: Policy | None = None, **chain: Any) -> Agent[Any]:
+def _agent(*models: ScriptedModel, policy: Policy | None = None, **chain: Any) -> Agent[Any, Any]:
     clock = VirtualClock()
     return Agent(
         FallbackModel(*models, **chain),

@@ -41,7 +41,7 @@ from fsm_agent.policy import limits_of
 from fsm_agent.testing import fail, finish, fuzz_agent, text, tool_call, tool_calls
 
 
-def small_agent(model: Model) -> Agent[Any]:
+def small_agent(model: Model) -> Agent[Any, Any]:
     """A user's agent: two tools and a small policy."""
     return Agent(model, tools=DEFAULT_TOOLS[:2], policy=Policy(max_steps=3))
 
@@ -162,7 +162,7 @@ def test_fuzz_agent_is_one_line_in_a_test_suite() -> None:
 def test_fuzz_agent_fails_with_the_counterexample() -> None:
     """testing.fuzz_agent raises AssertionError holding a ready-to-paste test."""
 
-    def broken(model: Model) -> Agent[Any]:
+    def broken(model: Model) -> Agent[Any, Any]:
         agent = small_agent(model)
         # The kernel decides by other limits than its policy's: the bound now disagrees.
         agent.decide = agent.machine.deciding(limits_of(Policy(max_steps=1), verification=False))

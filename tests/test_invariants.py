@@ -53,7 +53,7 @@ def run_generated(
                 and event.type not in ("final", "aborted", "suspended")
             ):
                 handle.cancel()
-                state = handle._ctx.rs if handle._ctx else None
+                state = handle._rs
                 assert state is not None
                 cancelled_at = (len(model.requests), state.tool_executions)
 

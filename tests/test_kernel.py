@@ -437,7 +437,8 @@ def test_cancelling_the_task_records_the_ending_and_propagates() -> None:
             await task
 
     asyncio.run(main())
-    state = handle._ctx.rs  # type: ignore[union-attr]
+    state = handle._rs
+    assert state is not None
     assert (state.state, state.stop_reason) == (State.ABORTED, StopReason.CANCELLED)
     assert state.messages[-1].role is Role.TOOL
 

@@ -368,7 +368,7 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
 
     server.call = counted  # type: ignore[method-assign]
 
-    def make_agent(model: Model) -> Agent[Any]:
+    def make_agent(model: Model) -> Agent[Any, Any]:
         return Agent(model, tools=server.tools, policy=policy)
 
     engine = Engine(None, seed=21)

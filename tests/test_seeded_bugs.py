@@ -62,7 +62,7 @@ NO_STEP_LIMIT = Policy(max_steps=None, max_wall_clock_s=60)
 FEW_REQUESTS = Policy(max_steps=None, usage_limits=UsageLimits(max_requests=2))
 
 
-def always_rejecting_verifier_agent(model: Model) -> Agent[Any]:
+def always_rejecting_verifier_agent(model: Model) -> Agent[Any, Any]:
     """An agent whose verifier rejects every answer, on the endless-rejection table."""
     return Agent(
         model,
@@ -87,17 +87,17 @@ class Reenqueue:
         )
 
 
-def reenqueueing_hook_agent(model: Model) -> Agent[Any]:
+def reenqueueing_hook_agent(model: Model) -> Agent[Any, Any]:
     """An agent whose hook re-enqueues tool calls forever (a real hook, a valid policy)."""
     return Agent(model, tools=TOOLS, policy=FEW_REQUESTS, hooks=[Reenqueue()])
 
 
-def never_stopping_agent(model: Model) -> Agent[Any]:
+def never_stopping_agent(model: Model) -> Agent[Any, Any]:
     """An agent that relies on a stop condition that never fires, with max_steps=None."""
     return Agent(model, tools=TOOLS, policy=NO_STEP_LIMIT, stop_conditions=[lambda rs: False])
 
 
-def unlimited_retry_agent(model: Model) -> Agent[Any]:
+def unlimited_retry_agent(model: Model) -> Agent[Any, Any]:
     """An agent on the table whose retry row has no limit."""
     return Agent(
         model,

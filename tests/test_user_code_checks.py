@@ -28,7 +28,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def _agent(**options: Any) -> Agent[Any]:
+def _agent(**options: Any) -> Agent[Any, Any]:
     return Agent(ScriptedModel([text("ok")]), **options)
 
 

@@ -4,7 +4,11 @@ way the docs say (STYLE 12)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import assert_type
+
+from pydantic import BaseModel, JsonValue
+from typing_extensions import TypedDict
 
 from fsm_agent import (
     Agent,
@@ -32,9 +36,10 @@ from fsm_agent import (
     decide,
     tool,
 )
-from fsm_agent.events import Event, ModelSwitchedEvent
+from fsm_agent.events import Event, ModelSwitchedEvent, PartialOutputEvent
 from fsm_agent.machine.table import Counters, Limits, Outcome
-from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
+from fsm_agent.phases import MovePhase, Phase, PhaseChange, Phases, PhaseView, Transition
+from fsm_agent.testing import ScriptedModel, answer, text, tool_call, tool_calls
 
 
 @tool
@@ -114,3 +119,59 @@ def fallback_chain() -> None:
     )
     if isinstance(event, ModelSwitchedEvent):
         assert_type(event.to_model, str)
+
+
+class Plan(BaseModel):
+    steps: list[str]
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+async def typed_output() -> None:
+    # output_type sets the second type parameter; result.output is that type (or None).
+    agent = Agent(ScriptedModel([answer(Plan(steps=["a"]))]), output_type=Plan)
+    assert_type(agent, Agent[None, Plan])
+    result = await agent.run("plan it")
+    assert_type(result, RunResult[Plan])
+    assert_type(result.output, Plan | None)
+    assert_type(result.output_text, str | None)
+    assert_type(agent.run_sync("again").output, Plan | None)
+    assert_type(Agent(ScriptedModel([]), output_type=Point).run_sync("p").output, Point | None)
+    assert_type(Agent(ScriptedModel([]), output_type=int, deps="x"), Agent[str, int])
+    movie = Agent(ScriptedModel([]), output_type=Movie).run_sync("m").output
+    assert_type(movie, Movie | None)
+    async for event in agent.run_stream("stream it"):
+        if isinstance(event, PartialOutputEvent):
+            assert_type(event.partial, JsonValue)
+    # An agent without output_type is a text agent, spelled as before.
+    text_agent: Agent[None] = Agent(ScriptedModel([text("hi")]))
+    assert_type(text_agent, Agent[None, str])
+
+
+def phases() -> None:
+    # A phase table takes Phase values and (source, dest) pairs or Transitions with guards over
+    # a PhaseView; a run state's phase is a str or None; a tool may return MovePhase.
+    def planned(view: PhaseView) -> bool:
+        return view.phase_steps >= 1 and view.visited("plan") == 1
+
+    table = Phases(
+        [Phase("plan", (), "Plan."), Phase("act", max_steps=3, on_budget="plan")],
+        [Transition("plan", "act", planned, "planned"), ("act", "plan")],
+        goals=["act"],
+    )
+    assert_type(table.next_phases, dict[str, tuple[str, ...]])
+    agent = Agent(ScriptedModel([text("hi")]), phases=table)
+    run_state = agent.run_sync("hi").run_state
+    if run_state is not None:
+        assert_type(run_state.phase, str | None)
+        assert_type(run_state.phase_trace, tuple[PhaseChange, ...])
+    assert_type(MovePhase("act", "done planning").phase, str)

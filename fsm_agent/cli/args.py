@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import math
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from pydantic import ValidationError
 
 from ..diagrams.trace import TraceError
 from ..errors import ConfigurationError, FsmAgentError
+from ..phases import Phases
 from ..policy import Policy
 
 __all__ = [
@@ -64,6 +67,24 @@ def read_policy(path: str | os.PathLike[str]) -> Policy:
         raise UsageError(f"{path}: not a valid policy: {exc.errors()[0]['msg']}") from None
     except ConfigurationError as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def load_phases(spec: str) -> Phases:
+    """The :class:`~fsm_agent.phases.Phases` named ``module:attribute`` (the module is
+    imported, so it runs: name only your own code)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"--phases takes MODULE:ATTRIBUTE (e.g. myagent:PHASES), got {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--phases {spec}: {exc}") from None
+    finally:
+        sys.path.remove(os.getcwd())
+    if not isinstance(value, Phases):
+        raise UsageError(f"--phases {spec} is a {type(value).__name__}, not a fsm_agent.Phases")
+    return value
 
 
 def positive_int(text: str) -> int:

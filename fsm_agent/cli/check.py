@@ -8,11 +8,12 @@ import json
 
 from ..machine.bounds import bounds
 from ..machine.checker import DEFAULT_MAX_STATES, check
+from ..machine.checker.phases import check_phases
 from ..machine.formulas import FORMULAS, evaluate_all
 from ..machine.guards import Limits
 from ..machine.proof import Proof, prove
 from ..policy import Policy, limits_of
-from .args import finite_positive_float, positive_int, read_policy
+from .args import UsageError, finite_positive_float, load_phases, positive_int, read_policy
 
 __all__ = ["add_check_arguments", "run_check_command"]
 
@@ -24,6 +25,11 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--verifier", action="store_true", help="check with a verifier (or require_done_tool)"
+    )
+    parser.add_argument(
+        "--output-type",
+        action="store_true",
+        help="check an agent with an output type (answers that do not validate are rejected)",
     )
     parser.add_argument(
         "--models",
@@ -64,6 +70,18 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         "limits grow)",
     )
     parser.add_argument("--json", action="store_true", help="print the exploration as JSON")
+    parser.add_argument(
+        "--phases",
+        metavar="MODULE:ATTR",
+        help="also check a phase table (a fsm_agent.Phases) with the loop: termination, a bound "
+        "per phase, goal reachability, phase cycles with no exit",
+    )
+    parser.add_argument(
+        "--phase-turns",
+        metavar="N",
+        type=positive_int,
+        help="explore the phases under N turns (default: the policy's max_steps)",
+    )
 
 
 def run_check_command(args: argparse.Namespace) -> int:
@@ -72,8 +90,15 @@ def run_check_command(args: argparse.Namespace) -> int:
     policy. Exit 0 when proven, 1 on a violation or an inconclusive search, 2 when the policy
     file cannot be read."""
     policy = Policy() if args.policy is None else read_policy(args.policy)
+    if args.phases is not None:
+        return _check_phases(args, policy)
     proof = prove()
-    limits = limits_of(policy, verification=args.verifier, models=args.models)
+    limits = limits_of(
+        policy,
+        verification=args.verifier,
+        models=args.models,
+        output_validation=args.output_type,
+    )
     why = _why_explore(args, proof, limits)
     if why is None:
         print(_parametric(proof, policy, args))
@@ -86,6 +111,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         model_timeout_s=args.model_timeout,
         model_call_budget=args.model_call_budget,
         max_states=args.max_states,
+        output_validation=args.output_type,
     )
     if args.json:
         data = report.to_dict()
@@ -101,6 +127,18 @@ def run_check_command(args: argparse.Namespace) -> int:
         print(f"exploring every abstract state: {why}")
         print(report.format())
     return 0 if report.proven else 1
+
+
+def _check_phases(args: argparse.Namespace, policy: Policy) -> int:
+    """``--phases``: the phase table explored with the loop; 0 when it passes, else 1."""
+    phases = load_phases(args.phases)
+    turns = args.phase_turns or policy.max_steps
+    if turns is None:
+        raise UsageError("the policy sets no max_steps: pass --phase-turns N to bound the search")
+    report = check_phases(phases, turns)
+    print("\n".join(report.lines()))
+    print("PASSED" if report.ok else "FAILED")
+    return 0 if report.ok else 1
 
 
 def _show(value: int | None) -> str:
@@ -130,7 +168,7 @@ def _parametric(
     """The parametric verdict, the formulas, and their values for ``policy``."""
     computed = bounds(
         policy,
-        verification=args.verifier,
+        verification=args.verifier or args.output_type,
         model_timeout_s=args.model_timeout,
         models=args.models,
     )

@@ -11,14 +11,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import diagrams
+from ..diagrams.phases import phases_dot, phases_mermaid
 from ..errors import CheckpointError, UnknownRunError
-from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent
+from ..events import (
+    AbortedEvent,
+    Event,
+    FinalEvent,
+    PhaseChangedEvent,
+    StateChangedEvent,
+    event_adapter,
+)
 from ..machine.agent_machine import Move
 from ..machine.table import State
+from ..phases import PhaseChange
 from ..replay import is_recording, read_recording
+from ..run_state import RunState
 from .args import (
     PROG,
     UsageError,
+    load_phases,
     mask_url,
     positive_int,
     read_policy,
@@ -85,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "stored run as STORE#RUN_ID (e.g. sqlite:///runs.db#run_42)",
     )
     parser.add_argument(
+        "--phases",
+        metavar="MODULE:ATTR",
+        help="draw a phase table (a fsm_agent.Phases) with the loop beside it (dot or mermaid; "
+        "with --trace, a recording or event trace: the run's path through the phases)",
+    )
+    parser.add_argument(
         "--write-all",
         metavar="DIR",
         help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg) to DIR",
@@ -110,6 +127,8 @@ def handle(args: argparse.Namespace) -> int:
     fmt = _format_of(args)
     if fmt == "png" and args.output is None:
         raise UsageError("PNG is binary: pass -o FILE")
+    if args.phases is not None:
+        return _draw_phases(args, fmt)
     scope = None
     title = "fsm_agent"
     if args.policy is not None:
@@ -136,6 +155,46 @@ def handle(args: argparse.Namespace) -> int:
         content = diagrams.to_dot(drawing)
     else:
         content = diagrams.render(diagrams.to_dot(drawing), "png" if fmt == "png" else "svg")
+    if args.output is None:
+        sys.stdout.write(content if isinstance(content, str) else content.decode())
+    else:
+        write_output(args.output, content)
+    return 0
+
+
+def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
+    phases = load_phases(args.phases)
+    path: list[PhaseChange] = []
+    loop_path: list[tuple[State, State]] = []
+    if args.trace is not None and args.trace.startswith(_STORE_PREFIXES):
+        state = _stored_state(args.trace)
+        path = list(state.phase_trace)
+        loop_path = [(move.source, move.dest) for move in state.trace]
+    elif args.trace is not None:
+        with reading("trace"):
+            events = (
+                read_recording(args.trace).events
+                if is_recording(args.trace)
+                else [
+                    event_adapter.validate_json(line)
+                    for line in Path(args.trace).read_text(encoding="utf-8").splitlines()
+                    if line.strip()
+                ]
+            )
+        start = PhaseChange(source=None, dest=phases.initial, by="start", step=0, move=0)
+        path = [start] + [
+            PhaseChange(source=e.source, dest=e.dest, by=e.by, step=e.step, move=0)
+            for e in events
+            if isinstance(e, PhaseChangedEvent)
+        ]
+        loop_path = [(e.source, e.dest) for e in events if isinstance(e, StateChangedEvent)]
+    content: str | bytes
+    if fmt == "mermaid":
+        content = phases_mermaid(phases, path, loop_path=loop_path)
+    else:
+        content = phases_dot(phases, path, loop_path=loop_path)
+        if fmt != "dot":
+            content = diagrams.render(content, "png" if fmt == "png" else "svg")
     if args.output is None:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:
@@ -212,6 +271,15 @@ def read_run(target: str) -> RecordedRun:
 
 
 def _read_stored_run(target: str) -> RecordedRun:
+    state = _stored_state(target)
+    return RecordedRun(
+        diagrams.RunPath.from_events(events_of(state.run_id, state.trace, state.state)),
+        state.run_id,
+    )
+
+
+def _stored_state(target: str) -> RunState:
+    """The run state ``STORE#RUN_ID`` holds."""
     from ..persistence import open_checkpointer
 
     store_url, _, run_id = target.rpartition("#")
@@ -224,14 +292,11 @@ def _read_stored_run(target: str) -> RecordedRun:
     except CheckpointError as exc:
         raise UsageError(mask_url(store_url, f"cannot open {store_url!r}: {exc}")) from None
     try:
-        state = store.load(run_id).state
+        return store.load(run_id).state
     except UnknownRunError as exc:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
-    return RecordedRun(
-        diagrams.RunPath.from_events(events_of(run_id, state.trace, state.state)), run_id
-    )
 
 
 # --- the checked-in diagrams ------------------------------------------------------------------

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..targets import load_factory
+from .args import load_phases
 
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
@@ -75,12 +76,34 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         f"default: all of {', '.join(ATTACK_NAMES)})",
     )
     parser.add_argument(
+        "--phases",
+        metavar="MODULE:ATTR",
+        help="fuzz a phase table (a fsm_agent.Phases) instead: models that try illegal moves "
+        "and out-of-phase tools against stubs of its tools (invariants P1-P4)",
+    )
+    parser.add_argument(
         "--jobs",
         metavar="N",
         type=_positive_int,
         default=1,
         help="run in N processes, the examples split between them (default: 1)",
     )
+
+
+def _fuzz_phases(args: argparse.Namespace, default_seed: int) -> int:
+    """``--phases``: the phase fuzzer on the table; 1 when an invariant is broken."""
+    from ..fuzzing.phases import fuzz_phases
+
+    phases = load_phases(args.phases)
+    seed = args.seed if args.seed is not None else default_seed
+    report = fuzz_phases(args.examples or 300, seed=seed, phases=phases)
+    print(
+        f"phases: {report.cases:,} cases, {report.moves:,} phase moves, {report.refused:,} "
+        f"calls refused, {len(report.violations)} violation(s)"
+    )
+    for case_seed, invariant, detail in report.violations[:20]:
+        print(f"  seed {case_seed}: {invariant} {detail}")
+    return 1 if report.violations else 0
 
 
 def _positive_int(text: str) -> int:
@@ -100,6 +123,8 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
     # (worker processes inherit the setting).
     os.environ.setdefault(CHECK_ENV, "1")
     profile = fuzzing.PROFILES[args.profile]
+    if args.phases is not None:
+        return _fuzz_phases(args, profile.seed or 0)
     factory = None
     if args.target is not None:
         try:

@@ -44,13 +44,20 @@ class Scope:
         verifier: bool = False,
         stop_conditions: bool = False,
         models: int = 1,
+        output_type: bool = False,
     ) -> Scope:
         """The scope of an agent with ``policy``; ``verifier`` and ``stop_conditions`` say
-        whether it has a verifier and stop conditions (code, so not part of the policy), and
-        ``models`` how many models its fallback chain holds (1: a single model)."""
+        whether it has a verifier and stop conditions (code, so not part of the policy),
+        ``models`` how many models its fallback chain holds (1: a single model), and
+        ``output_type`` whether it validates its answers as an output type."""
         return cls(
-            limits_of(policy, verification=verifier, models=models),
-            impossible_outcomes(policy, stop_conditions=stop_conditions, models=models),
+            limits_of(policy, verification=verifier, models=models, output_validation=output_type),
+            impossible_outcomes(
+                policy,
+                stop_conditions=stop_conditions,
+                models=models,
+                output_validation=output_type,
+            ),
         )
 
 
@@ -183,7 +190,7 @@ DOT_STYLES: dict[str, dict[str, str]] = {
         "rankdir": "TB",
         "fontname": "Helvetica",
         "labelloc": "t",
-        "nodesep": "0.7",
+        "nodesep": "0.8",
         "ranksep": "0.6",
     },
     "node": {"shape": "box", "style": "rounded", "fontname": "Helvetica", "margin": "0.15,0.08"},

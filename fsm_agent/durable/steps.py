@@ -191,7 +191,7 @@ async def _same(value: str) -> str:
     return value
 
 
-def on_dbos(agent: Agent[Any], run_id: str) -> Agent[Any]:
+def on_dbos(agent: Agent[Any, Any], run_id: str) -> Agent[Any, Any]:
     """Make a freshly built agent run inside the DBOS workflow ``run_id``: model and tool calls
     become steps, backoff sleeps become durable sleeps, and the run's id and randomness are
     fixed by the workflow id, so a replay takes the same path (a copy of ``agent``)."""

@@ -37,7 +37,7 @@ STATUS_EVENT = "fsm_agent.status"
 DECISIONS_TOPIC = "fsm_agent.decisions"
 DEFAULT_DECISION_TIMEOUT_S = 7 * 24 * 3600.0
 
-AgentFactory = Callable[[], Agent[Any]]
+AgentFactory = Callable[[], Agent[Any, Any]]
 """Builds the agent of a run, in whatever worker runs or recovers it."""
 
 factories: dict[str, AgentFactory] = {}
@@ -113,14 +113,14 @@ class RunStatus(BaseModel):
     rejected: str | None = None
 
     @classmethod
-    def of(cls, result: RunResult, rejected: str | None = None) -> RunStatus:
+    def of(cls, result: RunResult[Any], rejected: str | None = None) -> RunStatus:
         """The status of a run that rests with ``result``."""
         handle = result.resume_handle
         return cls(
             run_id=result.run_id,
             state=result.state,
             stop_reason=result.stop_reason,
-            output=result.output,
+            output=result.output_text,  # the text (a typed agent's JSON): a status is JSON
             pending=list(result.pending),
             questions=handle.questions if handle is not None else {},
             rejected=rejected,

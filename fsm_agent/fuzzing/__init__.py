@@ -3,9 +3,12 @@
 A generated :class:`FuzzCase` is a model script (text, tool calls with malformed arguments,
 unknown tools and repeated ids, every finish reason, retryable and fatal errors with
 Retry-After, streamed in fragments or not) plus, for the built-in agent, a policy, verifier
-answers, hook behaviours, a stop condition, human decisions and a cancel or pause point. The
-built-in agent's tools cover every tool behaviour: ok, raise, hang (a 1 ms timeout), slow
-(virtual time), huge output, done, ask a human, needs approval, cancel from inside.
+answers, hook behaviours, a stop condition, human decisions and a cancel or pause point, and
+maybe a fallback chain whose primary fails or an output type (some plain answers then valid
+JSON of it, the rest failing validation). The built-in agent's tools cover every tool
+behaviour: ok, raise, hang (a 1 ms timeout), slow (virtual time), huge output, done, ask a
+human, needs approval, cancel from inside, and an MCP-style tool that errs or goes quiet. An
+agent of yours with an output type gets answers that follow its schema.
 
 :func:`fuzz` runs cases on the real kernel with a virtual clock (retry backoff takes no time),
 resumes suspended runs, and checks every run invariant after every run (invariant 2
@@ -25,8 +28,9 @@ running one), :mod:`.source` (a case printed as Python), :mod:`.invariants` (wha
 must keep), :mod:`.engine` (the search), :mod:`.oracle` (every move checked against a machine
 built from the table, not against ``decide()``), :mod:`.seams` and :mod:`.seam_checks` (the
 seams mode and its invariants), :mod:`.primary` (a primary model that always fails, for
-fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes) and
-:mod:`.strategies` (hypothesis strategies for your own property tests).
+fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes),
+:mod:`.strategies` (hypothesis strategies for your own property tests) and :mod:`.phases` (a
+phase table attacked with illegal moves and out-of-phase tools).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import BaseModel
 
 from ..approval import Approval, HumanDecision, ResumeHandle
+from ..errors import MCPServerError
 from ..events import Event, StateChangedEvent
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_TOOLS",
     "RUNAWAY_MOVES",
     "AgentFactory",
+    "FuzzAnswer",
     "FuzzCase",
     "FuzzDeps",
     "FuzzModel",
@@ -66,7 +68,7 @@ __all__ = [
     "turn_source",
 ]
 
-AgentFactory: TypeAlias = Callable[[Model], "Agent[Any]"]
+AgentFactory: TypeAlias = Callable[[Model], "Agent[Any, Any]"]
 """A user's agent under test: takes the (fuzzed) model, returns the agent built around it."""
 
 RUNAWAY_MOVES = 200
@@ -148,6 +150,22 @@ async def wait(seconds: float, ctx: ToolContext[FuzzDeps]) -> str:
     return f"waited {seconds:g} s"
 
 
+@tool(timeout_s=0.001)
+async def mcp_lookup(query: str) -> str:
+    """Behaves as a tool of an MCP server does when the server misbehaves: an empty query goes
+    quiet (its 1 ms timeout ends it), ``"ok"`` and ``"a"`` answer, anything else is a result
+    the server marked ``isError`` (an :class:`~fsm_agent.MCPServerError`)."""
+    if not query:
+        await asyncio.Event().wait()
+    if query in ("ok", "a"):
+        return f"found {query}"
+    raise MCPServerError(
+        f"MCP server 'fuzz': tool 'lookup' failed: no entry for {query!r}",
+        server="fuzz",
+        tool="lookup",
+    )
+
+
 @tool
 def huge() -> str:
     """Return 60,000 characters (cut by the output limit, then paged)."""
@@ -190,10 +208,17 @@ DEFAULT_TOOLS: tuple[Tool, ...] = (
     ask,
     guarded,
     interrupt,
+    mcp_lookup,
     done_tool(),  # built once: the agent would build one per run under require_done_tool
 )
 """The default agent's tools: ok, raise, hang, slow, huge output, done (two ways), ask a
-human, needs approval, cancel."""
+human, needs approval, cancel, and an MCP-style tool that fails or hangs."""
+
+
+class FuzzAnswer(BaseModel):
+    """The output type of a typed case's agent (``FuzzCase.typed``)."""
+
+    answer: str
 
 
 # -- hooks -----------------------------------------------------------------------------------------
@@ -301,7 +326,8 @@ class FuzzCase:
     a paused run is checkpointed as JSON, reloaded and resumed (invariant 10; this resume is
     not one of the ``max_resumes``). With ``fallback`` the default agent's model is a
     :class:`~fsm_agent.FallbackModel` whose primary fails (a :class:`FailingPrimary`) before the
-    script's model takes the call."""
+    script's model takes the call. With ``typed`` the default agent's output type is
+    :class:`FuzzAnswer`: the script's plain answers that are not its JSON fail validation."""
 
     script: tuple[Turn, ...] = ()
     cycle: bool = False
@@ -316,6 +342,7 @@ class FuzzCase:
     cancel_after: int | None = None
     pause_after: int | None = None
     fallback: bool = False
+    typed: bool = False
 
     def source(self, indent: str = "") -> str:
         """The constructor call that rebuilds this case (non-default fields only)."""
@@ -359,8 +386,9 @@ def _verifier(answers: tuple[VerifierAnswer, ...]) -> Callable[..., Verdict]:
     return verifier
 
 
-def _default_agent(case: FuzzCase, model: Model, deps: FuzzDeps) -> Agent[FuzzDeps]:
+def _default_agent(case: FuzzCase, model: Model, deps: FuzzDeps) -> Agent[FuzzDeps, Any]:
     step = case.stop_at_step
+    done_required = case.policy is not None and case.policy.require_done_tool
     return Agent(
         model,
         tools=DEFAULT_TOOLS,
@@ -375,6 +403,8 @@ def _default_agent(case: FuzzCase, model: Model, deps: FuzzDeps) -> Agent[FuzzDe
         stop_conditions=() if step is None else (lambda rs: rs.counters.steps >= step,),
         hooks=case.hooks.build(),
         deps=deps,
+        # The agent refuses an output type that the done tool would bypass, too.
+        output_type=FuzzAnswer if case.typed and not done_required else None,
     )
 
 
@@ -426,7 +456,9 @@ def _run_once(
         sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
     )
     computed = bounds(
-        agent.policy, verification=agent.limits.verification, models=len(agent.models)
+        agent.policy,
+        verification=agent.limits.verification or agent.limits.output_validation,
+        models=len(agent.models),
     )
     calls, turns = computed.max_model_calls, computed.max_tool_turns
     cap = (
@@ -476,8 +508,8 @@ class _Control:
         """Cancel the run, recording how much work had started."""
         handle = self.handle
         if self.cancelled_at is None and not handle.cancel_requested:
-            ctx = handle._ctx
-            executions = ctx.rs.tool_executions if ctx is not None else 0
+            rs = handle._rs
+            executions = rs.tool_executions if rs is not None else 0
             self.cancelled_at = (len(self.model.requests), executions)
         handle.cancel()
 
@@ -506,7 +538,7 @@ class _Control:
             if count == case.pause_after and not rested:
                 self.handle.pause()
 
-    async def main(self, agent: Agent[Any]) -> RunResult:
+    async def main(self, agent: Agent[Any, Any]) -> RunResult[Any]:
         """Run, then resume each suspension (a pause through a JSON checkpoint)."""
         await self.consume(agent.run_stream("Do the task.", handle=self.handle))
         decisions = list(self.case.decisions)

@@ -10,6 +10,7 @@ have. Policies are small, so that every limit is reached. Nothing here imports h
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
@@ -23,7 +24,7 @@ from ..errors import (
     ProviderServerError,
     RateLimitError,
 )
-from ..messages import FinishReason, ToolDefinition, Usage
+from ..messages import FinishReason, ModelResponse, ToolDefinition, Usage
 from ..policy import (
     CompactionSettings,
     CompactionStrategyName,
@@ -35,9 +36,10 @@ from ..policy import (
     ToolOutputSettings,
     UsageLimits,
 )
-from ..scripted import DEFAULT_USAGE, Turn, fail, finish, text, tool_calls
+from ..providers._output import ANSWER_TOOL
+from ..scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
 from ..tool_output import PAGER_NAME
-from .case import DEFAULT_TOOLS, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
+from .case import DEFAULT_TOOLS, FuzzAnswer, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 
 __all__ = [
     "CASE_SIZE",
@@ -272,9 +274,12 @@ def read_case(c: Choices, definitions: Iterable[ToolDefinition] | None = None) -
     hooks and stop condition; for a target agent, with its tools and its own configuration."""
     target = definitions is not None
     tools = list(definitions) if definitions is not None else [t.definition for t in DEFAULT_TOOLS]
+    # A target agent's output type comes as the final answer tool: its answers follow the schema.
+    output = next((d.parameters for d in tools if d.name == ANSWER_TOOL), None)
+    tools = [d for d in tools if d.name != ANSWER_TOOL]
     cancel_after = 1 + c.below(40) if c.chance(5) else None
     pause_after = 1 + c.below(40) if cancel_after is None and c.chance(6) else None
-    return FuzzCase(
+    case = FuzzCase(
         cycle=c.chance(4),
         stream=not c.chance(2),
         chunk_size=8 - c.below(8),
@@ -288,4 +293,23 @@ def read_case(c: Choices, definitions: Iterable[ToolDefinition] | None = None) -
         pause_after=pause_after,
         script=read_script(c, tools),
         fallback=not target and c.chance(5),
+        typed=not target and c.chance(4),
     )
+    if case.typed:
+        output = FuzzAnswer.model_json_schema()
+    return case if output is None else _with_typed_answers(c, case, output)
+
+
+def _with_typed_answers(c: Choices, case: FuzzCase, schema: Mapping[str, Any]) -> FuzzCase:
+    """A case for an agent with an output type: some of the script's plain answers become JSON
+    that follows the output schema (the others stay words, which fail validation)."""
+    script = tuple(
+        answer(_arguments(c, schema))
+        if isinstance(turn, ModelResponse)
+        and turn.finish_reason is FinishReason.STOP
+        and not turn.message.tool_calls
+        and c.chance(2)
+        else turn
+        for turn in case.script
+    )
+    return replace(case, script=script)

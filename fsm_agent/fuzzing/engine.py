@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ..messages import ToolDefinition
+from ..providers._output import answer_tool
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
 from .decoding import CASE_SIZE, Choices, read_case
 from .invariants import InvariantViolation, RunRecord, check_invariants
@@ -88,10 +89,16 @@ def example_bytes(seed: int, index: int) -> bytes:
 
 
 def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | None:
-    """The tools of ``make_agent``'s agent, which its cases call; ``None``: the built-in agent."""
+    """The tools of ``make_agent``'s agent, which its cases call, and for an agent with an
+    output type the final answer tool, whose schema its scripts' typed answers follow;
+    ``None``: the built-in agent."""
     if make_agent is None:
         return None
-    return list(make_agent(FuzzModel(())).tool_definitions)
+    agent = make_agent(FuzzModel(()))
+    definitions = list(agent.tool_definitions)
+    if agent.output_schema is not None:
+        definitions.append(answer_tool(agent.output_schema))
+    return definitions
 
 
 @dataclass(frozen=True, slots=True)

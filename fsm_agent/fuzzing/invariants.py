@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..events import Event, StateChangedEvent, UsageEvent
 from ..kernel.agent import RunResult
@@ -55,6 +55,7 @@ DONE_REASONS = frozenset(
         StopReason.OUTPUT_LIMIT,
         StopReason.CONTENT_FILTER,
         StopReason.UNVERIFIED,
+        StopReason.OUTPUT_INVALID,
         StopReason.TIMEOUT,
         StopReason.USAGE_LIMIT,
         StopReason.STOP_CONDITION,
@@ -107,7 +108,7 @@ class RunRecord:
     the same run without its pause (invariant 10).
     """
 
-    result: RunResult
+    result: RunResult[Any]
     events: list[Event]
     model: RecordedModel
     policy: Policy
@@ -118,7 +119,7 @@ class RunRecord:
     bounds: Bounds | None = None  # default: bounds(policy) with the limits' verification
     runaway: str | None = None
     played: list[Turn] | None = None
-    reference: RunResult | None = None
+    reference: RunResult[Any] | None = None
 
 
 def check_history(messages: Sequence[Message], *, pending: bool = False) -> None:
@@ -176,8 +177,15 @@ def check_invariants(record: RunRecord) -> int:
             raise InvariantViolation(6, f"done with {result.stop_reason}")
         if result.trace[-1].source is not State.FINALIZING:
             raise InvariantViolation(6, "done but not from finalizing")
-        if result.output is None:
+        if result.output_text is None:
             raise InvariantViolation(6, "done without an output")
+        if (
+            record.limits.output_validation
+            and result.stop_reason is StopReason.COMPLETED
+            and result.trace[-2].source is State.VERIFYING
+            and result.output is None
+        ):
+            raise InvariantViolation(6, "a verified typed answer without its validated output")
     elif result.state is State.ABORTED:
         if result.stop_reason not in ABORT_REASONS:
             raise InvariantViolation(6, f"aborted with {result.stop_reason}")

@@ -329,7 +329,7 @@ class SeamRecord:
     case: SeamCase
     ending: str = "returned"
     events: list[Event] = field(default_factory=list)
-    result: RunResult | None = None
+    result: RunResult[Any] | None = None
     run_state: RunState | None = None
     model: FuzzModel | None = None
     cancel_delivered: bool = False
@@ -340,14 +340,14 @@ class SeamRecord:
     failed_gates: list[str] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     store: FailingStore | None = None
-    agent: Agent[Any] | None = None
+    agent: Agent[Any, Any] | None = None
     elapsed_s: float = 0.0
 
 
 # -- running ---------------------------------------------------------------------------------------
 def _agent(
     case: SeamCase, model: FuzzModel, make_agent: AgentFactory | None
-) -> tuple[Agent[Any], _AfterRun | None, PlannedHooks | None]:
+) -> tuple[Agent[Any, Any], _AfterRun | None, PlannedHooks | None]:
     """The agent under attack, with the audit hook and the planned hooks (built-in agent)."""
     if make_agent is not None:
         agent = make_agent(model)
@@ -411,7 +411,7 @@ def run_seam_case(
     return record
 
 
-async def _play(case: SeamCase, agent: Agent[Any], record: SeamRecord) -> None:
+async def _play(case: SeamCase, agent: Agent[Any, Any], record: SeamRecord) -> None:
     handle = RunHandle()
 
     async def consume() -> None:
@@ -477,5 +477,4 @@ async def _play(case: SeamCase, agent: Agent[Any], record: SeamRecord) -> None:
     if record.timeout_expired:
         record.cancel_delivered = True
     record.result = handle.result
-    ctx = handle._ctx
-    record.run_state = ctx.rs if ctx is not None else None
+    record.run_state = handle._rs

@@ -83,7 +83,7 @@ class Inspector:
         store: Checkpointer,
         *,
         token: str,
-        agent: Agent[Any] | None = None,
+        agent: Agent[Any, Any] | None = None,
         store_name: str = "",
     ) -> None:
         if not token:

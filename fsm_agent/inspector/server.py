@@ -23,7 +23,7 @@ DEFAULT_PORT = 8765
 def build(
     store: Checkpointer | str | None = None,
     *,
-    agent: Agent[Any] | None = None,
+    agent: Agent[Any, Any] | None = None,
     token: str | None = None,
 ) -> Inspector:
     """An :class:`Inspector` over ``store`` (a checkpointer, a SQLite path, ``sqlite:///PATH`` or
@@ -52,7 +52,7 @@ def build(
 async def serve_async(
     store: Checkpointer | str | None = None,
     *,
-    agent: Agent[Any] | None = None,
+    agent: Agent[Any, Any] | None = None,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     token: str | None = None,
@@ -85,7 +85,7 @@ def _printer(stream: TextIO) -> Callable[[str], None]:
 def serve(
     store: Checkpointer | str | None = None,
     *,
-    agent: Agent[Any] | None = None,
+    agent: Agent[Any, Any] | None = None,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     token: str | None = None,

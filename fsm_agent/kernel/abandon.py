@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["abandon_run"]
 
 
-async def abandon_run(agent: Agent[Any], run_id: str, reason: str) -> RunResult:
+async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunResult[Any]:
     """Move ``run_id``'s latest checkpoint on by the machine's ``cancel`` outcome and store it
     (see :meth:`~fsm_agent.Agent.abandon`)."""
     store = agent.checkpointer
@@ -42,4 +42,4 @@ async def abandon_run(agent: Agent[Any], run_id: str, reason: str) -> RunResult:
     rs.resume_token = None
     rs.error = f"the run was abandoned: {reason}"
     await in_store_thread(store, lambda: store.save(rs, version=checkpoint.version + 1))
-    return RunResult.of(rs)
+    return RunResult.of(rs, None, agent.output_spec)

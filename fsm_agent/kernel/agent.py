@@ -23,7 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from typing_extensions import TypeVar
 
@@ -42,20 +42,23 @@ from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model, ModelChain
+from ..output import output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
+from ..phases import Phases
 from ..policy import Policy, limits_of
 from ..run_state import RunState
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
-from .checks import check_user_code
+from .checks import check_done_tool, check_user_code
 from .context import Emitted, LoopSettings
 from .driver import drive
 from .limits import usage_limited
-from .run import RunHandle, RunResult, Runtime
+from .phasing import compile_phases, phase_stop_conditions
+from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
@@ -78,8 +81,13 @@ StopCondition = Callable[[RunState], "bool | str | None"]
 """Called between iterations with the run state; a truthy value stops the run [S002]."""
 
 
-class Agent(Generic[DepsT]):
+class Agent(Generic[DepsT, OutputT]):
     """An agent: a model, tools, a policy, and the machine that drives them.
+
+    ``output_type`` (default ``str``: text) is the type of the final answer: a pydantic model,
+    a dataclass, a ``TypedDict``, a scalar or a list; the model is asked for JSON of that shape
+    and each answer is validated (see ``docs/output.md``), and ``result.output`` is typed
+    ``OutputT | None``.
 
     ``hooks`` are objects implementing hook methods (see :mod:`fsm_agent.hooks`), run in
     order. ``verifier`` checks no-tool answers (feedback goes back to the model when it rejects);
@@ -92,6 +100,7 @@ class Agent(Generic[DepsT]):
     says when the writes happen (see :class:`~fsm_agent.persistence.Durability` and
     ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
     that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
+    ``phases`` is the task's phase table (see ``docs/phases.md``).
     """
 
     def __init__(
@@ -111,6 +120,8 @@ class Agent(Generic[DepsT]):
         checkpointer: Checkpointer | None = None,
         durability: Durability | str = Durability.SYNC,
         unknown_outcome: UnknownOutcome = "model",
+        output_type: type[OutputT] | None = None,
+        phases: Phases | None = None,
     ) -> None:
         complete = getattr(model, "complete", None)
         if not callable(complete) or not asyncio.iscoroutinefunction(complete):
@@ -143,13 +154,18 @@ class Agent(Generic[DepsT]):
             )
         self.checkpointer = checkpointer
         self.unknown_outcome: UnknownOutcome = unknown_outcome
+        self.output_type = cast("type[OutputT]", str if output_type is None else output_type)
+        self.output_spec = output_spec(self.output_type)
+        """How answers are validated (``None``: text output, nothing to validate)."""
+        self.output_schema = None if self.output_spec is None else self.output_spec.schema
         self._use_model(model)
         self.system_prompt = system_prompt
         # Built once: messages are immutable, so every run's history may share it.
         self.system_message = None if system_prompt is None else Message.system(system_prompt)
         self.hooks = HookSet(hooks)
         self.verifier = verifier
-        self.stop_conditions = tuple(stop_conditions)
+        self._phases_given = phases
+        self.stop_conditions = (*stop_conditions, *phase_stop_conditions(phases))
         self.deps = deps
         self.runtime = runtime or _DEFAULT_RUNTIME
         self.machine = machine
@@ -181,13 +197,7 @@ class Agent(Generic[DepsT]):
             raise ConfigurationError(
                 f"policy must be a fsm_agent.Policy, got {type(policy).__name__}"
             )
-        if policy.require_done_tool and self.verifier is not None:
-            raise ConfigurationError(
-                "require_done_tool=True and a verifier do not combine: the done tool's message "
-                "ends the run unverified and a plain answer only gets the reminder to call "
-                "'done', so the verifier would never run. Check the answer inside the done tool "
-                "(or in an after_tool hook), or drop require_done_tool"
-            )
+        check_done_tool(policy, verifier=self.verifier, typed=self.output_spec is not None)
         self._policy = policy
         tool_list = list(self._tools_given)
         if policy.require_done_tool and not any(
@@ -209,9 +219,13 @@ class Agent(Generic[DepsT]):
         self.tools = registry
         self.tool_definitions: tuple[ToolDefinition, ...] = registry.definitions
         self.approval_needed = any(t.needs_approval for t in registry.values())
+        self.phases = compile_phases(self._phases_given, registry, self.system_prompt, policy)
         self.pager = pager
         self.limits = limits_of(
-            policy, verification=self.verifier is not None, models=len(self.models)
+            policy,
+            verification=self.verifier is not None,
+            models=len(self.models),
+            output_validation=self.output_spec is not None,
         )
         self.decide = self.machine.deciding(self.limits)
         self.settings = LoopSettings.of(policy, self.context_window)
@@ -238,7 +252,7 @@ class Agent(Generic[DepsT]):
         wrap_tool: Callable[[Tool], Tool] | None = None,
         runtime: Runtime | None = None,
         streams: bool | None = None,
-    ) -> Agent[DepsT]:
+    ) -> Agent[DepsT, OutputT]:
         """A copy of this agent whose model calls, tools or runtime go through adapters (the
         recorded steps of a durable-execution engine, say); the policy, hooks, verifier and
         machine are shared. ``wrap_tool`` must keep each tool's name, schema and approval
@@ -268,7 +282,7 @@ class Agent(Generic[DepsT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to the end and return the :class:`RunResult` (events are not built)."""
         ctx = self._context(prompt, history, handle, deps, listening=False)
         await self._drive(ctx)
@@ -296,7 +310,7 @@ class Agent(Generic[DepsT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
         try:
             asyncio.get_running_loop()
@@ -315,7 +329,7 @@ class Agent(Generic[DepsT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         allow_changed_definition: bool = False,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
         pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
         run, denied ones get their reason, answers become results; nothing runs twice. Raises
@@ -336,7 +350,7 @@ class Agent(Generic[DepsT]):
         await self._drive(ctx)
         return _result_of(ctx)
 
-    async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult:
+    async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult[OutputT]:
         """End a stored run for good: it is saved ``aborted`` with ``cancelled`` (every call
         still waiting gets an error result), so that it can no longer be resumed. A cancelled
         durable run stays resumable until this is called. Raises
@@ -384,7 +398,7 @@ class Agent(Generic[DepsT]):
                 "needs an agent with a checkpointer"
             )
         handle = handle or RunHandle()
-        if handle._ctx is not None and handle._ctx.rs is not getattr(resume, "run_state", None):
+        if handle._rs is not None and handle._rs is not getattr(resume, "run_state", None):
             raise InvalidInputError("a RunHandle controls one run; create a new one per run")
         rs = apply_decisions(resume, decisions if decisions is not None else {})
         return self._new_context(rs, handle, deps, listening)
@@ -426,8 +440,8 @@ class Agent(Generic[DepsT]):
             log.close()  # the store keeps nothing for a run that was not resumed
             raise
         handle = handle or RunHandle()
-        if handle._ctx is not None and handle._ctx.rs.run_id == run_id:
-            handle._ctx = None  # the same run, resumed from its checkpoint
+        if handle._rs is not None and handle._rs.run_id == run_id:
+            handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
             handle._pause_requested = False
         ctx = self._new_context(rs, handle, deps, listening, log)
         if rs.trace and rs.state is not State.SUSPENDED:
@@ -583,7 +597,7 @@ async def _listened(
         return
 
 
-def _result_of(ctx: RunContext) -> RunResult:
+def _result_of(ctx: RunContext) -> RunResult[Any]:
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return result

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["check_user_code"]
+if TYPE_CHECKING:
+    from ..policy import Policy
+
+__all__ = ["check_done_tool", "check_user_code"]
 
 _VERIFIER_CALL = "verifier(output=..., run_state=...)"
 _VERIFIER_FIX = "def verify(*, output: str, run_state: RunState) -> Verdict | bool"
@@ -48,6 +51,26 @@ def check_user_code(
     for condition in stop_conditions:
         _check_signature(
             condition, "stop condition", lambda sig: sig.bind(None), _STOP_CALL, _STOP_FIX
+        )
+
+
+def check_done_tool(policy: Policy, *, verifier: object, typed: bool) -> None:
+    """Raise :class:`~fsm_agent.ConfigurationError` when ``require_done_tool`` meets a
+    verifier or an output type: the done tool's message ends the run without either."""
+    if not policy.require_done_tool:
+        return
+    if verifier is not None:
+        raise ConfigurationError(
+            "require_done_tool=True and a verifier do not combine: the done tool's message "
+            "ends the run unverified and a plain answer only gets the reminder to call "
+            "'done', so the verifier would never run. Check the answer inside the done tool "
+            "(or in an after_tool hook), or drop require_done_tool"
+        )
+    if typed:
+        raise ConfigurationError(
+            "require_done_tool=True and an output_type do not combine: the done tool's "
+            "message ends the run without validation. Drop require_done_tool (the typed "
+            "answer already ends the run) or the output_type"
         )
 
 

@@ -137,7 +137,7 @@ class RunContext:
     """What the handlers of one run share: the agent, the run state, the interrupt."""
 
     def __init__(
-        self, agent: Agent[Any], state: RunState, *, listening: bool, handle: RunHandle
+        self, agent: Agent[Any, Any], state: RunState, *, listening: bool, handle: RunHandle
     ) -> None:
         self.agent = agent
         self.rs = state
@@ -155,6 +155,7 @@ class RunContext:
         self.in_effect = False
         self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
+        self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
 

@@ -203,6 +203,7 @@ async def publish(ctx: RunContext, move: Move) -> None:
                 dest=dest,
                 row=move.row,
                 stop_reason=move.stop,
+                phase=rs.phase,
             )
         )
     if not resting:
@@ -231,8 +232,8 @@ def _terminal_event(ctx: RunContext) -> FinalEvent | AbortedEvent | SuspendedEve
     )
 
 
-def _set_result(ctx: RunContext) -> RunResult:
-    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error)
+def _set_result(ctx: RunContext) -> RunResult[Any]:
+    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error, ctx.agent.output_spec)
     return result
 
 
@@ -290,6 +291,7 @@ async def drive(ctx: RunContext) -> None:
             timer.cancel()
         if ctx.durable is not None:
             ctx.durable.close()
+        ctx.handle._detach()
 
 
 async def _record_cancel(ctx: RunContext) -> None:

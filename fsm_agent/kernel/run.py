@@ -9,7 +9,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from ..approval import ResumeHandle
 from ..errors import InvalidInputError
@@ -19,9 +21,13 @@ from ..messages import Message, ToolCall, Usage
 from ..run_state import RunState
 
 if TYPE_CHECKING:
+    from ..output import OutputSpec
     from .context import RunContext
 
-__all__ = ["RunHandle", "RunResult", "Runtime", "new_run_id"]
+OutputT = TypeVar("OutputT", default=str)
+"""The type of a run's output: ``str`` for text, or the agent's ``output_type``."""
+
+__all__ = ["OutputT", "RunHandle", "RunResult", "Runtime", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -41,15 +47,19 @@ class Runtime:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """How a run ended: its output, why it stopped, what it cost, and everything it did.
+
+    ``output`` is the final text, or, for an agent with an ``output_type``, the final answer
+    validated as that type (``None`` when the run did not end with a valid answer; the text is
+    then ``output_text``).
 
     Its ``repr`` is a one-line summary (the history and trace by their lengths): a result is
     printed in logs and debuggers, and asyncio formats it when a task ends.
     """
 
     run_id: str
-    output: str | None
+    output: OutputT | None
     stop_reason: StopReason
     state: State
     usage: Usage
@@ -66,15 +76,21 @@ class RunResult:
     raw_finish_reason: str | None = None  # the provider's reason, when it ended an ``other`` turn
 
     @classmethod
-    def of(cls, rs: RunState, error: BaseException | None = None) -> RunResult:
+    def of(
+        cls,
+        rs: RunState,
+        error: BaseException | None = None,
+        output: OutputSpec | None = None,
+    ) -> RunResult[Any]:
         """The result of a run state at rest (ended, or suspended), with the error that ended
-        an aborted run (or the verifier's failure that left a run unverified)."""
+        an aborted run (or the failure that left a run unverified or its output invalid);
+        ``output`` validates the final answer of a typed-output agent."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
         suspended = state is _SUSPENDED and rs.resume_token is not None
         values = (
             rs.run_id,
-            rs.output,
+            rs.output if output is None else output.result_value(rs),
             rs.stop_reason,
             state,
             rs.usage,
@@ -83,7 +99,7 @@ class RunResult:
             rs.counters,
             rs.model_calls,
             rs.tool_executions,
-            error if state is _ABORTED or rs.stop_reason is _UNVERIFIED else None,
+            error if state is _ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
             tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             rs,
             ResumeHandle.of(rs) if suspended else None,
@@ -92,10 +108,16 @@ class RunResult:
         )
         # Every run ends here: set the slots directly (the frozen dataclass's __init__ costs
         # twice as much); tests/test_kernel.py checks the result equals the constructed one.
-        result = _new(cls)
+        result: RunResult[Any] = _new(cls)
         for set_field, value in zip(_FIELD_SETTERS, values, strict=True):
             set_field(result, value)
         return result
+
+    @property
+    def output_text(self) -> str | None:
+        """The final answer as text (for a typed-output agent: the JSON the model gave, valid
+        or not)."""
+        return None if self.run_state is None else self.run_state.output
 
     @property
     def ok(self) -> bool:
@@ -103,11 +125,9 @@ class RunResult:
         return self.state is State.DONE
 
     def __repr__(self) -> str:
-        output = (
-            self.output
-            if self.output is None or len(self.output) <= 60
-            else (self.output[:57] + "...")
-        )
+        output = self.output if isinstance(self.output, str) else self.output_text
+        if output is not None and len(output) > 60:
+            output = output[:57] + "..."
         parts = [
             f"run_id={self.run_id!r}",
             f"state={self.state.value}",
@@ -129,7 +149,7 @@ _new = object.__new__
 _FIELD_SETTERS = tuple(getattr(RunResult, f.name).__set__ for f in fields(RunResult))
 """The slot setters of :class:`RunResult`, in field order (what ``RunResult.of`` fills)."""
 _SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
-_UNVERIFIED = StopReason.UNVERIFIED
+_KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
 
 
 class RunHandle:
@@ -137,10 +157,11 @@ class RunHandle:
     when done."""
 
     def __init__(self) -> None:
-        self._ctx: RunContext | None = None
+        self._ctx: RunContext | None = None  # while the run moves
+        self._rs: RunState | None = None  # the run it controls, kept once the run rests
         self._cancel_requested = False
         self._pause_requested = False
-        self.result: RunResult | None = None
+        self.result: RunResult[Any] | None = None
 
     @property
     def pause_requested(self) -> bool:
@@ -168,10 +189,17 @@ class RunHandle:
             self._ctx.request_interrupt(Outcome.CANCEL)
 
     def _attach(self, ctx: RunContext) -> None:
-        if self._ctx is not None:
-            if self._ctx.rs is not ctx.rs:
+        if self._rs is not None:
+            if self._rs is not ctx.rs:
                 raise InvalidInputError("a RunHandle controls one run; create a new one per run")
             self._pause_requested = False  # the same run, resumed
         self._ctx = ctx
+        self._rs = ctx.rs
         if self._cancel_requested:
             ctx.interrupt = Outcome.CANCEL
+
+    def _detach(self) -> None:
+        """The run stopped moving: let go of its context. The context holds the handle, so
+        keeping it would leave every object of a finished run to the garbage collector's
+        cycle search instead of freeing them when the caller drops the result."""
+        self._ctx = None

@@ -17,8 +17,8 @@ The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the che
   ``summarize_on_max_steps`` is set, unless a usage limit is already reached (or the deadline
   has passed). ``usage_limits.max_requests`` therefore caps every model call, the summary call
   included.
-- Verifier rejections never reset, and each rejection sent back spends a step, so they add no
-  model call of their own.
+- Verifier rejections (and typed answers that do not validate) never reset, and each rejection
+  sent back spends a step, so they add no model call of their own.
 - With the ``summarize`` compaction strategy each compaction makes one model call. Compaction
   attempts reset on a turn that fits the context, so before each turn at most
   ``max_compaction_attempts`` compactions run: at most ``turns × max_compaction_attempts``

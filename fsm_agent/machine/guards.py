@@ -60,7 +60,7 @@ class Counters(NamedTuple):
     total_errors: int = 0  # model errors plus failed tool turns, whole run
     consecutive_error_turns: int = 0  # failed tool turns in a row
     compactions: int = 0  # compaction attempts, whole run
-    verifications: int = 0  # verifier rejections, whole run
+    verifications: int = 0  # verifier rejections and invalid typed answers, whole run
     repeated_turns: int = 0  # tool turns in a row that repeat the turn before (or two before)
     continuations: int = 0  # answers cut by the output cap and continued, whole run
 
@@ -96,6 +96,7 @@ class Limits:
     max_compaction_attempts: int = 3
     max_verifications: int = 3
     verification: bool = False  # a verifier is set or the done tool is required
+    output_validation: bool = False  # the agent has an output type: answers are validated
     max_repeated_tool_calls: int | None = None  # the loop guard: same calls N times in a row
     finalize_repeated_tool_calls: bool = False  # the loop guard finalizes instead of warning
     max_continuations: int = 1  # continuation turns after answers cut by the output cap
@@ -120,11 +121,13 @@ class Switch(StrEnum):
     """A boolean :class:`Limits` field a guard reads."""
 
     VERIFICATION = "verification"
+    OUTPUT_VALIDATION = "output_validation"
     FINALIZE_REPEATED_TOOL_CALLS = "finalize_repeated_tool_calls"
 
 
 _SWITCH_LABELS = {
     Switch.VERIFICATION: "verification",
+    Switch.OUTPUT_VALIDATION: "output type",
     Switch.FINALIZE_REPEATED_TOOL_CALLS: ("finalize on repeat"),
 }
 _COUNTER_LABELS = {Counter.CONSECUTIVE_ERROR_TURNS: "error_turns"}  # the rest read as named
@@ -232,8 +235,9 @@ def error_turns_spent(c: Counters, lim: Limits) -> bool:
 
 
 def needs_verification(c: Counters, lim: Limits) -> bool:
-    """A verifier or the done-tool requirement must accept a no-tool answer."""
-    return lim.verification
+    """A verifier, the done-tool requirement or the output type must accept a no-tool
+    answer."""
+    return lim.verification or lim.output_validation
 
 
 def compactions_and_steps_left(c: Counters, lim: Limits) -> bool:
@@ -296,7 +300,7 @@ GUARD_SPECS: dict[str, GuardSpec] = {
             ),
             any_of=True,
         ),
-        GuardSpec(needs_verification, (Switch.VERIFICATION,)),
+        GuardSpec(needs_verification, (Switch.VERIFICATION, Switch.OUTPUT_VALIDATION), any_of=True),
         GuardSpec(
             compactions_and_steps_left,
             (Compare(C.COMPACTIONS, B.MAX_COMPACTION_ATTEMPTS), _NEXT_STEP_LEFT),

@@ -11,7 +11,8 @@ Bounds this table guarantees (the exhaustive checker proves them per policy):
 every successful model turn spends a step; retries reset only on a successful turn or a move
 to the next model of a fallback chain, and those moves never reset;
 compaction attempts reset only on a turn that fits the context (not on ``length``), so they
-bound compactions in a row; verification rejections and continuations never reset.
+bound compactions in a row; verification rejections (a verifier's, or an answer that does not
+validate as the agent's output type) and continuations never reset.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Outcome(StrEnum):
     NEEDS_HUMAN = "needs_human"  # dispatching: an approval or an answer is pending
     VERIFIED = "verified"  # verifying: the answer is accepted
     REJECTED = "rejected"  # verifying: the answer is not accepted; feedback goes back
+    OUTPUT_INVALID = "output_invalid"  # verifying: the answer does not validate as output_type
     RESUME = "resume"  # suspended: the human's decisions arrived
     FINALIZED = "finalized"  # finalizing: the final answer exists
     CANCEL = "cancel"  # any state: the run was cancelled
@@ -131,6 +133,7 @@ class StopReason(StrEnum):
     OUTPUT_LIMIT = "output_limit"  # the output cap cut the answer; the partial text is the output
     CONTENT_FILTER = "content_filter"  # the provider filtered the answer
     UNVERIFIED = "unverified"  # the verifier kept rejecting; its budget is spent
+    OUTPUT_INVALID = "output_invalid"  # answers kept failing output_type; the budget is spent
     TIMEOUT = "timeout"  # the wall-clock limit [S001 §10]
     USAGE_LIMIT = "usage_limit"  # a token, request or cost limit [S002]
     STOP_CONDITION = "stop_condition"  # a user stop condition [S002]
@@ -235,7 +238,7 @@ DECLARATIONS: dict[State, Declaration] = {
         ),
         _WORKING,
     ),
-    S.VERIFYING: Declaration(frozenset({On.VERIFIED, On.REJECTED}), _WORKING),
+    S.VERIFYING: Declaration(frozenset({On.VERIFIED, On.REJECTED, On.OUTPUT_INVALID}), _WORKING),
     S.SUSPENDED: Declaration(frozenset({On.RESUME}), _ALWAYS),
     S.FINALIZING: Declaration(
         frozenset({On.FINALIZED}), _ALWAYS | {On.DEADLINE, On.USAGE_EXCEEDED}
@@ -418,6 +421,23 @@ TABLE: tuple[Row, ...] = (
         updates=(Update(Counter.VERIFICATIONS),),
     ),
     Row(S.VERIFYING, On.REJECTED, S.FINALIZING, stop=R.UNVERIFIED),
+    Row(
+        S.VERIFYING,
+        On.OUTPUT_INVALID,
+        S.COMPACTING,
+        verifications_and_steps_left,
+        updates=(Update(Counter.VERIFICATIONS),),
+        note="validation error as feedback",
+    ),
+    Row(
+        S.VERIFYING,
+        On.OUTPUT_INVALID,
+        S.FINALIZING,
+        verifications_left,
+        stop=R.MAX_STEPS,
+        updates=(Update(Counter.VERIFICATIONS),),
+    ),
+    Row(S.VERIFYING, On.OUTPUT_INVALID, S.FINALIZING, stop=R.OUTPUT_INVALID),
     Row(S.SUSPENDED, On.RESUME, S.DISPATCHING, note="the human's decisions applied"),
     Row(S.FINALIZING, On.FINALIZED, S.DONE, note="exactly one final event"),
     Row(

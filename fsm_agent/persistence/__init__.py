@@ -366,13 +366,13 @@ class CrashingCheckpointer:
 
 
 async def crash_and_resume(
-    agent: Agent[Any],
+    agent: Agent[Any, Any],
     prompt: str,
     *,
     crash_after: int,
     at: Literal["checkpoint", "any"] = "checkpoint",
     store: Checkpointer | None = None,
-) -> tuple[RunResult, bool]:
+) -> tuple[RunResult[Any], bool]:
     """Run ``agent`` on ``prompt`` with a fresh store (``store``, default in memory), stop it as
     a crash would right after the store's ``crash_after``-th write, then resume it from its
     latest checkpoint with the same agent, whose model and tools stand for the outside world
@@ -400,7 +400,7 @@ async def crash_and_resume(
         try:
             return await agent.resume(run_id), True
         except RunFinishedError:
-            return RunResult.of(inner.load(run_id).state), True
+            return RunResult.of(inner.load(run_id).state, None, agent.output_spec), True
     finally:
         agent.checkpointer = saved
 
@@ -409,7 +409,7 @@ UNKNOWN_OUTCOME_PREFIX = "Error: outcome unknown"
 """How the result of a call whose outcome a crash made unknown starts."""
 
 
-def resume_differences(expected: RunResult, actual: RunResult) -> list[str]:
+def resume_differences(expected: RunResult[Any], actual: RunResult[Any]) -> list[str]:
     """What differs between an uninterrupted run's result and a resumed one's: output, stop
     reason, final state, usage and message thread (invariant 10). A tool result that
     reads "outcome unknown" in ``actual`` (a non-idempotent call a crash cut short) may stand

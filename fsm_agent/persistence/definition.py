@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = ["check_definition", "definition_fingerprint"]
 
-PARTS = ("tools", "system_prompt", "policy")
-"""The parts of an agent's definition the fingerprint covers, in its order."""
+PARTS = ("tools", "system_prompt", "policy", "phases", "output")
+"""The parts of an agent's definition the fingerprint covers, in its order (``phases`` only
+for an agent with phases and ``output`` only for one with an output type, so the fingerprints
+of the others stay as they were)."""
 
 
 def _digest(value: object) -> str:
@@ -29,7 +31,7 @@ def _digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def definition_fingerprint(agent: Agent[Any]) -> str:
+def definition_fingerprint(agent: Agent[Any, Any]) -> str:
     """``tools=…;system_prompt=…;policy=…``: a digest of each part of ``agent``'s definition."""
     tools = sorted(
         (
@@ -46,7 +48,27 @@ def definition_fingerprint(agent: Agent[Any]) -> str:
         "system_prompt": _digest(agent.system_prompt),
         "policy": _digest(agent.policy.model_dump(mode="json")),
     }
-    return ";".join(f"{name}={parts[name]}" for name in PARTS)
+    phases = agent.phases
+    if phases is not None:
+        table = phases.phases
+        parts["phases"] = _digest(
+            {
+                "phases": [
+                    [p.name, list(p.tools), p.instructions, p.max_steps, p.on_budget]
+                    for p in table.phases
+                ],
+                "transitions": [
+                    [t.source, t.dest, t.label, getattr(t.guard, "__qualname__", None)]
+                    for t in table.transitions
+                ],
+                "initial": table.initial,
+                "goals": sorted(table.goals),
+            }
+        )
+    spec = agent.output_spec
+    if spec is not None:
+        parts["output"] = _digest(spec.schema.json_schema)
+    return ";".join(f"{name}={parts[name]}" for name in PARTS if name in parts)
 
 
 def _parts(fingerprint: str) -> dict[str, str]:

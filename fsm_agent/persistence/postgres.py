@@ -137,6 +137,13 @@ class PostgresCheckpointer(SQLCheckpointer):
             raise _translate(exc, self._psycopg) from exc
 
     @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            raise _translate(exc, self._psycopg) from exc
+
+    @contextmanager
     def _write(self) -> Iterator[Cursor]:
         with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             yield cur

@@ -412,6 +412,7 @@ def _encode_tool(execution: ToolExecution) -> str:
             "error": None if execution.error is None else repr(execution.error),
             "question": execution.question,
             "duration_s": execution.duration_s,
+            "phase": execution.phase,
         }
     )
 
@@ -428,6 +429,7 @@ def _decode_tool(text: str, call: ToolCall) -> ToolExecution:
             error=None if error is None else RecordedToolError(str(error)),
             duration_s=float(data["duration_s"]),
             question=data["question"],
+            phase=data.get("phase"),
         )
     except (ValueError, KeyError, TypeError) as problem:
         raise errors.CorruptCheckpointError(

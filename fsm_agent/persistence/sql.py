@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -157,6 +157,7 @@ class SQLCheckpointer:
         self._queries: dict[str, str] = {}
         self._io: StoreThreads | None = None
         self._io_lock = threading.Lock()
+        self._batch = threading.local()  # .cursor: the transaction of the thread's batch
 
     def io_threads(self) -> StoreThreads:
         """The threads an agent runs this store's calls on, so that the event loop's thread
@@ -164,8 +165,38 @@ class SQLCheckpointer:
         stopped by :meth:`close`)."""
         with self._io_lock:
             if self._io is None:
-                self._io = StoreThreads(self.io_thread_count, "fsm-agent-store")
+                self._io = StoreThreads(self.io_thread_count, "fsm-agent-store", self.batch)
             return self._io
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One write transaction for the store's calls made inside it on this thread,
+        committed on exit (rolled back on error): the store's threads make the writes queued
+        together in one commit."""
+        with self._write() as cur:
+            self._batch.cursor = cur
+            try:
+                yield
+            finally:
+                self._batch.cursor = None
+
+    def _writing(self) -> AbstractContextManager[Cursor]:
+        """A cursor in a write transaction: this thread's batch, or a transaction of its own."""
+        cur: Cursor | None = getattr(self._batch, "cursor", None)
+        return self._write() if cur is None else self._in_batch(cur)
+
+    def _reading(self) -> AbstractContextManager[Cursor]:
+        """A cursor for reading: this thread's batch (which sees its own writes), or a
+        cursor of its own."""
+        cur: Cursor | None = getattr(self._batch, "cursor", None)
+        return self._read() if cur is None else self._in_batch(cur)
+
+    @contextmanager
+    def _in_batch(self, cur: Cursor) -> Iterator[Cursor]:
+        """The batch's cursor, the database's errors translated as a call of its own would
+        have them."""
+        with self._translated():
+            yield cur
 
     def _stop_io(self) -> None:
         """Make the calls handed to the store's threads, then stop them."""
@@ -190,6 +221,10 @@ class SQLCheckpointer:
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a unique-key violation."""
+        raise NotImplementedError
+
+    def _translated(self) -> AbstractContextManager[None]:
+        """The database's errors, raised inside it, as :class:`~fsm_agent.CheckpointError`."""
         raise NotImplementedError
 
     def _sql(self, text: str) -> str:
@@ -237,7 +272,7 @@ class SQLCheckpointer:
 
     def schema_version(self) -> int:
         """The schema version the store is at."""
-        with self._read() as cur:
+        with self._reading() as cur:
             cur.execute(self._sql("SELECT value FROM {t}meta WHERE key = 'schema_version'"))
             row = cur.fetchone()
         return int(row[0]) if row is not None else 0
@@ -300,7 +335,7 @@ class SQLCheckpointer:
     def _write_prepared(self, p: PreparedSave) -> None:
         run_id, version = p.run_id, p.version
         now = time.time()
-        with self._write() as cur:
+        with self._writing() as cur:
             if version == 1:
                 try:
                     cur.execute(
@@ -361,7 +396,7 @@ class SQLCheckpointer:
     def load(self, run_id: str) -> Checkpoint:
         """The latest checkpoint of ``run_id``, rebuilt from its rows (the store keeps nothing
         of it; see :meth:`continue_from`)."""
-        with self._read() as cur:
+        with self._reading() as cur:
             # The runs row first: a checkpoint committed meanwhile can only add rows after it.
             latest = self._latest(cur, run_id, lock=False)
             cur.execute(
@@ -420,7 +455,7 @@ class SQLCheckpointer:
         self._record(run_id, key, kind, result, version)
 
     def _record(self, run_id: str, key: str, kind: str, result: str | None, version: int) -> None:
-        with self._write() as cur:
+        with self._writing() as cur:
             latest = self._latest(cur, run_id)
             if latest != version:
                 raise conflict(run_id, version + 1, latest)
@@ -435,7 +470,7 @@ class SQLCheckpointer:
 
     def effects(self, run_id: str) -> dict[str, EffectRecord]:
         """The journaled calls of ``run_id`` by key."""
-        with self._read() as cur:
+        with self._reading() as cur:
             cur.execute(
                 self._sql("SELECT key, kind, result FROM {t}effects WHERE run_id = ?"), (run_id,)
             )
@@ -451,7 +486,7 @@ class SQLCheckpointer:
 
     def runs(self) -> list[RunSummary]:
         """Every stored run, the most recently updated first."""
-        with self._read() as cur:
+        with self._reading() as cur:
             cur.execute(
                 self._sql(
                     "SELECT run_id, version, state, stop_reason, steps, updated_at FROM {t}runs "

@@ -64,11 +64,15 @@ class SQLiteCheckpointer(SQLCheckpointer):
     @contextmanager
     def _guard(self) -> Iterator[None]:
         """Serialise use of the connection and translate SQLite's errors."""
-        with self._lock:
-            try:
-                yield
-            except sqlite3.Error as exc:
-                raise _translate(exc, self.path) from exc
+        with self._lock, self._translated():
+            yield
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:

@@ -2,9 +2,17 @@
 
 Each run writes through a :class:`Lane`, which always uses the same thread of the store: the
 run's writes are made in the order it made them, and once one fails, the lane's later writes
-fail the same way without being made. A caller that waits for a write gets an asyncio future,
-settled from the thread with one ``call_soon_threadsafe``; cancelling the wait does not cancel
-the write (it is made whole or not at all).
+fail the same way without being made. A caller that waits for a write gets an asyncio future;
+cancelling the wait does not cancel the write (it is made whole or not at all).
+
+A thread takes every job queued for it (up to :data:`BATCH`) at once. For a store that gives a
+``batch`` (one transaction, committed on exit), it makes them in one commit: many runs' writes
+cost one commit and one wake-up of the event loop instead of one each. When a job of a batch
+fails, it gets its error (the one it would have had alone: it saw what the jobs before it
+wrote), the batch is rolled back, and the other jobs are made again one at a time, so that each
+gets its own outcome; a failed job is never made twice. When the commit fails, every job of the
+batch gets that error. The futures of a batch are settled after its commit, with one
+``call_soon_threadsafe`` per event loop.
 """
 
 from __future__ import annotations
@@ -17,10 +25,18 @@ import itertools
 import threading
 import weakref
 from collections.abc import Callable
-from queue import SimpleQueue
+from contextlib import AbstractContextManager
+from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["Lane", "StoreThreads"]
+__all__ = ["BATCH", "Batch", "Lane", "StoreThreads"]
+
+BATCH = 8
+"""The most jobs a thread makes in one batch: bounds how long the first waits for the last,
+and how many runs one batch wakes at once (larger batches measured longer event-loop delays)."""
+
+Batch = Callable[[], AbstractContextManager[object]]
+"""A store's transaction for a batch of jobs: entered before the first, committed on exit."""
 
 _Job = tuple[
     "Lane | None",
@@ -59,11 +75,14 @@ class Lane:
 
 
 class StoreThreads:
-    """``count`` threads, each taking jobs from its own queue (started when first used)."""
+    """``count`` threads, each taking jobs from its own queue (started when first used); the
+    jobs a thread takes together are made inside ``batch()`` when given (see the module
+    docstring)."""
 
-    def __init__(self, count: int, name: str) -> None:
+    def __init__(self, count: int, name: str, batch: Batch | None = None) -> None:
         self.count = max(1, count)
         self.name = name
+        self.batch = batch
         self._queues: list[SimpleQueue[_Job | None]] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -93,7 +112,7 @@ class StoreThreads:
             queues: list[SimpleQueue[_Job | None]] = [SimpleQueue() for _ in range(self.count)]
             for index, queue in enumerate(queues):
                 thread = threading.Thread(
-                    target=_work, args=(queue,), name=f"{self.name}-{index}", daemon=True
+                    target=_work, args=(queue, self.batch), name=f"{self.name}-{index}", daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
@@ -127,27 +146,87 @@ def _close_at_exit(threads: weakref.ref[StoreThreads]) -> None:
         alive.close()
 
 
-def _work(queue: SimpleQueue[_Job | None]) -> None:
-    while (job := queue.get()) is not None:
-        lane, fn, args, loop, future = job
-        value: object = None
-        error: BaseException | None = lane.failed if lane is not None else None
-        if error is None:
+def _work(queue: SimpleQueue[_Job | None], batch: Batch | None) -> None:
+    running = True
+    while running and (job := queue.get()) is not None:
+        jobs = [job]
+        while len(jobs) < BATCH:
             try:
-                value = fn(*args)
-            except BaseException as exc:  # handed to the waiting run, or to the lane's next write
-                error = exc
-                if lane is not None:
-                    lane.failed = exc
+                job = queue.get_nowait()
+            except Empty:
+                break
+            if job is None:  # closed: make what was taken, then stop
+                running = False
+                break
+            jobs.append(job)
+        _hand_back(jobs, _make(jobs, batch))
+
+
+class _JobFailed(Exception):
+    """The job at ``index`` of a batch raised ``error``: the batch is rolled back."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+
+_Outcome = tuple[object, BaseException | None]
+
+
+def _make(jobs: list[_Job], batch: Batch | None) -> list[_Outcome]:
+    """Each job's value and error (see the module docstring)."""
+    if batch is None or len(jobs) == 1:
+        return [_one(job) for job in jobs]
+    try:
+        with batch():
+            return [_one(job, index) for index, job in enumerate(jobs)]
+    except _JobFailed as failed:  # rolled back: the others are made again, one at a time
+        lane = jobs[failed.index][0]
+        if lane is not None:
+            lane.failed = failed.error
+        return [
+            (None, failed.error) if index == failed.index else _one(job)
+            for index, job in enumerate(jobs)
+        ]
+    except BaseException as exc:  # the commit failed: no job of the batch was made
+        for lane, *_ in jobs:
+            if lane is not None and lane.failed is None:
+                lane.failed = exc
+        return [(None, exc)] * len(jobs)
+
+
+def _one(job: _Job, index: int | None = None) -> _Outcome:
+    """Make one job; inside a batch (``index`` given), its error rolls the batch back."""
+    lane, fn, args, _, _ = job
+    if lane is not None and lane.failed is not None:
+        return None, lane.failed
+    try:
+        return fn(*args), None
+    except BaseException as exc:  # handed to the waiting run, or to the lane's next write
+        if index is not None:
+            raise _JobFailed(index, exc) from exc
+        if lane is not None:
+            lane.failed = exc
+        return None, exc
+
+
+def _hand_back(jobs: list[_Job], outcomes: list[_Outcome]) -> None:
+    """Settle the waited-for jobs' futures, with one call into each event loop."""
+    waiting: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object, Any]]] = {}
+    for (_, _, _, loop, future), (value, error) in zip(jobs, outcomes, strict=True):
         if loop is not None and future is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle, future, value, error)
+            waiting.setdefault(loop, []).append((future, value, error))
+    for loop, settled in waiting.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(future: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(value)
-    else:
-        future.set_exception(error)
+def _settle(settled: list[tuple[asyncio.Future[Any], object, BaseException | None]]) -> None:
+    for future, value, error in settled:
+        if future.cancelled():
+            continue
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)

@@ -3,7 +3,9 @@
 Instructions go in the ``system`` parameter; tool calls are ``tool_use`` blocks and results are
 ``tool_result`` blocks in a user message; thinking blocks come back with their signature, kept
 verbatim and replayed. A ``pause_turn`` stop is continued transparently (the assistant content is
-sent back as is), bounded by ``max_pause_continuations``. A mid-stream ``error`` event is
+sent back as is), bounded by ``max_pause_continuations``. The wire format has no JSON-schema
+response mode, so typed output is asked for with a final answer tool (see
+:mod:`fsm_agent.providers._output`). A mid-stream ``error`` event is
 classified by its ``error.type`` (``overloaded_error`` is retryable like a 529).
 """
 
@@ -48,6 +50,7 @@ from ._assembly import (
 )
 from ._base import ProviderBase, ProviderOptions, deltas_of
 from ._http import Call, ErrorInfo, open_stream
+from ._output import AnswerDeltas, answer_parts, answer_tool
 from ._sse import SSEDecoder
 
 __all__ = ["AnthropicModel", "anthropic_finish_reason"]
@@ -433,13 +436,19 @@ class AnthropicModel(ProviderBase):
         }
         if request.system_prompt:
             body["system"] = request.system_prompt
-        if request.tools:
+        tools = request.tools
+        if request.output is not None:
+            tools = (*tools, answer_tool(request.output))
+        if tools:
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in request.tools
+                for t in tools
             ]
-        if request.tools:  # a tool_choice without tools is rejected
-            choice = _tool_choice(request)
+            choice = _tool_choice(request)  # a tool_choice without tools is rejected
+            if request.output is not None and request.tool_choice is None and budget is None:
+                # The answer is a tool call: the model must call a tool (extended thinking
+                # allows only "auto").
+                choice = {**(choice or {}), "type": "any"}
             if choice is not None:
                 body["tool_choice"] = choice
         if request.temperature is not None and budget is None:
@@ -478,12 +487,16 @@ class AnthropicModel(ProviderBase):
         parts: list[Part] = []
         usage = Usage()
         calls = 0
+        answer = AnswerDeltas() if request.output is not None else None
         for _ in range(self._max_pauses + 1):
             segment = _Segment(calls)
             call = self._call("/v1/messages")
             if stream:
                 async for delta in self._read(call, body, segment):
-                    yield delta
+                    if answer is None:
+                        yield delta
+                    elif (mapped := answer.map(delta)) is not None:
+                        yield mapped
             else:
                 segment.take_whole(await self._post(call, body))
             parts.extend(segment.parts())
@@ -491,9 +504,12 @@ class AnthropicModel(ProviderBase):
             calls = segment.calls
             raw = segment.raw_stop
             if raw != "pause_turn":
+                finish = anthropic_finish_reason(raw) if raw else FinishReason.OTHER
+                if answer is not None:
+                    parts, finish = answer_parts(parts, finish)
                 yield build_response(
                     parts,
-                    anthropic_finish_reason(raw) if raw else FinishReason.OTHER,
+                    finish,
                     raw,
                     usage,
                     segment.response_id,

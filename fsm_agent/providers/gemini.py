@@ -341,6 +341,9 @@ class GeminiModel(ProviderBase):
         budget = thinking_budget(request, _EFFORT_BUDGET)
         if budget is not None:
             generation["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
+        if request.output is not None:
+            generation["responseMimeType"] = "application/json"
+            generation["responseJsonSchema"] = request.output.json_schema
         if generation:
             body["generationConfig"] = generation
         return body

@@ -410,6 +410,15 @@ class OpenAIChatModel(ProviderBase):
             body["stop"] = list(request.stop_sequences)
         if request.reasoning_effort is not None:
             body["reasoning_effort"] = request.reasoning_effort
+        if request.output is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.output.name,
+                    "schema": request.output.json_schema,
+                    "strict": request.output.strict,
+                },
+            }
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

@@ -14,6 +14,8 @@ import contextlib
 import math
 from typing import NamedTuple
 
+from pydantic import JsonValue
+
 from ...errors import (
     ContextWindowExceededError,
     MalformedResponseError,
@@ -24,6 +26,7 @@ from ...events import (
     ModelRequestEvent,
     ModelResponseEvent,
     ModelSwitchedEvent,
+    PartialOutputEvent,
     ReasoningDeltaEvent,
     ReasoningEvent,
     RetryingEvent,
@@ -50,6 +53,7 @@ from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
 from ..context import ONE_REQUEST, Interrupted, RunContext
+from ..phasing import move_by_budget
 
 __all__ = [
     "Answer",
@@ -188,13 +192,20 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
         if settings.keep_recent_outputs is not None:
             trim_old_outputs(ctx, settings.keep_recent_outputs, settings.old_output_max_chars)
-        tools = agent.tool_definitions
+        phases = agent.phases
+        if phases is None:
+            tools = agent.tool_definitions
+            messages = tuple(rs.messages)
+        else:  # the current phase's tools and instructions
+            move_by_budget(ctx, phases)
+            tools = phases.tools_of[phases.settle(rs)]
+            messages = phases.messages(rs)
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)
         request = trusted(
             ModelRequest,
             {
-                "messages": tuple(rs.messages),
+                "messages": messages,
                 "tools": tools,
                 "tool_choice": None,
                 "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
@@ -203,6 +214,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                 "stop_sequences": (),
                 "reasoning_effort": None,
                 "reasoning_budget_tokens": None,
+                "output": agent.output_schema,
             },
         )
         try:
@@ -445,6 +457,9 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
     run_id = ctx.rs.run_id
     stream = current_model(ctx).stream(request).__aiter__()  # type: ignore[attr-defined]
     response: ModelResponse | None = None
+    spec = ctx.agent.output_spec if request.output is not None else None
+    text: list[str] = []  # a typed answer's text so far, for its partial value
+    partial: JsonValue = None
     try:
         while True:
             try:
@@ -455,6 +470,12 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
                 response = item
             elif isinstance(item, TextDelta):
                 await ctx.emit(TextDeltaEvent(run_id=run_id, text=item.text))
+                if spec is not None:
+                    text.append(item.text)
+                    now = spec.partial("".join(text))
+                    if now is not None and now != partial:
+                        partial = now
+                        await ctx.emit(PartialOutputEvent(run_id=run_id, partial=now))
             elif isinstance(item, ReasoningDelta):
                 await ctx.emit(ReasoningDeltaEvent(run_id=run_id, text=item.text))
             elif isinstance(item, ToolCallDelta):

@@ -42,6 +42,7 @@ from ...run_state import HumanRequest
 from ...tool_output import PAGER_NAME, cut_result
 from ...tools import Tool, ToolContext, ToolExecution
 from ..context import Interrupted, RunContext
+from ..phasing import gate_call, move_by_code
 
 __all__ = ["handle_dispatching"]
 
@@ -77,6 +78,9 @@ async def _prepare(
     found = _find(ctx, call.name)
     if found is None:  # nothing to change or approve: running it answers "Unknown tool"
         return call, None
+    phases = ctx.agent.phases
+    if phases is not None and call.name not in phases.allowed[phases.settle(ctx.rs)]:
+        return call, None  # refused before it runs, so neither hooks nor humans see it
     if hooks.before_tool:
         changed = await hooks.run_before_tool(ctx, call)
         if isinstance(changed, MockResult):
@@ -110,6 +114,11 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
         return ToolExecution(
             _error(call, f"Error: not run: the run was interrupted ({ctx.interrupt.value})")
         )
+    phases = agent.phases
+    if phases is not None:  # the move tool, or a tool outside the phase, never runs
+        answer = gate_call(ctx, phases, call)
+        if answer is not None:
+            return ToolExecution(answer)
     found = _find(ctx, call.name)
     if found is None:  # a tool error like any other (tool_failure_mode="fail" aborts on it)
         message = f"Error: Unknown tool '{call.name}'"
@@ -137,14 +146,29 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
     if execution.question is not None:
         return execution
     result = execution.result
+    if execution.phase is not None:  # the tool returned MovePhase: a move by code
+        result = _moved_by(ctx, result, execution.phase)
     if agent.hooks.after_tool:
-        result = await agent.hooks.run_after_tool(ctx, call, result)
+        result, move = await agent.hooks.run_after_tool(ctx, call, result)
+        if move is not None:  # an after_tool hook returned MovePhase
+            result = _moved_by(ctx, result, move)
     result = _limited(ctx, result)
     if result is execution.result:
         return execution
     return ToolExecution(
         result, execution.done, execution.final_message, execution.error, execution.duration_s
     )
+
+
+def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:
+    phases = ctx.agent.phases
+    if phases is None:
+        content = (
+            f"{result.content}\n\nError: this agent has no phases; MovePhase({target!r}) "
+            "did nothing"
+        )
+        return result.model_copy(update={"content": content.lstrip(), "is_error": True})
+    return move_by_code(ctx, phases, result, target)
 
 
 def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
@@ -160,7 +184,11 @@ def _start_events(ctx: RunContext, call: ToolCall) -> tuple[Event, Event]:
     args = call.arguments if call.arguments is not None else {"_raw": call.arguments_json}
     return (
         StepStartEvent(
-            run_id=run_id, step=ctx.rs.counters.steps, call_id=call.id, tool_name=call.name
+            run_id=run_id,
+            step=ctx.rs.counters.steps,
+            call_id=call.id,
+            tool_name=call.name,
+            phase=ctx.rs.phase,
         ),
         ToolCallEvent(run_id=run_id, call_id=call.id, tool_name=call.name, args=args),
     )
@@ -275,11 +303,13 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                     raise Interrupted
             tasks: list[asyncio.Task[ToolExecution]] = []
             running = list(to_run)
+            ctx.turn_phase = rs.phase
             try:
                 await ctx.effect(_run_all(ctx, to_run, tasks))
             except Interrupted:
                 interrupted = True
             except BaseException:  # keep the results of the calls that finished
+                ctx.turn_phase = None
                 for call, task in zip(to_run, tasks, strict=True):
                     if task.done() and not task.cancelled() and task.exception() is None:
                         execution = task.result()
@@ -287,6 +317,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                             settled[call.id] = execution.result
                             running.remove(call)
                 raise
+            ctx.turn_phase = None
             for call, task in zip(to_run, tasks, strict=True):
                 if not task.done() or task.cancelled():
                     continue

@@ -22,4 +22,7 @@ async def handle_idle(ctx: RunContext) -> Outcome:
         ctx.append(message)
     assert ctx.input is not None
     ctx.append(ctx.input)
+    phases = ctx.agent.phases
+    if phases is not None:
+        phases.start(ctx.rs)
     return _START

@@ -1,4 +1,10 @@
-"""The ``verifying`` state: the verifier (or the done-tool requirement) judges a plain answer.
+"""The ``verifying`` state: the output type, the verifier (or the done-tool requirement) judge a
+plain answer.
+
+With an output type the answer is validated first: one that does not validate is reported as
+``output_invalid``, with the validation error as the model's feedback (it spends the
+verification budget, and a run that spends it ends with ``output_invalid``). A valid answer then
+goes to the verifier, if any, which gets the validated object as its ``output``.
 
 The verifier is user code, so each call has a defined outcome: a verdict or a bool is the
 answer; a verifier that raises, returns something else, writes a run-state attribute that is
@@ -16,7 +22,9 @@ import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
-from ...errors import HookError
+from pydantic import ValidationError
+
+from ...errors import HookError, OutputValidationError
 from ...events import HookErrorEvent, TextEvent, VerificationFailedEvent
 from ...log import logger
 from ...machine.table import Outcome
@@ -59,11 +67,19 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
     rs = ctx.rs
     agent = ctx.agent
     feedback: str | None = None
+    output: object = rs.last_text
+    spec = agent.output_spec
+    if spec is not None:
+        try:
+            output = spec.validate(rs.last_text)
+        except ValidationError as exc:
+            return await _invalid(ctx, spec.feedback(exc))
+        ctx.error = None  # a valid answer: an earlier invalid one no longer explains the ending
     if agent.policy.require_done_tool:
         feedback = DONE_REMINDER
     elif agent.verifier is not None:
         try:
-            answer = agent.verifier(output=rs.last_text, run_state=rs)
+            answer = agent.verifier(output=output, run_state=rs)
             if not isinstance(answer, Verdict | bool) and not inspect.isawaitable(answer):
                 raise TypeError(f"the verifier returned {type(answer).__name__}")
             verdict: Verdict | bool = (
@@ -102,3 +118,21 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
             await ctx.emit(TextEvent(run_id=rs.run_id, text=rs.last_text))
         await ctx.emit(VerificationFailedEvent(run_id=rs.run_id, feedback=feedback))
     return Outcome.REJECTED
+
+
+async def _invalid(ctx: RunContext, feedback: str) -> Outcome:
+    """Send the validation error back as feedback (the rows decide whether it goes)."""
+    rs = ctx.rs
+    rs.feedback = feedback
+    # Kept as the run's error, so a run that ends output_invalid says why (RunResult.error).
+    ctx.error = OutputValidationError(
+        "the final answer did not validate as the output type, and max_verifications "
+        "rejections are spent; raise Policy.max_verifications, or make the type easier to "
+        "answer",
+        feedback=feedback,
+    )
+    if ctx.listening:
+        if rs.last_text:
+            await ctx.emit(TextEvent(run_id=rs.run_id, text=rs.last_text))
+        await ctx.emit(VerificationFailedEvent(run_id=rs.run_id, feedback=feedback))
+    return Outcome.OUTPUT_INVALID

@@ -76,21 +76,27 @@ def check(
     model_timeout_s: float | None = None,
     model_call_budget: int | None = None,
     max_states: int = DEFAULT_MAX_STATES,
+    output_validation: bool = False,
 ) -> CheckReport:
     """Prove termination, the bounds and full coverage of ``machine`` under ``policy``.
 
     ``verification`` turns the verifier on (as ``require_done_tool`` does); ``stop_conditions``
     says whether the agent has stop conditions (code a policy cannot show, so assumed by
     default); ``models`` is the length of the agent's fallback chain (1: a single model);
+    ``output_validation`` says the agent has an output type (answers that do not validate are
+    rejected, and may end a run with ``output_invalid``);
     ``model_call_budget`` adds a claim: no run makes more model calls than that;
     ``model_timeout_s`` only feeds the wall-clock bound.
     """
     started = time.perf_counter()
     policy = policy if policy is not None else Policy()
-    env = _env(machine, policy, verification, stop_conditions, models)
+    env = _env(machine, policy, verification, stop_conditions, models, output_validation)
     limits = env.limits
     computed = bounds(
-        policy, verification=verification, model_timeout_s=model_timeout_s, models=models
+        policy,
+        verification=verification or output_validation,
+        model_timeout_s=model_timeout_s,
+        models=models,
     )
     graph = _explore(machine, env, track_calls=env.max_requests is not None, max_states=max_states)
     failures = _missing_row_failures(graph)

@@ -48,11 +48,12 @@ _ORDER = {outcome: (outcome in DETOURS, i) for i, outcome in enumerate(Outcome)}
 
 
 def impossible_outcomes(
-    policy: Policy, *, stop_conditions: bool, models: int = 1
+    policy: Policy, *, stop_conditions: bool, models: int = 1, output_validation: bool = False
 ) -> frozenset[Outcome]:
     """The outcomes an agent with ``policy`` can never report (``stop_conditions``: whether it
     has stop conditions, which are code and so not part of the policy; ``models``: how many
-    models its fallback chain holds, 1 for a single model)."""
+    models its fallback chain holds, 1 for a single model; ``output_validation``: whether it
+    has an output type)."""
     usage = policy.usage_limits
     disabled = {
         On.COMPACTED: policy.max_compaction_attempts == 0,
@@ -63,6 +64,7 @@ def impossible_outcomes(
         On.USAGE_EXCEEDED: all(value is None for value in usage.model_dump().values()),
         On.STOP_CONDITION: not stop_conditions,
         On.FALLBACK: models < 2,
+        On.OUTPUT_INVALID: not output_validation,
     }
     return frozenset(o for o, off in disabled.items() if off)
 
@@ -154,10 +156,13 @@ def _env(
     verification: bool,
     stop_conditions: bool,
     models: int = 1,
+    output_validation: bool = False,
 ) -> _Env:
-    """The kernel's behaviour under ``policy`` (with a chain of ``models`` models) as the search
-    plays it."""
-    limits = limits_of(policy, verification=verification, models=models)
+    """The kernel's behaviour under ``policy`` (with a chain of ``models`` models, and answers
+    validated as an output type when ``output_validation``) as the search plays it."""
+    limits = limits_of(
+        policy, verification=verification, models=models, output_validation=output_validation
+    )
     memoryless = frozenset(
         state
         for state in State
@@ -171,7 +176,12 @@ def _env(
     return _Env(
         limits,
         frozenset(Outcome)
-        - impossible_outcomes(policy, stop_conditions=stop_conditions, models=models),
+        - impossible_outcomes(
+            policy,
+            stop_conditions=stop_conditions,
+            models=models,
+            output_validation=output_validation,
+        ),
         policy.summarize_on_max_steps,
         policy.usage_limits.max_requests,
         clamp_caps((row.guard for row in machine.rows), limits),

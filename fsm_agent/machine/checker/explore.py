@@ -114,9 +114,9 @@ def _totals(
 
 def _reference_coverage(machine: AgentMachine, max_states: int) -> tuple[set[int], set[State]]:
     """The rows and states that runs under two permissive reference policies use (verification
-    off and on; a fallback chain of two models; every interrupt enabled; small limits that do
-    not mask each other). A row or state that a checked policy leaves unused but these use is
-    disabled by that policy."""
+    and output validation off, then both on; a fallback chain of two models; every interrupt
+    enabled; small limits that do not mask each other). A row or state that a checked policy
+    leaves unused but these use is disabled by that policy."""
     reference = Policy(
         max_steps=4,
         retry=RetryPolicy(max_retries=1),
@@ -133,7 +133,14 @@ def _reference_coverage(machine: AgentMachine, max_states: int) -> tuple[set[int
     rows: set[int] = set()
     states: set[State] = set()
     for verification in (False, True):
-        env = _env(machine, reference, verification, stop_conditions=True, models=2)
+        env = _env(
+            machine,
+            reference,
+            verification,
+            stop_conditions=True,
+            models=2,
+            output_validation=verification,
+        )
         graph = _explore(machine, env, track_calls=False, max_states=max_states)
         rows |= _used_rows(graph)
         states |= {key[0] for key in graph.keys}

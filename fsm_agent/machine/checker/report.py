@@ -88,6 +88,7 @@ class CheckReport:
             "verdict": self.verdict.value,
             "policy": self.policy.model_dump(mode="json"),
             "verification": self.limits.verification,
+            "output_validation": self.limits.output_validation,
             "states_explored": self.states_explored,
             "moves_explored": self.moves_explored,
             "complete": self.complete,
@@ -123,6 +124,8 @@ class CheckReport:
     def format(self) -> str:
         """The report as text: verdict, search size, bounds, longest path, counterexamples."""
         features = "verification on" if self.limits.verification else "verification off"
+        if self.limits.output_validation:
+            features += ", output type validated"
         out = [
             f"check: {self.verdict.value.upper()} ({features})",
             f"  abstract states explored: {self.states_explored:,} "

@@ -1,0 +1,119 @@
+"""The kernel's side of phases: each phase move the run makes, with its event.
+
+The moves themselves (legality, guards, exit checks, the run state) belong to
+:class:`~fsm_agent.phases.CompiledPhases`; this module calls it where the kernel meets a move
+(a call in ``dispatching``, a spent budget before a model call) and queues the
+``phase_changed`` event for the listener.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from ..errors import ConfigurationError
+from ..events import PhaseChangedEvent
+from ..messages import ToolCall, ToolResult
+from ..phases import CompiledPhases, Phases
+from ..policy import Policy
+from ..run_state import RunState
+from ..tool_output import PAGER_NAME
+from ..tools import ToolRegistry
+from .context import RunContext
+
+__all__ = [
+    "budget_stop",
+    "compile_phases",
+    "gate_call",
+    "move_by_budget",
+    "move_by_code",
+    "phase_stop_conditions",
+]
+
+
+def _moved(ctx: RunContext, source: str, by: Literal["model", "code", "budget"]) -> None:
+    rs = ctx.rs
+    if ctx.listening and rs.phase != source and rs.phase is not None:
+        ctx.pending_events.append(
+            PhaseChangedEvent(
+                run_id=rs.run_id, source=source, dest=rs.phase, by=by, step=rs.counters.steps
+            )
+        )
+
+
+def gate_call(ctx: RunContext, phases: CompiledPhases, call: ToolCall) -> ToolResult | None:
+    """The phase's answer to ``call`` before it runs (see :meth:`CompiledPhases.gate`):
+    concurrent calls are all checked in the phase their turn started in, as their start
+    events said."""
+    source = phases.settle(ctx.rs)
+    result = phases.gate(ctx.rs, call, ctx.turn_phase)
+    if result is not None and not result.is_error:
+        _moved(ctx, source, "model")
+    return result
+
+
+def move_by_code(
+    ctx: RunContext, phases: CompiledPhases, result: ToolResult, target: str
+) -> ToolResult:
+    """Make the move a tool asked for by returning ``MovePhase(target)``; the result gains
+    the refusal (as an error) when the move is not legal."""
+    source = phases.settle(ctx.rs)
+    refusal = phases.move(ctx.rs, target, by="code")
+    if refusal is None:
+        _moved(ctx, source, "code")
+        return result
+    content = f"{result.content}\n\nError: {refusal}. The task stays in phase '{source}'."
+    return result.model_copy(update={"content": content.lstrip(), "is_error": True})
+
+
+def move_by_budget(ctx: RunContext, phases: CompiledPhases) -> None:
+    """Before a model call: when the phase's step budget is spent and it names an
+    ``on_budget`` phase, move there."""
+    phases.settle(ctx.rs)
+    spent = phases.phases.spent(ctx.rs)
+    if spent is None or spent[1] is None:
+        return
+    source = spent[0].name
+    phases.move(ctx.rs, spent[1], by="budget")
+    _moved(ctx, source, "budget")
+
+
+def compile_phases(
+    phases: Phases | None, registry: ToolRegistry, system_prompt: str | None, policy: Policy
+) -> CompiledPhases | None:
+    """``phases`` fitted to an agent's tools, system prompt and policy: the pager is allowed
+    in every phase, and the done tool of ``require_done_tool`` offered in the goal phases."""
+    if phases is None:
+        return None
+    done = registry.find("done") if policy.require_done_tool else None
+    return CompiledPhases(
+        phases,
+        registry.definitions,
+        system_prompt,
+        always=frozenset({PAGER_NAME}),
+        goal_tools=() if done is None else (done.definition,),
+    )
+
+
+def phase_stop_conditions(phases: Phases | None) -> tuple[Callable[[RunState], str | None], ...]:
+    """The stop condition an agent with ``phases`` adds to its own (see :func:`budget_stop`);
+    raises :class:`~fsm_agent.ConfigurationError` when ``phases`` is not a table."""
+    if phases is None:
+        return ()
+    if not isinstance(phases, Phases):
+        raise ConfigurationError(f"phases must be a fsm_agent.Phases, got {type(phases).__name__}")
+    return (budget_stop(phases),)
+
+
+def budget_stop(phases: Phases) -> Callable[[RunState], str | None]:
+    """The stop condition that ends a run whose phase spent its budget and names no
+    ``on_budget`` phase (stop reason ``stop_condition``, detail ``phase_budget: ...``)."""
+
+    def phase_budget(rs: RunState) -> str | None:
+        spent = phases.spent(rs)
+        if spent is None or spent[1] is not None:
+            return None
+        phase = spent[0]
+        return f"phase_budget: phase '{phase.name}' spent its {phase.max_steps} steps"
+
+    return phase_budget

@@ -1,0 +1,193 @@
+"""The store's threads make the writes queued together in one transaction: one commit for many
+runs' writes, with each write's outcome its own (a failing write does not fail the others of
+its batch), and every write of a batch failing when the commit fails."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_agent import State
+from fsm_agent.errors import CheckpointConflictError, CheckpointError
+from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
+from fsm_agent.persistence.store_threads import Lane, StoreThreads
+from fsm_agent.run_state import RunState
+from postgres_store import postgres_checkpointer
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
+    """A fresh SQLite file, or a fresh schema on the PostgreSQL server."""
+    if request.param == "sqlite":
+        sqlite_store = SQLiteCheckpointer(tmp_path / "runs.db")
+        yield sqlite_store
+        sqlite_store.close()
+    else:
+        with postgres_checkpointer() as pg_store:
+            yield pg_store
+
+
+async def _held(lane: Lane) -> Callable[[], None]:
+    """Occupy the lane's thread until the returned function is called, so that the writes
+    queued meanwhile are taken together."""
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        gate.wait(5)
+
+    lane.submit(hold)
+    assert await asyncio.to_thread(busy.wait, 5)
+    return gate.set
+
+
+def test_writes_queued_together_are_made_in_one_transaction() -> None:
+    """Five writes of two runs, queued while the thread was busy, enter the store's batch once
+    and are all made, in each run's order."""
+    entered: list[int] = []
+    made: list[str] = []
+
+    @contextmanager
+    def batch() -> Iterator[None]:
+        entered.append(len(made))
+        yield
+
+    threads = StoreThreads(1, "test-store", batch)
+
+    async def main() -> None:
+        first, second = threads.lane(), threads.lane()
+        release = await _held(first)
+        waits = [
+            first.call(made.append, "a1"),
+            second.call(made.append, "b1"),
+            first.call(made.append, "a2"),
+            second.call(made.append, "b2"),
+            first.call(made.append, "a3"),
+        ]
+        release()
+        await asyncio.gather(*waits)
+
+    asyncio.run(main())
+    threads.close()
+    assert entered == [0]
+    assert made == ["a1", "b1", "a2", "b2", "a3"]
+
+
+def test_a_failed_commit_fails_every_write_of_its_batch_and_their_lanes() -> None:
+    """When the batch's commit fails, each write of it gets that error, and the lanes' later
+    writes fail the same way without being made."""
+    made: list[str] = []
+
+    @contextmanager
+    def batch() -> Iterator[None]:
+        yield
+        raise CheckpointError("the disk went away at the commit")
+
+    threads = StoreThreads(1, "test-store", batch)
+
+    async def main() -> None:
+        first, second = threads.lane(), threads.lane()
+        release = await _held(first)
+        waits = [first.call(made.append, "a1"), second.call(made.append, "b1")]
+        release()
+        outcomes = await asyncio.gather(*waits, return_exceptions=True)
+        assert all(isinstance(o, CheckpointError) and "commit" in str(o) for o in outcomes)
+        made.clear()
+        with pytest.raises(CheckpointError, match="commit"):
+            await second.call(made.append, "b2")
+
+    asyncio.run(main())
+    threads.close()
+    assert made == []
+
+
+def _state(run_id: str) -> RunState:
+    return RunState(run_id=run_id, state=State.CALLING)
+
+
+def test_a_write_that_fails_in_a_batch_leaves_the_others_committed(store: Checkpointer) -> None:
+    """In one batch, run B's write names a version it does not hold: B gets the conflict, and
+    run A's writes before and after it are committed all the same."""
+    for run_id in ("A", "B"):
+        store.save(_state(run_id), version=1)
+    threads: StoreThreads = store.io_threads()  # type: ignore[attr-defined]
+
+    async def main() -> list[Any]:
+        a, b = threads.lane(), threads.lane()
+        release = await _held(a)
+        waits = [
+            a.call(partial(store.record_intent, "A", "1/tool/x", "tool", version=1)),
+            b.call(partial(store.record_intent, "B", "1/tool/y", "tool", version=7)),
+            a.call(partial(store.record_result, "A", "1/tool/x", "done", version=1)),
+        ]
+        release()
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], CheckpointConflictError)
+    assert store.effects("A")["1/tool/x"].result == "done"
+    assert store.effects("B") == {}
+
+
+def test_a_write_that_fails_in_a_batch_is_not_made_again() -> None:
+    """A write that would fail only once, inside a batch, gets that error and is not retried
+    behind the run's back; the batch's other writes are made."""
+    calls: list[str] = []
+
+    def flaky() -> None:
+        calls.append("flaky")
+        if calls.count("flaky") == 1:
+            raise CheckpointError("the disk is full")
+
+    @contextmanager
+    def batch() -> Iterator[None]:
+        yield
+
+    threads = StoreThreads(1, "test-store", batch)
+
+    async def main() -> list[Any]:
+        first, second = threads.lane(), threads.lane()
+        release = await _held(first)
+        waits = [first.call(calls.append, "a"), second.call(flaky), first.call(calls.append, "b")]
+        release()
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    threads.close()
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], CheckpointError)
+    assert calls == ["a", "flaky", "a", "b"]  # "a" again: its batch was rolled back
+
+
+def test_a_database_error_inside_a_batch_reaches_the_run_typed(tmp_path: Path) -> None:
+    """SQLite's own error, raised by one write of a batch, reaches its run as a
+    CheckpointError, as it would for a write made alone; the other run's write is stored."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    store.save(_state("A"), version=1)
+    with store._write() as cur:
+        cur.execute("DROP TABLE outputs")
+    threads: StoreThreads = store.io_threads()
+    broken = _state("A").model_copy(update={"tool_outputs": {"out-1": "the whole text"}})
+
+    async def main() -> list[Any]:
+        a, b = threads.lane(), threads.lane()
+        release = await _held(a)
+        waits = [
+            a.call(partial(store.save, broken, version=2)),
+            b.call(partial(store.save, _state("B"), version=1)),
+        ]
+        release()
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert isinstance(outcomes[0], CheckpointError) and outcomes[1] is None
+    assert {run.run_id: run.version for run in store.runs()} == {"A": 1, "B": 1}
+    store.close()
