@@ -6,9 +6,11 @@ start-up is left out; the bare interpreter (``python -c pass``) and ``import pyd
 floor fsm_agent builds on, are reported beside it. The demo is timed from outside, interpreter
 start-up included, as a user waits for it. Each figure is the median of ``--runs`` processes, with
 the fastest in brackets (a shared machine only ever adds time). ``-X importtime`` lists the
-slowest modules with ``--modules``.
+slowest modules with ``--modules``. ``--against DIR`` times another checkout of fsm_agent (an
+older commit) in the same rounds, process by process in turn, and gives the median of the
+same-round ratios: on a busy machine only that ratio is worth comparing.
 
-    python benchmarks/startup.py [--runs 15] [--modules 15]
+    python benchmarks/startup.py [--runs 15] [--modules 15] [--against ../older-checkout]
 """
 
 from __future__ import annotations
@@ -26,25 +28,31 @@ IMPORT_TARGET_S = 0.150
 DEMO_TARGET_S = 0.5
 
 
-def _env() -> dict[str, str]:
-    # As an installed package runs: from its bytecode cache, which the first import writes.
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` on the checkout ``root``, as an installed package runs: from its bytecode
+    cache, which the first import writes. The child starts in ``root``: ``-c`` and ``-m`` put
+    the working directory first on the path, so another checkout there would be imported."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPATH": str(ROOT)}
-
-
-def _timed_import(module: str) -> float:
-    """Seconds ``import module`` takes in a fresh interpreter, measured inside it."""
-    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
+    return subprocess.run(
+        [sys.executable, *args],
+        env={**env, "PYTHONPATH": str(root)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    return float(out.stdout)
 
 
-def _timed_process(*args: str) -> float:
-    """Seconds from starting ``python ARGS`` to its exit."""
+def timed_import(root: Path, module: str) -> float:
+    """Seconds ``import module`` takes in a fresh interpreter on ``root``, measured inside it."""
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    return float(_run(root, "-c", code).stdout)
+
+
+def timed_process(root: Path, *args: str) -> float:
+    """Seconds from starting ``python ARGS`` on ``root`` to its exit."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, *args], env=_env(), cwd=ROOT, capture_output=True, check=True)
+    _run(root, *args)
     return time.perf_counter() - started
 
 
@@ -56,15 +64,14 @@ def _vs(samples: list[float], target_s: float) -> str:
     return f"= {statistics.median(samples) / target_s:.2f}× the {target_s * 1000:.0f} ms target"
 
 
+def _ratio(ours: list[float], theirs: list[float]) -> str:
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    return f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
 def _slowest_modules(count: int) -> list[tuple[int, str]]:
     """The ``count`` modules with the largest own import time, in µs."""
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import fsm_agent"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = _run(ROOT, "-X", "importtime", "-c", "import fsm_agent")
     rows = []
     for line in out.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
@@ -79,18 +86,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="processes per figure")
     parser.add_argument("--modules", type=int, default=0, help="list the N slowest modules")
+    parser.add_argument("--against", type=Path, help="another checkout, timed in the same rounds")
     args = parser.parse_args()
 
-    _timed_process("-m", "fsm_agent", "demo", "--no-diagram")  # write the bytecode cache
-    interpreter = [_timed_process("-c", "pass") for _ in range(args.runs)]
-    pydantic = [_timed_import("pydantic") for _ in range(args.runs)]
-    package = [_timed_import("fsm_agent") for _ in range(args.runs)]
-    demo = [_timed_process("-m", "fsm_agent", "demo", "--no-diagram") for _ in range(args.runs)]
+    roots = [ROOT] if args.against is None else [ROOT, args.against.resolve()]
+    demo_args = ("-m", "fsm_agent", "demo", "--no-diagram")
+    for root in roots:
+        timed_process(root, *demo_args)  # write the bytecode cache
+    interpreter = [timed_process(ROOT, "-c", "pass") for _ in range(args.runs)]
+    pydantic = [timed_import(ROOT, "pydantic") for _ in range(args.runs)]
+    package: dict[Path, list[float]] = {root: [] for root in roots}
+    demo: dict[Path, list[float]] = {root: [] for root in roots}
+    for _ in range(args.runs):
+        for root in roots:
+            package[root].append(timed_import(root, "fsm_agent"))
+        for root in roots:
+            demo[root].append(timed_process(root, *demo_args))
 
     print(f"python -c pass (process)         {_summary(interpreter)}")
     print(f"import pydantic (the floor)      {_summary(pydantic)}")
-    print(f"import fsm_agent                 {_summary(package)}  {_vs(package, IMPORT_TARGET_S)}")
-    print(f"fsm-agent demo --no-diagram      {_summary(demo)}  {_vs(demo, DEMO_TARGET_S)}")
+    ours, demoed = package[ROOT], demo[ROOT]
+    print(f"import fsm_agent                 {_summary(ours)}  {_vs(ours, IMPORT_TARGET_S)}")
+    print(f"fsm-agent demo --no-diagram      {_summary(demoed)}  {_vs(demoed, DEMO_TARGET_S)}")
+    if args.against is not None:
+        other = roots[1]
+        print(f"\nthe same rounds on {other}:")
+        print(f"import fsm_agent                 {_summary(package[other])}")
+        print(f"fsm-agent demo --no-diagram      {_summary(demo[other])}")
+        print("this checkout ÷ that one (median of same-round ratios, range):")
+        print(f"  import {_ratio(ours, package[other])}; demo {_ratio(demoed, demo[other])}")
     if args.modules:
         print("\nslowest modules of `import fsm_agent` (own time):")
         for own, name in _slowest_modules(args.modules):

@@ -48,7 +48,8 @@ __all__ = [
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built on first use: a run emits a few event types, and ``run`` none (see messages._Frozen).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     run_id: str
 
@@ -309,5 +310,5 @@ Event: TypeAlias = Annotated[
 
 TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
 
-event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
+event_adapter: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
 """Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line)."""

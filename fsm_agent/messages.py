@@ -43,7 +43,9 @@ __all__ = [
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Validators are built on first use, not at import: the kernel builds most of these with
+    # ``trusted``, so a run validates only a few of them (a model's fields are known at once).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 _new = object.__new__
@@ -212,7 +214,9 @@ def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
     return value if isinstance(value, dict) else None
 
 
-_ARGUMENTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
+_ARGUMENTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(
+    dict[str, JsonValue], config=ConfigDict(defer_build=True)
+)
 
 
 def arguments_too_deep(raw: str) -> bool:

@@ -51,7 +51,7 @@ __all__ = [
 class _PolicyModel(BaseModel):
     """Frozen, strict-keyed model whose validation errors surface as :class:`PolicyError`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built on first use
 
     @model_validator(mode="wrap")
     @classmethod

@@ -9,6 +9,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from workload import ANSWER, FloorAdapter, FsmAgentAdapter, PlainFloorAdapter, add_calls
@@ -20,3 +22,18 @@ def test_workload_runs_on_fsm_agent_and_the_floor() -> None:
         add_calls.value = 0
         assert asyncio.run(adapter.prepare(2)()) == ANSWER, adapter.name
         assert add_calls.value == 1, adapter.name
+
+
+def test_startup_times_the_checkout_it_is_given_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``benchmarks/startup.py`` imports the checkout it measures, not a ``fsm_agent`` in the
+    directory it was started from (``-c`` puts the working directory first on the path)."""
+    import startup
+
+    decoy = tmp_path / "fsm_agent"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    assert startup.timed_import(root, "fsm_agent") > 0

@@ -161,3 +161,32 @@ def test_importing_fsm_agent_loads_no_provider_database_or_extra() -> None:
     before, after = result.stdout.splitlines()
     assert before == "[]"
     assert "fsm_agent.providers" in after and "fsm_agent.persistence.sqlite" in after
+
+
+def test_importing_fsm_agent_builds_no_pydantic_validator() -> None:
+    """``import fsm_agent`` builds no pydantic validator: each model's is built when the model
+    is first validated (pydantic's scan of the installed distributions for plugins, with
+    ``importlib.metadata``, waits as well), and every model still builds."""
+    code = (
+        "import sys, pydantic, fsm_agent\n"
+        "from fsm_agent.events import event_adapter\n"
+        "from fsm_agent.messages import parse_arguments\n"
+        "models = [v for name, m in sorted(sys.modules.items()) if name.startswith('fsm_agent.')"
+        " for v in vars(m).values() if isinstance(v, type)"
+        " and issubclass(v, pydantic.BaseModel) and v.__module__ == name]\n"
+        "print(len(models), [m.__name__ for m in models if m.__pydantic_complete__])\n"
+        "print(event_adapter.pydantic_complete, 'importlib.metadata' in sys.modules)\n"
+        "print(fsm_agent.Policy(max_steps=3).max_steps, parse_arguments('{\"a\": [1]}'))\n"
+        "event_adapter.rebuild()\n"
+        "for model in models:\n"
+        "    model.model_rebuild()\n"
+        "print(all(m.__pydantic_complete__ for m in models), event_adapter.pydantic_complete)\n"
+    )
+    result = python(code)
+    assert result.returncode == 0, result.stderr
+    built, adapter, used, rebuilt = result.stdout.splitlines()
+    count, names = built.split(" ", 1)
+    assert int(count) > 40 and names == "[]"
+    assert adapter == "False False"
+    assert used == "3 {'a': [1]}"
+    assert rebuilt == "True True"

@@ -45,7 +45,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-ONE_REQUEST = Usage(requests=1)
+ONE_REQUEST = Usage.model_construct(requests=1)  # not validated: nothing is, at import
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.

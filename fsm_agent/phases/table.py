@@ -96,7 +96,8 @@ class PhaseChange(BaseModel):
     ``step`` is the run's steps then and ``move`` the index in ``trace`` of the loop move that
     followed (the two traces line up)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built on first use, like the messages: a run without phases never validates one.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source: str | None
     dest: str
