@@ -275,7 +275,9 @@ class Tool:
             parsed = self._args_model.model_validate_json(call.arguments_json)
         else:
             parsed = self._args_model.model_validate(call.arguments)
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        # The validated model keeps exactly its fields' values in its ``__dict__`` (it refuses
+        # extra arguments): a copy of it, not a read of each field through pydantic's hook.
+        return dict(parsed.__dict__)
 
 
 async def _in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:

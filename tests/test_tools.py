@@ -258,3 +258,33 @@ def test_bad_tool_names_and_timeouts_are_refused() -> None:
         tool(name="has space")(lambda: "x")
     with pytest.raises(ToolDefinitionError, match="timeout_s must be > 0"):
         tool(name="ok", timeout_s=0)(lambda: "x")
+
+
+class _Point(BaseModel):
+    x: int
+    y: int = 0
+
+
+def test_a_tool_receives_every_validated_argument_as_each_field_reads() -> None:
+    """The arguments a tool receives are its validated arguments model's field values, read
+    from the model's ``__dict__``: the same values, types and order as reading each field,
+    defaults and nested models included."""
+
+    @tool
+    def place(
+        name: str, point: _Point, when: datetime.date, tags: list[str] | None = None, n: int = 3
+    ) -> str:
+        """Place something."""
+        return name
+
+    call = ToolCall.create(
+        "c1", "place", {"name": "a", "point": {"x": 1}, "when": "2026-01-02", "n": "4"}
+    )
+    given = place._arguments(call)
+    model = place._args_model
+    assert model is not None
+    parsed = model.model_validate(call.arguments)
+    expected = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+    assert given == expected
+    assert list(given) == ["name", "point", "when", "tags", "n"]
+    assert [type(v) for v in given.values()] == [str, _Point, datetime.date, type(None), int]
