@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from conftest_network import no_external_network
+from postgres_store import store
 
-__all__ = ["no_external_network"]
+__all__ = ["no_external_network", "store"]
 
 # The driver asserts that every outcome a handler reports is declared for its state.
 os.environ.setdefault("FSM_AGENT_CHECK_DECLARATIONS", "1")

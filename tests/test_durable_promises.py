@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,18 +38,6 @@ from fsm_agent.persistence import (
 from fsm_agent.run_state import RunState
 from fsm_agent.testing import ScriptedModel, text, tool_call
 from postgres_store import DSN, postgres_checkpointer
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
-    """A fresh SQLite file, or a fresh schema on the PostgreSQL server."""
-    if request.param == "sqlite":
-        sqlite_store = SQLiteCheckpointer(tmp_path / "runs.db")
-        yield sqlite_store
-        sqlite_store.close()
-    else:
-        with postgres_checkpointer() as pg_store:
-            yield pg_store
 
 
 def _raw(store: Checkpointer, sql: str) -> None:

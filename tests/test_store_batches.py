@@ -19,19 +19,6 @@ from fsm_agent.errors import CheckpointConflictError, CheckpointError
 from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
 from fsm_agent.persistence.store_threads import Lane, StoreThreads
 from fsm_agent.run_state import RunState
-from postgres_store import postgres_checkpointer
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
-    """A fresh SQLite file, or a fresh schema on the PostgreSQL server."""
-    if request.param == "sqlite":
-        sqlite_store = SQLiteCheckpointer(tmp_path / "runs.db")
-        yield sqlite_store
-        sqlite_store.close()
-    else:
-        with postgres_checkpointer() as pg_store:
-            yield pg_store
 
 
 async def _held(lane: Lane) -> Callable[[], None]:
