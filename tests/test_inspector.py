@@ -520,7 +520,8 @@ def test_the_command_answers_through_the_agent_its_factory_builds(
             if detail["state"] == "done":
                 break
             time.sleep(0.05)
-        assert detail["output"] == "Deleted the old log."
+        why = {key: detail[key] for key in ("state", "stop_reason", "error", "resume_error")}
+        assert detail["output"] == "Deleted the old log.", why
         assert detail["tool_calls"][0]["result"] == "deleted build/old.log"
     finally:
         served.close()
