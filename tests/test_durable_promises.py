@@ -267,6 +267,21 @@ def test_resuming_under_another_definition_is_refused_unless_allowed(store: Chec
     assert result.ok
 
 
+def test_equal_policies_give_one_fingerprint() -> None:
+    """A set's iteration order depends on how it was built: two equal policies whose retryable
+    statuses were inserted in another order give one fingerprint, so a worker resumes them."""
+    from fsm_agent.persistence.definition import definition_fingerprint
+    from fsm_agent.policy import RetryPolicy
+
+    def agent(statuses: list[int]) -> Agent[None]:
+        policy = Policy(retry=RetryPolicy(retryable_statuses=frozenset(statuses)))
+        return Agent(ScriptedModel([text("hi")]), policy=policy)
+
+    one, other = agent([504, 408, 429]), agent([408, 504, 429])
+    assert one.policy == other.policy
+    assert definition_fingerprint(one) == definition_fingerprint(other)
+
+
 # -- counters after a crash -----------------------------------------------------------------------
 
 

@@ -26,8 +26,22 @@ for an agent with phases and ``output`` only for one with an output type, so the
 of the others stay as they were)."""
 
 
+def _canonical(value: object) -> object:
+    """``value`` with every set as a sorted list: a set's iteration order depends on how it was
+    built, so two equal policies could otherwise give two fingerprints."""
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_canonical(item) for item in value), key=repr)
+    return value
+
+
 def _digest(value: object) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    text = json.dumps(
+        _canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -46,7 +60,7 @@ def definition_fingerprint(agent: Agent[Any, Any]) -> str:
     parts = {
         "tools": _digest(tools),
         "system_prompt": _digest(agent.system_prompt),
-        "policy": _digest(agent.policy.model_dump(mode="json")),
+        "policy": _digest(agent.policy.model_dump()),
     }
     phases = agent.phases
     if phases is not None:
