@@ -11,14 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from asyncio import current_task
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Iterable,
     Mapping,
     Sequence,
@@ -54,9 +51,10 @@ from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
-from .context import Emitted, LoopSettings
+from .context import LoopSettings
 from .driver import drive
 from .limits import usage_limited
+from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions
 from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
@@ -299,7 +297,7 @@ class Agent(Generic[DepsT, OutputT]):
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
         ctx = self._context(prompt, history, handle, deps, listening=True)
-        async with contextlib.aclosing(_listened(ctx, self._drive(ctx))) as events:
+        async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
 
@@ -373,7 +371,7 @@ class Agent(Generic[DepsT, OutputT]):
         ctx = await self._resume_context(
             resume, decisions, handle, deps, listening=True, allow_changed=allow_changed_definition
         )
-        async with contextlib.aclosing(_listened(ctx, self._drive(ctx))) as events:
+        async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
 
@@ -545,56 +543,6 @@ class Agent(Generic[DepsT, OutputT]):
         if cached is None or cached[0] != key:
             cached = self._fingerprint = (key, definition_fingerprint(self))
         return cached[1]
-
-
-class _Suspension:
-    """Awaiting it suspends the awaiting coroutine with ``signal`` (what a handler's coroutine
-    suspended with: an asyncio future, or ``None`` for a bare yield), so the task sees it as
-    if the handler had suspended there itself."""
-
-    __slots__ = ("signal",)
-
-    def __init__(self, signal: object) -> None:
-        self.signal = signal
-
-    def __await__(self) -> Generator[object, None, None]:
-        yield self.signal
-
-
-class _ListenerLeft(BaseException):
-    """Thrown into a handler whose listener closed the stream. GeneratorExit would close every
-    coroutine it passes, forbidding the awaits of their cleanup (closing an HTTP stream
-    awaits); this one unwinds them like any exception."""
-
-
-async def _listened(
-    ctx: RunContext, drive: Coroutine[object, object, None]
-) -> AsyncGenerator[Event, None]:
-    """Step the driver's coroutine for a listened run: yield each event it (or a handler it
-    awaits) emits (see :class:`~fsm_agent.kernel.context.Emitted`) and hand every other suspension
-    to the task. What is thrown in here (a cancel) is thrown into the run; when the listener
-    closes the stream, the run unwinds where it stands and emits nothing more."""
-    thrown: BaseException | None = None
-    closing = False
-    try:
-        while True:
-            signal = drive.send(None) if thrown is None else drive.throw(thrown)
-            thrown = None
-            if type(signal) is not Emitted:
-                try:
-                    await _Suspension(signal)
-                except BaseException as exc:
-                    thrown = exc
-            elif not closing:
-                try:
-                    yield signal.event
-                except GeneratorExit:
-                    closing, thrown = True, _ListenerLeft()
-                except BaseException as exc:
-                    thrown = exc
-                ctx.task = current_task()  # the listener may read on from another task
-    except (StopIteration, _ListenerLeft):
-        return
 
 
 def _result_of(ctx: RunContext) -> RunResult[Any]:

@@ -104,7 +104,7 @@ class Emitted:
     """An event on its way out of a handler: awaiting it suspends the handler's coroutine
     (through the driver's, which awaits it) up to the stepper of the listened run, which
     yields the event to the listener and resumes the run once the listener asks for the next
-    one (see ``kernel._listened``).
+    one (see ``kernel.listening``).
 
     The driver and the handlers are plain coroutines, so a run nobody listens to pays for no
     generator. Only a stepped run may emit: awaited anywhere else, this reaches the asyncio
