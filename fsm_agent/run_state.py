@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
-from .messages import Message, ToolCall, ToolResult, Usage
+from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
 from .phases.table import PhaseChange
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "RunState",
     "StoredCounters",
     "StoredMove",
+    "build_run_validators",
     "strip_unknown",
     "unknown_write_error",
 ]
@@ -222,3 +223,16 @@ replaces the run id and each field a factory makes (the mutable containers, and 
 below). Not from ``model_construct``, which would call the factories, validating a ``Usage``
 and inspecting the signatures of ``list`` and ``dict`` (about 3 ms of every import)."""
 _START["usage"] = Usage.model_construct()  # frozen: every new run may share it
+
+
+def build_run_validators(*, durable: bool) -> None:
+    """Build the validators of the models every run makes (and, for a ``durable`` agent, of the
+    run state its checkpoints encode). Import leaves them to first use; an agent builds them
+    when it is built, so that the first run of a service does not spend milliseconds building
+    them on its event loop, where every other run waits. Each model is built once per process."""
+    models = [Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage]
+    if durable:
+        models += [RunState, HumanRequest]
+    for model in models:
+        if not model.__pydantic_complete__:
+            model.model_rebuild()

@@ -163,6 +163,35 @@ def test_importing_fsm_agent_loads_no_provider_database_or_extra() -> None:
     assert "fsm_agent.providers" in after and "fsm_agent.persistence.sqlite" in after
 
 
+def test_a_built_agent_runs_without_building_a_validator() -> None:
+    """Building an agent builds the validators its runs need, so that the first run of a
+    service does not stop its event loop for milliseconds to build them (a durable agent: the
+    run state's as well)."""
+    code = (
+        "import asyncio\n"
+        "from pydantic._internal import _model_construction as construction\n"
+        "from fsm_agent import Agent, InMemoryCheckpointer, tool\n"
+        "from fsm_agent.scripted import ScriptedModel, text, tool_call\n"
+        "@tool\n"
+        "def look(n: int) -> str:\n"
+        "    'Look it up.'\n"
+        "    return str(n)\n"
+        "answers = [tool_call('look', {'n': 1}), text('done')]\n"
+        "agent = Agent(ScriptedModel(answers), tools=[look], checkpointer=InMemoryCheckpointer())\n"
+        "built = []\n"
+        "complete = construction.complete_model_class\n"
+        "def spy(cls, *args, **kwargs):\n"
+        "    built.append(cls.__name__)\n"
+        "    return complete(cls, *args, **kwargs)\n"
+        "construction.complete_model_class = spy\n"
+        "result = asyncio.run(agent.run('go'))\n"
+        "print(result.output, built)\n"
+    )
+    result = python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["done", "[]"]
+
+
 def test_importing_fsm_agent_builds_no_pydantic_validator() -> None:
     """``import fsm_agent`` builds no pydantic validator: each model's is built when the model
     is first validated (pydantic's scan of the installed distributions for plugins, with

@@ -46,7 +46,7 @@ from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..phases import Phases
 from ..policy import Policy, limits_of
-from ..run_state import RunState
+from ..run_state import RunState, build_run_validators
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
@@ -151,6 +151,7 @@ class Agent(Generic[DepsT, OutputT]):
                 f"unknown_outcome must be 'model' or 'human', got {unknown_outcome!r}"
             )
         self.checkpointer = checkpointer
+        build_run_validators(durable=checkpointer is not None)
         self.unknown_outcome: UnknownOutcome = unknown_outcome
         self.output_type = cast("type[OutputT]", str if output_type is None else output_type)
         self.output_spec = output_spec(self.output_type)
