@@ -616,3 +616,65 @@ def test_the_lag_benchmark_still_runs(tmp_path: Path) -> None:
     row = asyncio.run(durable_lag._in_flight(5, 1, store, 0.01))
     store.close()
     assert row["ok"] == 5 and row["timeouts"] == 0 and row["peak"] >= 1
+
+
+class _Inspecting:
+    """A model that, at each call, reads what ``store`` holds of the run: the state of its
+    newest checkpoint, and the tool calls of its journal that have no outcome."""
+
+    name = "inspecting"
+    context_window = None
+
+    def __init__(self, store: Checkpointer, turns: int) -> None:
+        self.store = store
+        self.turns = turns
+        self.run_id = ""
+        self.seen: list[tuple[State, list[str]]] = []
+
+    async def complete(self, request: Any) -> Any:
+        """Look at the store, then call the tool ``turns`` times and answer."""
+        done = sum(len(m.tool_results) for m in request.messages)
+        if self.run_id:
+            stored = self.store.load(self.run_id).state
+            effects = self.store.effects(self.run_id)
+            open_calls = [k for k, r in effects.items() if r.kind == "tool" and r.result is None]
+            self.seen.append((stored.state, open_calls))
+        if done >= self.turns:
+            return text("done")
+        return tool_call("note", {"n": done}, id=f"c{done}")
+
+
+@pytest.mark.parametrize("listened", [False, True], ids=["unheard", "listened"])
+def test_sync_mode_stores_every_write_before_the_next_call(
+    store: Checkpointer, listened: bool
+) -> None:
+    """Durability ``sync``: when the model is called, the checkpoint of the move into
+    ``calling`` and every tool outcome before it are stored; when a tool runs, the move into
+    ``dispatching`` is. A run nobody follows waits once per call for them rather than for each
+    write, and must keep this promise all the same."""
+    model = _Inspecting(store, turns=3)
+    at_tool: list[State] = []
+
+    @tool
+    def note(n: int) -> str:
+        """Note a number."""
+        at_tool.append(store.load(model.run_id).state.state)
+        return f"noted {n}"
+
+    agent = Agent(model, tools=[note], checkpointer=store, runtime=Runtime(new_id=lambda: "r1"))
+    model.run_id = "r1"
+    if listened:
+
+        async def follow() -> Any:
+            async for event in agent.run_stream("go"):
+                if event.type == "state_changed":  # stored before it is heard of
+                    assert store.load("r1").state.state is event.dest
+            return agent
+
+        asyncio.run(follow())
+    else:
+        result = agent.run_sync("go")
+        assert result.ok and result.output == "done"
+    assert at_tool == [State.DISPATCHING] * 3
+    assert model.seen == [(State.CALLING, [])] * 4
+    assert store.load("r1").state.state is State.DONE

@@ -432,6 +432,7 @@ class Agent(Generic[DepsT, OutputT]):
             version=checkpoint.version,
             mode=self.durability,
             unknown_outcome=self.unknown_outcome,
+            heard=listening or bool(self.hooks),
         )
         try:
             rs = await self._claim(log, checkpoint, token, decisions, allow_changed)
@@ -511,6 +512,7 @@ class Agent(Generic[DepsT, OutputT]):
                 version=0,
                 mode=self.durability,
                 unknown_outcome=self.unknown_outcome,
+                heard=listening or bool(self.hooks),
             )
         ctx = self._new_context(rs, handle or RunHandle(), deps, listening, log)
         ctx.input = message

@@ -69,7 +69,7 @@ __all__ = [
 class Durability(StrEnum):
     """When an agent with a checkpointer writes (``docs/durability.md`` has the details)."""
 
-    SYNC = "sync"  # every checkpoint and effect record is stored before the run goes on
+    SYNC = "sync"  # every checkpoint and tool record is stored before the next call or rest
     ASYNC = "async"  # checkpoints and results are written without waiting; intents are awaited
     EXIT = "exit"  # one checkpoint when the run rests (done, aborted, suspended)
 

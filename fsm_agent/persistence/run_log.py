@@ -76,12 +76,19 @@ class RunLog:
 
     The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), never on the
     event loop's, in the order the run makes them: each waits for the run's previous write, and
-    a write after a failed one fails the same way without being made. In ``sync`` mode the run
-    awaits every checkpoint and every tool record; in ``async`` mode it awaits tool intents
-    only (and every write when the run rests), and hands checkpoints and outcomes to the
-    thread. A model call's intent and outcome
-    are never awaited: a lost one means the call is made again, which the next awaited write
-    (the move's checkpoint) bounds."""
+    a write after a failed one fails the same way without being made. Waiting for a write
+    therefore waits for every write before it.
+
+    In ``sync`` mode every checkpoint and tool record is stored before the run makes its next
+    model or tool call, before it rests, and, when someone follows the run (``heard``: a
+    listener or a hook), before they hear of the move or the outcome. A run nobody follows does not
+    wait for each write: it waits once before its next call, for all of them (the tool's
+    intent, awaited anyway, covers the writes before it). What a crash can leave stored is the
+    same either way, since the writes are made in the same order; only the moves in between,
+    which have no effect outside the run, go on meanwhile. In ``async`` mode the run awaits tool
+    intents only (and every write when the run rests), and hands checkpoints and outcomes to
+    the thread. A model call's intent and outcome are never awaited: a lost one means the call
+    is made again, which the next awaited write bounds."""
 
     def __init__(
         self,
@@ -92,6 +99,7 @@ class RunLog:
         mode: Durability,
         unknown_outcome: UnknownOutcome,
         effects: dict[str, EffectRecord] | None = None,
+        heard: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -100,6 +108,9 @@ class RunLog:
         self.journal = mode is not Durability.EXIT
         self.unknown_outcome = unknown_outcome
         self.effects = effects or {}
+        self.waits_each = mode is Durability.SYNC and heard
+        """Each checkpoint and tool outcome is awaited as it is written (see the class)."""
+        self._pending = False  # a write handed to the lane that nobody awaited yet
         threads = store_threads_of(store)
         self._own_threads = threads is _OWN
         if threads is _OWN:
@@ -117,6 +128,7 @@ class RunLog:
             fn(*args)
         else:
             self._lane.submit(fn, *args)
+            self._pending = True
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
@@ -125,12 +137,20 @@ class RunLog:
             fn(*args)
         else:
             await self._lane.call(fn, *args)
+            self._pending = False
 
     async def flush(self) -> None:
         """Wait until every write handed to the store's thread is stored; raise the first that
         failed."""
         if self._lane is not None:
             await self._lane.call(_nothing)
+            self._pending = False
+
+    async def before_call(self) -> None:
+        """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
+        thread and not awaited yet (see the class)."""
+        if self._pending and self.mode is Durability.SYNC:
+            await self.flush()
 
     def close(self) -> None:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
@@ -174,7 +194,10 @@ class RunLog:
         mode = self.mode
         if mode is Durability.SYNC:
             save, args = self._saving(rs, self.version + 1)
-            await self._write(save, *args)
+            if self.waits_each or resting:
+                await self._write(save, *args)
+            else:  # stored before the next call or rest (see the class)
+                self._submit(save, *args)
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
@@ -217,12 +240,12 @@ class RunLog:
         self.store.record_intent(self.run_id, key, kind, version=version)
 
     async def _result(self, key: str, result: str) -> None:
-        """Store the outcome: awaited in ``sync`` mode, handed to the store's thread in
-        ``async`` mode (the run's next awaited write waits for it)."""
-        if self.mode is Durability.ASYNC:
-            self._submit(self._record, key, result, self.version)
-        else:
+        """Store the outcome: awaited when each write is (see the class), else handed to the
+        store's thread (the run's next awaited write waits for it)."""
+        if self.waits_each:
             await self._write(self._record, key, result, self.version)
+        else:  # stored before the next call or rest (see the class)
+            self._submit(self._record, key, result, self.version)
 
     def _record(self, key: str, result: str, version: int) -> None:
         self.store.record_result(self.run_id, key, result, version=version)
@@ -240,6 +263,7 @@ class RunLog:
         if record is not None and record.result is not None:
             return None, _decode_model(record.result)
         if record is None:
+            await self.before_call()
             # Not awaited: an intent without an outcome and no record both mean "call it",
             # so the model's intent only has to precede its outcome, which the lane keeps.
             self._submit(self._record_intent, key, "model", self.version)

@@ -88,6 +88,8 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
 
     async def complete(request: ModelRequest, model: Model | None = None) -> ModelResponse:
         rs.model_calls += 1
+        if ctx.durable is not None:
+            await ctx.durable.before_call()
         if ctx.listening:
             events.append(
                 ModelRequestEvent(
