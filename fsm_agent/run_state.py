@@ -230,7 +230,7 @@ def build_run_validators(*, durable: bool) -> None:
     run state its checkpoints encode). Import leaves them to first use; an agent builds them
     when it is built, so that the first run of a service does not spend milliseconds building
     them on its event loop, where every other run waits. Each model is built once per process."""
-    models = [Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage]
+    models: list[type[BaseModel]] = [Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage]
     if durable:
         models += [RunState, HumanRequest]
     for model in models:
