@@ -455,18 +455,21 @@ class SQLCheckpointer:
         self._record(run_id, key, kind, result, version)
 
     def _record(self, run_id: str, key: str, kind: str, result: str | None, version: int) -> None:
+        # One statement, fenced by the version: the row is written only while the run's row
+        # holds ``version`` (locked until the commit where the database can), so a worker
+        # whose run was claimed writes nothing. A round trip less than reading it first.
         with self._writing() as cur:
-            latest = self._latest(cur, run_id)
-            if latest != version:
-                raise conflict(run_id, version + 1, latest)
             cur.execute(
                 self._sql(
                     "INSERT INTO {t}effects (run_id, key, kind, result, recorded_at) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+                    "SELECT ?, ?, ?, ?, ? FROM {t}runs WHERE run_id = ? AND version = ?"
+                    f"{self.lock_clause} ON CONFLICT (run_id, key) DO UPDATE SET "
                     "result = excluded.result, recorded_at = excluded.recorded_at"
                 ),
-                (run_id, key, kind, result, time.time()),
+                (run_id, key, kind, result, time.time(), run_id, version),
             )
+            if cur.rowcount != 1:
+                raise conflict(run_id, version + 1, self._latest(cur, run_id, lock=False))
 
     def effects(self, run_id: str) -> dict[str, EffectRecord]:
         """The journaled calls of ``run_id`` by key."""
