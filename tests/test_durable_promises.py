@@ -678,3 +678,49 @@ def test_sync_mode_stores_every_write_before_the_next_call(
     assert at_tool == [State.DISPATCHING] * 3
     assert model.seen == [(State.CALLING, [])] * 4
     assert store.load("r1").state.state is State.DONE
+
+
+def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> None:
+    """Parallel tool calls hand writes to a run's lane while another of its writes is awaited:
+    that wait ending must not count the later write as stored (the run waits for it before
+    its next model call)."""
+    from fsm_agent.persistence import Durability
+    from fsm_agent.persistence.run_log import RunLog
+
+    release = threading.Event()
+    stored: list[str] = []
+
+    class Slow(InMemoryCheckpointer):
+        """A store whose intents wait for ``release``, and whose outcomes take a while; its
+        writes go to a thread of the log's own (it names no ``io_threads()``)."""
+
+        io_threads = None
+
+        def record_intent(
+            self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int
+        ) -> None:
+            release.wait(5)
+            super().record_intent(run_id, key, kind, version=version)
+
+        def record_result(self, run_id: str, key: str, result: str, *, version: int) -> None:
+            threading.Event().wait(0.05)
+            super().record_result(run_id, key, result, version=version)
+            stored.append(key)
+
+    store = Slow()
+    store.save(RunState.start("r1"), version=1)
+    log = RunLog(store, "r1", version=1, mode=Durability.SYNC, unknown_outcome="model", heard=False)
+
+    async def main() -> None:
+        intent = asyncio.create_task(log._intent("1/tool/b", "tool"))
+        await asyncio.sleep(0.01)  # b's intent is queued and waits in the store's thread
+        log._submit(log._record, "1/tool/a", "a's outcome", 1)  # queued after it
+        release.set()
+        await intent  # b's intent is stored; a's outcome may not be yet
+        await log.before_call()
+        assert stored == ["1/tool/a"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        log.close()

@@ -110,7 +110,10 @@ class RunLog:
         self.effects = effects or {}
         self.waits_each = mode is Durability.SYNC and heard
         """Each checkpoint and tool outcome is awaited as it is written (see the class)."""
-        self._pending = False  # a write handed to the lane that nobody awaited yet
+        # Writes handed to the lane, and how many of the first of them are known stored: a
+        # counter, not a flag, since parallel tool calls write and wait in any interleaving.
+        self._queued = 0
+        self._stored = 0
         threads = store_threads_of(store)
         self._own_threads = threads is _OWN
         if threads is _OWN:
@@ -128,7 +131,7 @@ class RunLog:
             fn(*args)
         else:
             self._lane.submit(fn, *args)
-            self._pending = True
+            self._queued += 1
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
@@ -136,20 +139,25 @@ class RunLog:
         if self._lane is None:
             fn(*args)
         else:
-            await self._lane.call(fn, *args)
-            self._pending = False
+            await self._waited(self._lane, fn, *args)
 
     async def flush(self) -> None:
         """Wait until every write handed to the store's thread is stored; raise the first that
         failed."""
         if self._lane is not None:
-            await self._lane.call(_nothing)
-            self._pending = False
+            await self._waited(self._lane, _nothing)
+
+    async def _waited(self, lane: Lane, fn: Callable[..., object], *args: object) -> None:
+        """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored."""
+        self._queued += 1
+        mark = self._queued
+        await lane.call(fn, *args)
+        self._stored = max(self._stored, mark)
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
         thread and not awaited yet (see the class)."""
-        if self._pending and self.mode is Durability.SYNC:
+        if self._queued > self._stored and self.mode is Durability.SYNC:
             await self.flush()
 
     def close(self) -> None:
