@@ -665,11 +665,10 @@ def test_sync_mode_stores_every_write_before_the_next_call(
     model.run_id = "r1"
     if listened:
 
-        async def follow() -> Any:
+        async def follow() -> None:
             async for event in agent.run_stream("go"):
                 if event.type == "state_changed":  # stored before it is heard of
                     assert store.load("r1").state.state is event.dest
-            return agent
 
         asyncio.run(follow())
     else:
@@ -713,7 +712,7 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
 
     async def main() -> None:
         intent = asyncio.create_task(log._intent("1/tool/b", "tool"))
-        await asyncio.sleep(0.01)  # b's intent is queued and waits in the store's thread
+        await asyncio.sleep(0)  # the task's first step queues b's intent, which then waits
         log._submit(log._record, "1/tool/a", "a's outcome", 1)  # queued after it
         release.set()
         await intent  # b's intent is stored; a's outcome may not be yet
