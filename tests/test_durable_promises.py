@@ -686,7 +686,7 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
     from fsm_agent.persistence import Durability
     from fsm_agent.persistence.run_log import RunLog
 
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     stored: list[str] = []
 
     class Slow(InMemoryCheckpointer):
@@ -698,6 +698,7 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
         def record_intent(
             self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int
         ) -> None:
+            entered.set()
             release.wait(5)
             super().record_intent(run_id, key, kind, version=version)
 
@@ -712,7 +713,7 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
 
     async def main() -> None:
         intent = asyncio.create_task(log._intent("1/tool/b", "tool"))
-        await asyncio.sleep(0)  # the task's first step queues b's intent, which then waits
+        await asyncio.to_thread(entered.wait, 5)  # the store's thread is making b's intent
         log._submit(log._record, "1/tool/a", "a's outcome", 1)  # queued after it
         release.set()
         await intent  # b's intent is stored; a's outcome may not be yet
