@@ -63,6 +63,12 @@ def _agent(*models: ScriptedModel, policy: Policy | None = None, **chain: Any) -
     )
 
 
+@tool
+def look(q: str) -> str:
+    """Look something up."""
+    return f"seen {q}"
+
+
 def _model(name: str, *turns: Turn) -> ScriptedModel:
     return ScriptedModel(list(turns), name=name)
 
@@ -145,11 +151,6 @@ def test_on_can_name_a_fatal_error_type() -> None:
 
 def test_the_chain_stays_on_the_model_it_moved_to_for_later_turns() -> None:
     """A run never moves back up: after the switch every call goes to the backup."""
-
-    @tool
-    def look(q: str) -> str:
-        """Look something up."""
-        return f"seen {q}"
 
     clock = VirtualClock()
     primary = _model("primary", fail(ModelTimeoutError("timed out")))
@@ -333,11 +334,6 @@ def test_a_diagram_for_a_chain_draws_the_switch_rows_live() -> None:
 def test_the_step_limit_summary_call_goes_to_the_model_the_run_moved_to() -> None:
     """Calls outside ``calling`` (here the tools-off summary at the step limit) use the current
     model of the chain, not the primary that failed."""
-
-    @tool
-    def look(q: str) -> str:
-        """Look something up."""
-        return f"seen {q}"
 
     clock = VirtualClock()
     primary = _model("primary", fail(RateLimitError("429")))

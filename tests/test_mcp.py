@@ -24,7 +24,7 @@ from fsm_agent import (
     StopReason,
     ToolFailureMode,
 )
-from fsm_agent.fuzzing.engine import Engine, definitions_of
+from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
@@ -374,8 +374,7 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
     engine = Engine(None, seed=21)
     try:
         engine.loop.run_until_complete(server.__aenter__())
-        engine.make_agent = make_agent
-        engine.definitions = definitions_of(make_agent)
+        engine.use(make_agent)
         session = engine.run(range(40))
         engine.loop.run_until_complete(server.__aexit__(None, None, None))
     finally:

@@ -31,7 +31,7 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
-from fsm_agent.fuzzing.engine import Engine, definitions_of
+from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.fuzzing.primary import FailingPrimary
 from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
@@ -384,8 +384,7 @@ def test_the_checker_and_the_fuzzer_run_an_agent_with_mcp_tools_typed_output_and
         probe = make_agent(ScriptedModel([]))
         assert (len(probe.models), probe.limits.output_validation) == (2, True)
         report = check(policy, models=2, output_validation=True)
-        engine.make_agent = make_agent
-        engine.definitions = definitions_of(make_agent)
+        engine.use(make_agent)
         session = engine.run(range(40))
         engine.loop.run_until_complete(server.__aexit__(None, None, None))
     finally:

@@ -148,14 +148,19 @@ class Engine:
         mode: ModeName = "runs",
         attacks: frozenset[Attack] = ALL_ATTACKS,
     ) -> None:
-        self.make_agent = make_agent
         self.seed = seed
         self.mode = MODES[mode]
         self.attacks = attacks
-        self.definitions = definitions_of(make_agent)
+        self.use(make_agent)
         # A plain loop, not asyncio.Runner: in 3.11 its SIGINT check formats the repr of every
         # run's result (milliseconds per example).
         self.loop = asyncio.new_event_loop()
+
+    def use(self, make_agent: AgentFactory | None) -> None:
+        """Fuzz ``make_agent``'s agent from now on: for an agent whose tools are opened on the
+        engine's loop (an MCP server's), which the engine must exist to give."""
+        self.make_agent = make_agent
+        self.definitions = definitions_of(make_agent)
 
     def close(self) -> None:
         """Close the event loop."""
