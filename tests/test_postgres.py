@@ -59,3 +59,24 @@ def test_two_workers_conflict_and_a_newer_schema_is_refused(store: object) -> No
         cur.execute(f"UPDATE \"{schema}\".meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(SchemaVersionError):
         PostgresCheckpointer(DSN, schema=schema)
+
+
+def test_a_stale_checkpoint_moves_nothing_and_names_the_newer_version(store: object) -> None:
+    """A checkpoint is one statement (the run's row moves and the row is inserted together):
+    writing over a newer version raises the conflict and leaves both tables as they were."""
+    from fsm_agent import Message, RunState, State
+
+    rs = RunState(run_id="run_1", state=State.CALLING)
+    rs.messages = [Message.user("hello")]
+    for version in (1, 2, 3):
+        store.save(rs, version=version)  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointConflictError, match="another worker wrote it first"):
+        store.save(rs, version=3)  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointConflictError):
+        store.save(rs, version=2)  # type: ignore[attr-defined]
+    with store._read() as cur:  # type: ignore[attr-defined]
+        cur.execute(f'SELECT version FROM "{store.schema}".runs')  # type: ignore[attr-defined]
+        assert cur.fetchall() == [(3,)]
+        cur.execute(f'SELECT version FROM "{store.schema}".checkpoints ORDER BY version')  # type: ignore[attr-defined]
+        assert cur.fetchall() == [(1,), (2,), (3,)]
+    assert store.load("run_1").version == 3  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from ..errors import (
     StoreFullError,
     StoreLockedError,
 )
-from .sql import Cursor, SQLCheckpointer
+from .sql import Cursor, PreparedSave, SQLCheckpointer
 
 if TYPE_CHECKING:
     import psycopg
@@ -152,6 +152,22 @@ class PostgresCheckpointer(SQLCheckpointer):
     def _read(self) -> Iterator[Cursor]:
         with self._connection() as conn, conn.cursor() as cur:
             yield cur
+
+    def _advance(self, cur: Cursor, p: PreparedSave, now: float) -> bool:
+        # One statement where SQLite needs two: a round trip less for every checkpoint.
+        cur.execute(
+            self._sql(
+                "WITH moved AS (UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, "
+                "steps = ?, updated_at = ? WHERE run_id = ? AND version = ? RETURNING run_id) "
+                "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
+                "messages, trace_from, trace) SELECT run_id, ?, ?, ?, ?, ?, ?, ? FROM moved"
+            ),
+            (
+                *(p.version, p.state, p.stop, p.steps, now, p.run_id, p.version - 1),  # the move
+                *(p.version, now, p.body, p.messages_from, p.messages, p.trace_from, p.trace),
+            ),
+        )
+        return cur.rowcount == 1
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, self._psycopg.errors.UniqueViolation)

@@ -349,23 +349,9 @@ class SQLCheckpointer:
                     if self._is_duplicate(exc):
                         raise conflict(run_id, version, 1) from None
                     raise
-            else:
-                cur.execute(
-                    self._sql(
-                        "UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, steps = ?, "
-                        "updated_at = ? WHERE run_id = ? AND version = ?"
-                    ),
-                    (version, p.state, p.stop, p.steps, now, run_id, version - 1),
-                )
-                if cur.rowcount != 1:
-                    raise conflict(run_id, version, self._latest(cur, run_id))
-            cur.execute(
-                self._sql(
-                    "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
-                    "messages, trace_from, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                (run_id, version, now, p.body, p.messages_from, p.messages, p.trace_from, p.trace),
-            )
+                self._insert_checkpoint(cur, p, now)
+            elif not self._advance(cur, p, now):
+                raise conflict(run_id, version, self._latest(cur, run_id))
             for output_id, output in p.outputs:
                 cur.execute(
                     self._sql(
@@ -374,6 +360,30 @@ class SQLCheckpointer:
                     ),
                     (run_id, output_id, output),
                 )
+
+    def _insert_checkpoint(self, cur: Cursor, p: PreparedSave, now: float) -> None:
+        cur.execute(
+            self._sql(
+                "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
+                "messages, trace_from, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (p.run_id, p.version, now, p.body, p.messages_from, p.messages, p.trace_from, p.trace),
+        )
+
+    def _advance(self, cur: Cursor, p: PreparedSave, now: float) -> bool:
+        """Move the run's row from ``p.version - 1`` to ``p.version`` and insert the checkpoint;
+        ``False`` (nothing written) when the row no longer holds the previous version."""
+        cur.execute(
+            self._sql(
+                "UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, steps = ?, "
+                "updated_at = ? WHERE run_id = ? AND version = ?"
+            ),
+            (p.version, p.state, p.stop, p.steps, now, p.run_id, p.version - 1),
+        )
+        if cur.rowcount != 1:
+            return False
+        self._insert_checkpoint(cur, p, now)
+        return True
 
     def _latest(self, cur: Cursor, run_id: str, *, lock: bool = True) -> int | None:
         lock_clause = self.lock_clause if lock else ""
