@@ -21,7 +21,12 @@ start-up are no longer traversed by each full collection (see docs/scale-out.md)
 the first full collection of the process, which walks every object of start-up, falls inside
 the measurement.
 
-A store kept in memory (no I/O at all) gives the loop's own cost of durable runs as a reference.
+Two references: a store kept in memory (no I/O at all) gives the loop's own cost of durable
+runs, and "none, all in flight" runs without a checkpointer but with tools that sleep
+``HELD_S``, so that every run is in flight at once, as on PostgreSQL, whose slower writes keep
+them all in flight. With as many runs alive, the garbage collector's young and full collections
+walk as many objects whatever the store, and the worst delay is usually one of them; that row
+shows what the interpreter costs without any store.
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
 step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
 
@@ -50,12 +55,24 @@ from fsm_agent.testing import text, tool_call
 
 DEFAULT_PG = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 TIMED_OUT = "timed out"
+HELD = "none, all in flight"
+
+
+FETCH_S = 0.02
+HELD_S = 0.6  # two calls outlast the default one-second ramp, still under the 1 s timeout
 
 
 @tool(timeout_s=1.0)
 async def fetch(n: int) -> str:
     """Wait for a slow service."""
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(FETCH_S)
+    return f"page {n}"
+
+
+@tool(name="fetch", timeout_s=1.0)
+async def fetch_held(n: int) -> str:
+    """Wait for a slow service (long enough that every run is in flight at once)."""
+    await asyncio.sleep(HELD_S)
     return f"page {n}"
 
 
@@ -89,11 +106,16 @@ class Stepping:
 
 
 def _agent(
-    steps: int, store: Checkpointer | None, mode: str = "sync", *, slow: bool = True
+    steps: int,
+    store: Checkpointer | None,
+    mode: str = "sync",
+    *,
+    slow: bool = True,
+    held: bool = False,
 ) -> Agent[None]:
     return Agent(
         Stepping(steps, "fetch" if slow else "look"),
-        tools=[fetch if slow else look],
+        tools=[(fetch_held if held else fetch) if slow else look],
         policy=Policy(max_steps=steps + 5),
         checkpointer=store,
         durability=mode,
@@ -136,9 +158,9 @@ def _percentiles(lags: list[float]) -> str:
 
 
 async def _in_flight(
-    runs: int, steps: int, store: Checkpointer | None, ramp_s: float
+    runs: int, steps: int, store: Checkpointer | None, ramp_s: float, *, held: bool = False
 ) -> dict[str, Any]:
-    agent = _agent(steps, store)
+    agent = _agent(steps, store, held=held)
     stop = asyncio.Event()
     lags: list[tuple[float, float]] = []
     flying = [0, 0]  # now, peak
@@ -235,6 +257,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Any] = {
             "none": lambda: None,
+            HELD: lambda: None,
             "memory": InMemoryCheckpointer,
             "sqlite": lambda: SQLiteCheckpointer(Path(tmp) / f"{uuid.uuid4().hex}.db"),
         }
@@ -244,12 +267,14 @@ def main() -> None:
         step_rows: list[str] = []
         for name, make in stores.items():
             store = make()
-            if name != "none" and store is None:
+            if name not in ("none", HELD) and store is None:
                 continue
             if args.service:
                 gc.collect()
                 gc.freeze()
-            row = asyncio.run(_in_flight(args.runs, args.steps, store, args.ramp))
+            row = asyncio.run(
+                _in_flight(args.runs, args.steps, store, args.ramp, held=name == HELD)
+            )
             if args.service:
                 gc.unfreeze()
             lag_rows.append(
@@ -261,7 +286,7 @@ def main() -> None:
                 f"{row['timeouts']} tool timeouts, {row['runs_per_s']:.0f} runs/s"
             )
             _close(store)
-            if name in ("none", "memory") or args.no_steps:
+            if name in ("none", HELD, "memory") or args.no_steps:
                 continue
             costs: dict[str, float] = {}
             for mode in ("sync", "async", "exit"):
