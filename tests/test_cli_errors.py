@@ -349,3 +349,28 @@ def test_a_missing_extra_exits_1_naming_it(
     assert code == 1
     assert len(err.splitlines()) == 1
     assert "pip install -e '.[postgres]'" in err and "pw7" not in err
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_fuzz_refuses_a_time_limit_that_is_not_a_positive_number(
+    seconds: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``fuzz --max-seconds 0`` used to run no example and report OK; any limit that is not a
+    finite number of seconds above 0 is a usage error naming the option."""
+    line = usage_error(cli(capsys, monkeypatch, tmp_path, "fuzz", "--max-seconds", seconds))
+    assert "argument --max-seconds: must be a finite number greater than 0" in line
+
+
+def test_fuzz_with_a_time_limit_shorter_than_an_example_still_runs_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit that runs out before the first example ends still runs one: an OK never stands
+    on zero examples."""
+    code, out, err = cli(
+        capsys, monkeypatch, tmp_path, "fuzz", "--max-seconds", "1e-9", "--seed", "1"
+    )
+    assert code == 0, err
+    assert "fuzz: OK" in out and "examples run:         1 in" in out

@@ -109,3 +109,43 @@ def test_fuzz_runs_without_importing_hypothesis() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_violation_counts_the_example_that_found_it() -> None:
+    """A session stopped by a violation at its first example reports one example run, not
+    zero: the failing example ran too."""
+    from test_seeded_bugs import always_rejecting_verifier_agent
+
+    report = fuzz(always_rejecting_verifier_agent, examples=300, seed=0)
+    assert report.failure is not None
+    assert report.examples >= 1
+    assert f"examples run:         {report.examples:,} in" in report.format()
+    assert "examples run:         0 in" not in report.format()
+
+
+def test_ctrl_c_stops_a_split_session_in_one_line() -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during
+    ``fuzz --jobs 2`` ends with the one line "interrupted" and exit code 130: the worker
+    processes print no traceback."""
+    import os
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", "fuzz", "--jobs", "2", "--examples", "1000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # progress: both workers are running examples
+        assert first.startswith("fuzz: "), first
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines()[-1] == "fsm-agent fuzz: interrupted", err

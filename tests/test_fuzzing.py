@@ -13,6 +13,7 @@ from hypothesis import given
 from fsm_agent import (
     Agent,
     CompactionSettings,
+    ConfigurationError,
     MalformedResponseError,
     Policy,
     RateLimitError,
@@ -289,3 +290,17 @@ def test_the_deadline_is_checked_between_tool_calls() -> None:
     record = check_case(case)
     assert record.result.stop_reason is StopReason.TIMEOUT
     assert record.result.tool_executions == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_seconds": 0}, "max_seconds must be a finite number of seconds greater than 0"),
+        ({"max_seconds": float("nan")}, "max_seconds must be a finite number"),
+        ({"examples": 0}, "examples must be at least 1"),
+    ],
+)
+def test_fuzz_refuses_limits_that_would_run_nothing(kwargs: dict[str, float], message: str) -> None:
+    """A session that could run no example is a configuration error, not an empty OK."""
+    with pytest.raises(ConfigurationError, match=message):
+        fuzz(**kwargs)  # type: ignore[arg-type]

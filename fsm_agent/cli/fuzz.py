@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..targets import load_factory
-from .args import load_phases
+from .args import finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
@@ -47,7 +47,7 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the built-in agent with generated policies, hooks and verifiers)",
     )
     parser.add_argument(
-        "--examples", metavar="N", type=_positive_int, help="examples to run (default: profile's)"
+        "--examples", metavar="N", type=positive_int, help="examples to run (default: profile's)"
     )
     parser.add_argument("--seed", metavar="N", type=int, help="random seed (default: profile's)")
     parser.add_argument(
@@ -57,7 +57,10 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         help="dev: 300 examples; ci: 3,000 with seed 0; fuzz: up to 10 minutes (default: dev)",
     )
     parser.add_argument(
-        "--max-seconds", metavar="S", type=float, help="stop after S seconds (default: profile's)"
+        "--max-seconds",
+        metavar="S",
+        type=finite_positive_float,
+        help="stop after S seconds, once at least one example ran (default: profile's)",
     )
     parser.add_argument(
         "--mode",
@@ -84,7 +87,7 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="run in N processes, the examples split between them (default: 1)",
     )
@@ -104,13 +107,6 @@ def _fuzz_phases(args: argparse.Namespace, default_seed: int) -> int:
     for case_seed, invariant, detail in report.violations[:20]:
         print(f"  seed {case_seed}: {invariant} {detail}")
     return 1 if report.violations else 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def run_fuzz_command(args: argparse.Namespace) -> int:

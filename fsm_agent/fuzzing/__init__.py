@@ -55,7 +55,7 @@ from .case import (
     turn_source,
 )
 from .decoding import Choices, read_case, read_hook_plan, read_policy, read_script
-from .engine import Engine, Found, ModeName, Session
+from .engine import Engine, Found, ModeName, Session, check_limits
 from .invariants import (
     ABORT_REASONS,
     DONE_REASONS,
@@ -252,8 +252,8 @@ def fuzz(
     mode: ModeName = "runs",
     attacks: Iterable[Attack | str] = ALL_ATTACKS,
 ) -> FuzzReport:
-    """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first) and
-    stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
+    """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first, but at
+    least one) and stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
     ``make_agent`` in the reproducing test; by default it is taken from the factory.
 
     ``mode="seams"`` attacks the seams instead: each case runs on the real clock with a short
@@ -261,6 +261,7 @@ def fuzz(
     raises, hangs or returns garbage, and a store whose writes fail (see
     :mod:`fsm_agent.fuzzing.seams`), and the seam invariants judge each run; ``attacks``
     narrows its cases to some :class:`Attack` families."""
+    check_limits(examples, max_seconds)
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
     end = None if max_seconds is None else time.time() + max_seconds

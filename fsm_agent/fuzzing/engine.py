@@ -9,12 +9,14 @@ and a seed reproduces its report. Nothing here imports hypothesis.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from ..errors import ConfigurationError
 from ..messages import ToolDefinition
 from ..providers._output import answer_tool
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
@@ -138,6 +140,18 @@ def _found(index: int, data: bytes, case: FuzzCase | SeamCase, exc: Exception) -
     return Found(index, data, case, f"the run raised {kind}: {exc}", kind)
 
 
+def check_limits(examples: int, max_seconds: float | None) -> None:
+    """Refuse a session that could run no example: ``examples`` below 1, or a time limit
+    that is not a finite number of seconds above 0."""
+    if examples < 1:
+        raise ConfigurationError(f"examples must be at least 1, got {examples}")
+    if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+        raise ConfigurationError(
+            f"max_seconds must be a finite number of seconds greater than 0, got {max_seconds}"
+            " (leave it out for no time limit)"
+        )
+
+
 class Engine:
     """Runs examples of one mode on the built-in agent or ``make_agent``'s, on one event loop."""
 
@@ -183,18 +197,20 @@ class Engine:
         progress: Callable[[Session], None] | None = None,
     ) -> Session:
         """Run the examples at ``indices`` until one fails (recorded unshrunk in ``found``),
-        they run out, or ``time.time()`` passes ``end``; ``progress`` sees the session every
-        :data:`BATCH` examples and at the end."""
+        they run out, or ``time.time()`` passes ``end`` (checked after each example, so the
+        first always runs); ``progress`` sees the session every :data:`BATCH` examples and at
+        the end."""
         session = Session()
         for index in indices:
-            if end is not None and time.time() >= end:
-                break
+            if end is not None and session.examples and time.time() >= end:
+                break  # after the first example: a report never stands on none
             data = example_bytes(self.seed, index)
             case = self.case(data)
             began = time.perf_counter()
             try:
                 checked, path = self._check(case)
             except Exception as exc:  # a broken invariant, or a crash of the run
+                session.examples += 1  # it ran: the report counts it
                 session.found = _found(index, data, case, exc)
                 return session
             took = time.perf_counter() - began

@@ -5,14 +5,19 @@ processes run the examples one process would. A process that finds a failing exa
 the others to stop before any later example, so the failure reported (the first by example
 index, shrunk in the process that found it) is the one a single process reports. The summary
 adds up the processes' counts and unites their paths. Processes start with the ``spawn``
-method: a ``module:factory`` target is imported by name in each.
+method: a ``module:factory`` target is imported by name in each. They ignore Ctrl-C: the
+terminal sends it to every process of the group, and the parent alone answers it, by stopping
+them (so a user sees one line, not a traceback per process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,7 +26,7 @@ from typing import Any
 
 from ..targets import load_factory
 from . import FuzzProgress, FuzzReport, fuzz_failure
-from .engine import Engine, Found, ModeName, Session
+from .engine import Engine, Found, ModeName, Session, check_limits
 from .seams import Attack
 
 __all__ = ["fuzz_in_processes"]
@@ -65,6 +70,7 @@ def _job(
     attacks: frozenset[Attack],
 ) -> None:
     """One process's share of the session; everything it reports goes to ``messages``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (see the module)
     try:
         engine = Engine(None if target is None else load_factory(target), seed, mode, attacks)
 
@@ -95,6 +101,20 @@ def _job(
         messages.put(("error", job, f"{type(exc).__name__}: {exc}"))
 
 
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """Ignore SIGINT meanwhile, in the main thread (where signals are handled): processes
+    started inside begin with it ignored, before :func:`_job` can say so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def fuzz_in_processes(
     target: str | None,
     *,
@@ -109,6 +129,7 @@ def fuzz_in_processes(
     """:func:`~fsm_agent.fuzzing.fuzz` over ``jobs`` processes, for the agent ``target``
     (``"module:factory"``) or the built-in one, in ``mode``; raises ``RuntimeError`` when a
     process fails."""
+    check_limits(examples, max_seconds)
     started = time.perf_counter()
     base = seed if seed is not None else random.randrange(2**32)
     make_agent = None if target is None else load_factory(target)
@@ -127,8 +148,9 @@ def fuzz_in_processes(
         )
         for job in range(jobs)
     ]
-    for process in processes:
-        process.start()
+    with _ctrl_c_ignored():  # inherited by the new processes from their start
+        for process in processes:
+            process.start()
     counts: dict[int, _Counts] = {}
     paths: set[int] = set()
     results: dict[int, _Result] = {}
