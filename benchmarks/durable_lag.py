@@ -24,9 +24,10 @@ the measurement.
 Two references: a store kept in memory (no I/O at all) gives the loop's own cost of durable
 runs, and "none, all in flight" runs without a checkpointer but with tools that sleep
 ``HELD_S``, so that every run is in flight at once, as on PostgreSQL, whose slower writes keep
-them all in flight. With as many runs alive, the garbage collector's young and full collections
-walk as many objects whatever the store, and the worst delay is usually one of them; that row
-shows what the interpreter costs without any store.
+them all in flight. The worst delay is usually a garbage collection, which walks what the
+runs alive hold; that row shows what that many live runs cost the interpreter without any
+store (held runs allocate little while they sleep, so it bounds that share from below).
+
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
 step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
 
@@ -56,8 +57,6 @@ from fsm_agent.testing import text, tool_call
 DEFAULT_PG = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 TIMED_OUT = "timed out"
 HELD = "none, all in flight"
-
-
 FETCH_S = 0.02
 HELD_S = 0.6  # two calls outlast the default one-second ramp, still under the 1 s timeout
 
