@@ -309,7 +309,6 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
             except Interrupted:
                 interrupted = True
             except BaseException:  # keep the results of the calls that finished
-                ctx.turn_phase = None
                 for call, task in zip(to_run, tasks, strict=True):
                     if task.done() and not task.cancelled() and task.exception() is None:
                         execution = task.result()
@@ -317,7 +316,8 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                             settled[call.id] = execution.result
                             running.remove(call)
                 raise
-            ctx.turn_phase = None
+            finally:
+                ctx.turn_phase = None
             for call, task in zip(to_run, tasks, strict=True):
                 if not task.done() or task.cancelled():
                     continue
