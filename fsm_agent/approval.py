@@ -1,5 +1,5 @@
 """Human approval and human input: the permission hook's answer, and the handle that resumes a
-suspended run [S000 ``canExecuteTool``, S002 ``human_input_needed``, S004 ``approve:tool``].
+suspended run.
 
 A run suspends when a permission hook answers :meth:`Approval.ask` (or a tool marked
 ``needs_approval`` is not decided by any hook), when a tool calls ``ctx.ask_human(...)``, or when

@@ -9,15 +9,15 @@ override it); a compaction shortens the history to ``target`` × the budget.
 
 **Strategies** (:class:`CompactionStrategy`) run in order until the history fits:
 
-- :class:`TrimToolOutputs` replaces old, long tool outputs with a short marker [S000];
+- :class:`TrimToolOutputs` replaces old, long tool outputs with a short marker;
 - :class:`Summarize` asks the model (tools off) for a summary of the oldest part and puts it
   in that part's place, keeping the recent turns verbatim;
-- :class:`SlidingWindow` drops the oldest groups [S004].
+- :class:`SlidingWindow` drops the oldest groups.
 
 Every strategy keeps the system prompt, the first user message, the newest user message and
 the last ``keep_recent`` messages, and works on *groups*: an assistant message with tool calls
 travels with all of its results, so no call is ever left without its result or a result
-without its call [S004 Tool Boundary Safety]. A strategy that raises (a failed summary call) is
+without its call. A strategy that raises (a failed summary call) is
 skipped and the next one runs; :class:`Compactor` runs the list.
 """
 
@@ -238,7 +238,7 @@ def _without(thread: Thread, dropped: Sequence[tuple[int, int]]) -> Thread:
 # -- strategies ------------------------------------------------------------------------------
 class SlidingWindow:
     """Drop the oldest groups (a call turn with all its results, or a lone message) until the
-    history fits the job's token target and message cap [S004]."""
+    history fits the job's token target and message cap."""
 
     name = CompactionStrategyName.SLIDING_WINDOW.value
 
@@ -259,7 +259,7 @@ class SlidingWindow:
 
 class TrimToolOutputs:
     """Replace old tool outputs longer than ``over`` characters with a short marker, oldest
-    first, until the history fits [S000 ``toolOutputCache``]. Calls and results keep their
+    first, until the history fits. Calls and results keep their
     ids and order; only the content changes. ``marker`` may use ``{name}`` and ``{chars}``."""
 
     name = CompactionStrategyName.TRIM_TOOL_OUTPUTS.value

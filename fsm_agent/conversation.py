@@ -1,6 +1,6 @@
 """A conversation across runs: each run continues from the messages the last one ended with.
 
-``Agent.run(prompt, history=previous.messages)`` is the whole mechanism [S004 Known Issues];
+``Agent.run(prompt, history=previous.messages)`` is the whole mechanism;
 :class:`Conversation` keeps the messages for you. Compaction needs nothing extra: the history a
 run starts from counts against the budget like any message, so a long conversation is compacted
 at the next run's loop entry, by the same strategies and with the same guarantees (the system

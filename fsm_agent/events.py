@@ -1,6 +1,6 @@
 """Events a run emits, as one pydantic union discriminated on ``type``.
 
-Per iteration, in this order [S000 §3.1]: ``reasoning``, ``text`` (not for a terminal no-tool
+Per iteration, in this order: ``reasoning``, ``text`` (not for a terminal no-tool
 answer), then per tool call ``step_start``, ``tool_call``, ``tool_result``, ``step_complete``.
 Every move of the machine emits ``state_changed``. A run ends with exactly one terminal event
 (``final``, ``aborted`` or ``suspended``) and nothing after it.

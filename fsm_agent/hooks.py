@@ -4,7 +4,7 @@ A hook is any object with one or more of the methods below (a class instance, a 
 ``types.SimpleNamespace`` of functions). Each method takes keyword-only arguments and must end
 with ``**future_kwargs``, so that arguments added later do not break it; the signature is
 checked when the agent is built. Methods may be sync or async. Hooks of one point run in
-registration order, and each sees the changes of the one before [S001 §4.1].
+registration order, and each sees the changes of the one before.
 
 - ``before_run(*, run_state)``: a run (or a resume) starts.
 - ``after_run(*, result, run_state)``: an invocation returns (done, aborted or suspended).
@@ -21,7 +21,7 @@ registration order, and each sees the changes of the one before [S001 §4.1].
 Returning ``None`` changes nothing. A hook that raises, overruns its timeout (the policy's
 ``hook_timeout_s``, or the hook object's own ``timeout_s``) or returns something it may not
 emits ``hook_error``; its answer is ignored and the run goes on, or, with
-``Policy(hook_failure_mode="fail")``, the run aborts with stop reason ``hook_error`` [S001 §10].
+``Policy(hook_failure_mode="fail")``, the run aborts with stop reason ``hook_error``.
 A sync hook runs inline and cannot be interrupted by its timeout. ``before_run`` and
 ``after_run`` run once per invocation: ``run`` and every ``resume``.
 """
@@ -158,7 +158,7 @@ class BeforeToolHook(Protocol):
 
 @runtime_checkable
 class ApproveToolHook(Protocol):
-    """The permission hook: allow, deny (with a reason) or ask a human [S004 ``approve:tool``]."""
+    """The permission hook: allow, deny (with a reason) or ask a human."""
 
     def approve_tool(
         self, *, call: ToolCall, run_state: RunState, **future_kwargs: Any

@@ -1,7 +1,7 @@
 """Policies: every limit of a run in one validated, serialisable value, plus the backoff maths.
 
-Defaults come from the seeds: 200 steps and the retry settings of S000 §1.1, 3 consecutive
-failed tool turns of S002, 3 compaction attempts of S001 §2, a 30 s tool timeout of S004.
+Defaults: 200 steps, retries with exponential backoff, 3 consecutive failed tool turns,
+3 compaction attempts in a row, a 30 s tool timeout.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class LoopGuardAction(StrEnum):
 
 
 class RetryPolicy(_PolicyModel):
-    """How failed model calls are retried: exponential backoff with jitter [S000 §1.1, S001 §7].
+    """How failed model calls are retried: exponential backoff with jitter.
 
     A retry happens only for errors the provider marks retryable. When the server says how long
     to wait (``Retry-After``) and ``honour_retry_after`` is set, that wait is used instead of the
@@ -134,7 +134,7 @@ def backoff_delay(
 
 
 class UsageLimits(_PolicyModel):
-    """Usage caps for one run [S002]; reaching one moves the run to ``finalizing``.
+    """Usage caps for one run; reaching one moves the run to ``finalizing``.
 
     ``max_requests`` counts model-call attempts, failed and retried ones included.
     """
@@ -163,7 +163,7 @@ class CompactionSettings(_PolicyModel):
 
     A compaction shortens the history to ``target`` × that budget, trying ``strategies`` in
     order until it fits (the gap makes compactions rare). ``max_messages`` adds a message-count
-    window [S004]: above it the oldest groups go too, down to ``target`` × ``max_messages``.
+    window: above it the oldest groups go too, down to ``target`` × ``max_messages``.
     ``summarize`` must be followed by ``sliding_window``, its fallback when the summary call
     fails. With ``use_reported_usage``, the input tokens a provider reports for a call replace
     the estimate of the history it was sent.
@@ -205,7 +205,7 @@ class CompactionSettings(_PolicyModel):
 
 
 class ToolOutputSettings(_PolicyModel):
-    """How much of a tool's output goes into the history [S000 ``toolOutputCache``].
+    """How much of a tool's output goes into the history.
 
     A result longer than ``max_chars`` is cut to that length with a marker; its full text stays
     in the run's store (:attr:`RunState.tool_outputs`), which the model pages through with the

@@ -1,7 +1,7 @@
 """The run state: the one JSON-serialisable value that holds everything about a run.
 
 It includes the machine's position (``state``), so saving it after a move saves where the run
-is [S002 Factor 12]. The kernel mutates one instance in place as the run goes; ``model_copy``
+is. The kernel mutates one instance in place as the run goes; ``model_copy``
 or ``model_dump_json`` take a snapshot.
 """
 

@@ -1,4 +1,4 @@
-"""Tool output limits [S000 ``toolOutputCache``, ``trimToolOutputs``].
+"""Tool output limits.
 
 A result longer than ``Policy.tool_output.max_chars`` enters the history cut to that length,
 with a marker that says how much is missing and how to read it; the full text stays in the

@@ -2,7 +2,7 @@
 
 The JSON schema comes from the type hints via pydantic; arguments are validated and a validation
 error goes back to the model as an ``is_error`` result it can act on. A tool that raises gets an
-``is_error`` result too [S000 §4.3]; raising :class:`TaskComplete` ends the run [S000 §4.4].
+``is_error`` result too; raising :class:`TaskComplete` ends the run.
 A tool asks a human with :meth:`ToolContext.ask_human`: the run suspends and the answer becomes
 the call's result when it is resumed.
 
@@ -382,7 +382,7 @@ def _done(message: str) -> None:
 
 @functools.cache
 def done_tool() -> Tool:
-    """The built-in done tool: ``done(message)`` ends the run with ``message`` [S000 §4.4].
+    """The built-in done tool: ``done(message)`` ends the run with ``message``.
 
     Built once: a :class:`Tool` is immutable after construction, so every agent shares it.
     """

@@ -3,7 +3,9 @@ measured figure once (on docs/performance.md), and are all in the docs site's na
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,17 +61,138 @@ def test_every_page_is_in_the_site_navigation() -> None:
     assert missing == []
 
 
-def test_site_builds_strictly_and_cites_no_design_document(tmp_path: Path) -> None:
-    """``mkdocs build --strict`` passes, and the generated API reference cites no DESIGN.md."""
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
-        cwd=ROOT,
+# What a built page must never show: a Sphinx role left raw, or a citation of a document users
+# do not have (the design document, or a seed by number: "S000 §1.1", "[S002]").
+RAW_ROLE = re.compile(r":(?:class|func|mod|meth|data|attr|exc|obj):")
+CITATION = re.compile(r"DESIGN\.md|\bDESIGN §|\bS00\d\b")
+SITE_FILES = ("mkdocs.yml", "mkdocs_hooks.py", "mkdocs_crossrefs.py", "docs", "diagrams")
+
+
+def build_site(root: Path, site: Path) -> list[str]:
+    """Build the docs of ``root`` as ``.ci/run`` does (``--strict``, not ``--quiet``); return
+    what fails the check: the warning lines, or the exit status when the build fails without one
+    (some plugins log warnings that ``--strict`` does not count, so the lines are read too)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
         capture_output=True,
         text=True,
-        check=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
-    pages = list(site.rglob("*.html"))
-    assert len(pages) > 20
-    assert [p for p in pages if "DESIGN" in p.read_text(encoding="utf-8")] == []
+    output = done.stdout + done.stderr
+    problems = [line for line in output.splitlines() if "WARNING" in line]
+    if done.returncode != 0 and not problems:
+        problems.append(f"mkdocs build exited {done.returncode}:\n{output}")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The docs site, built once for this module's checks; the build must pass the check."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    site = tmp_path_factory.mktemp("site")
+    assert build_site(ROOT, site) == []
+    return site
+
+
+def _texts(site: Path) -> dict[str, str]:
+    return {str(p.relative_to(site)): p.read_text(encoding="utf-8") for p in site.rglob("*.html")}
+
+
+def test_site_builds_strictly_without_a_warning(site: Path) -> None:
+    """``mkdocs build --strict`` without ``--quiet`` passes with no WARNING line, and builds
+    every page of docs/ (the guide and the API reference)."""
+    sources = [p.relative_to(ROOT / "docs").with_suffix("") for p in (ROOT / "docs").rglob("*.md")]
+    built = [site / ("" if s.name == "index" else s) / "index.html" for s in sources]
+    assert len(built) > 30
+    assert [page for page in built if not page.is_file()] == []
+
+
+def test_a_broken_link_fails_the_docs_check(tmp_path: Path) -> None:
+    """A link to a page that does not exist, planted in a copy of the docs, fails the check,
+    and the failure names the link."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    root = tmp_path / "copy"
+    root.mkdir()
+    for name in SITE_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name)
+        else:
+            shutil.copy(source, root / name)
+    (root / "fsm_agent").symlink_to(ROOT / "fsm_agent")
+    page = root / "docs" / "tools.md"
+    page.write_text(page.read_text() + "\nSee [the missing page](no-such-page.md).\n")
+    problems = build_site(root, tmp_path / "site")
+    assert any("no-such-page.md" in line for line in problems)
+
+
+def test_no_page_shows_a_raw_sphinx_role(site: Path) -> None:
+    """The docstrings' roles (``:class:`X```) are rendered, never shown as text."""
+    raw = {name: RAW_ROLE.findall(text) for name, text in _texts(site).items()}
+    assert {name: found for name, found in raw.items() if found} == {}
+
+
+def test_roles_become_links_to_the_reference(site: Path) -> None:
+    """A role naming a documented object links to its entry (the compaction module's
+    ``:class:`TrimToolOutputs```), on another reference page too."""
+    persistence = (site / "reference/persistence/index.html").read_text(encoding="utf-8")
+    assert re.search(r'<a [^>]*href="#fsm_agent\.compaction\.TrimToolOutputs"', persistence)
+    pages = _texts(site)
+    cross_page = re.compile(r'<a [^>]*href="\.\./[a-z_]+/#fsm_agent\.[\w.]+"')
+    assert sum(len(cross_page.findall(text)) for text in pages.values()) > 20
+
+
+def test_no_page_cites_an_internal_document(site: Path) -> None:
+    """No page of the site, the API reference included, cites DESIGN.md or a seed document."""
+    found = {name: CITATION.findall(text) for name, text in _texts(site).items()}
+    assert {name: cited for name, cited in found.items() if cited} == {}
+
+
+def test_no_page_shows_a_private_base(site: Path) -> None:
+    """A class's bases never show a private class (``Bases: _PolicyModel``)."""
+    bases = re.compile(r"Bases: (.*?)</p>", re.DOTALL)
+    shown = [b for text in _texts(site).values() for b in bases.findall(text)]
+    assert len(shown) > 20
+    private = re.compile(r">_\w+<|title=\"[\w.]*\._")
+    assert [b for b in shown if private.search(b)] == []
+
+
+def test_code_is_highlighted_with_no_network(site: Path) -> None:
+    """Code blocks are highlighted when the site is built (Pygments' token classes are in the
+    page), and no page loads a script, style or font from another host."""
+    quickstart = (site / "quickstart/index.html").read_text(encoding="utf-8")
+    assert re.search(r'<span class="kn">(from|import)</span>', quickstart)
+    remote = re.compile(r'<(?:script|link)\b[^>]*(?:src|href)="(?:https?:)?//', re.IGNORECASE)
+    loaded = {name: remote.findall(text) for name, text in _texts(site).items()}
+    assert {name: found for name, found in loaded.items() if found} == {}
+
+
+def test_roles_resolve_in_the_scope_of_their_docstring(tmp_path: Path) -> None:
+    """The site's Griffe extension turns each role form into an optional reference to the
+    object's canonical path (as imported, shortened with ``~``, searched with ``.``, titled),
+    leaves ``!`` forms and names outside the package as code, and drops private bases."""
+    griffe = pytest.importorskip("griffe", reason="the docs extra is not installed")
+    package = tmp_path / "demo"
+    package.mkdir()
+    (package / "sub.py").write_text(
+        '"""A module."""\n\n\nclass Thing:\n    """A thing."""\n\n'
+        '    def go(self) -> None:\n        """Go."""\n\n\n'
+        'def helper() -> None:\n    """Help."""\n'
+    )
+    (package / "__init__.py").write_text(
+        '"""See :class:`Thing`, :meth:`~demo.Thing.go`, :func:`.helper`,\n'
+        ':mod:`the module <demo.sub>`, :meth:`.go`, :class:`!Thing` and :class:`dict`."""\n\n'
+        "from demo.sub import Thing, helper\n\n\n"
+        'class _Base:\n    """Private."""\n\n\n'
+        'class Public(_Base, Thing):\n    """Public."""\n'
+    )
+    extension = griffe.load_extensions(f"{ROOT / 'mkdocs_crossrefs.py'}:SphinxRoles")
+    demo = griffe.load("demo", search_paths=[tmp_path], extensions=extension)
+    ref = '<autoref identifier="{}" optional>`{}`</autoref>'
+    assert demo.docstring.value == (
+        f"See {ref.format('demo.sub.Thing', 'Thing')}, {ref.format('demo.sub.Thing.go', 'go')}, "
+        f"{ref.format('demo.sub.helper', 'helper')},\n{ref.format('demo.sub', 'the module')}, "
+        f"{ref.format('demo.sub.Thing.go', 'go')}, `Thing` and `dict`."
+    )
+    assert [str(base) for base in demo["Public"].bases] == ["Thing"]

@@ -1,6 +1,6 @@
 """Hypothesis strategies for fuzz cases, for your own property tests.
 
-Each strategy is hypothesis's ``binary()`` decoded by a reader of :mod:`._fuzz_decoding`:
+Each strategy is hypothesis's ``binary()`` decoded by a reader of :mod:`.decoding`:
 hypothesis shrinks bytes by deleting and lowering them, so a shrunk case is a short, simple
 one; and one draw per example instead of dozens keeps the tests fast (hypothesis spends about
 15 µs per draw). ``fsm-agent fuzz`` itself draws its bytes without hypothesis.
@@ -44,24 +44,24 @@ def _decoded(reader: Callable[[Choices], T], size: int) -> st.SearchStrategy[T]:
 
 
 def cases(definitions: Iterable[ToolDefinition] | None = None) -> st.SearchStrategy[FuzzCase]:
-    """Fuzz cases (see :func:`~._fuzz_decoding.read_case`)."""
+    """Fuzz cases (see :func:`~.decoding.read_case`)."""
     tools = None if definitions is None else list(definitions)
     return _decoded(lambda c: read_case(c, tools), CASE_SIZE)
 
 
 def scripts(definitions: Iterable[ToolDefinition] = ()) -> st.SearchStrategy[tuple[Turn, ...]]:
-    """Model scripts for an agent with these tools (see :func:`~._fuzz_decoding.read_script`)."""
+    """Model scripts for an agent with these tools (see :func:`~.decoding.read_script`)."""
     tools = list(definitions)
     return _decoded(lambda c: read_script(c, tools), 64)
 
 
 def policies() -> st.SearchStrategy[Policy]:
-    """Small policies with every feature in play (see :func:`~._fuzz_decoding.read_policy`)."""
+    """Small policies with every feature in play (see :func:`~.decoding.read_policy`)."""
     return _decoded(read_policy, 40)
 
 
 def hook_plans() -> st.SearchStrategy[HookPlan]:
-    """Hook plans (see :func:`~._fuzz_decoding.read_hook_plan`)."""
+    """Hook plans (see :func:`~.decoding.read_hook_plan`)."""
     return _decoded(read_hook_plan, 16)
 
 

@@ -76,7 +76,7 @@ Verifier = Callable[..., Verdict | bool | Awaitable[Verdict | bool]]
 """Called as ``verifier(output=..., run_state=...)``; returns a :class:`Verdict` or a bool."""
 
 StopCondition = Callable[[RunState], "bool | str | None"]
-"""Called between iterations with the run state; a truthy value stops the run [S002]."""
+"""Called between iterations with the run state; a truthy value stops the run."""
 
 
 class Agent(Generic[DepsT, OutputT]):

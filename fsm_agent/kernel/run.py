@@ -181,7 +181,7 @@ class RunHandle:
 
     def cancel(self) -> None:
         """Stop the run: no model call or tool starts after this; an effect in flight is
-        interrupted; the run ends ``aborted`` with ``cancelled`` [S000 §2.3]. A durable run's
+        interrupted; the run ends ``aborted`` with ``cancelled``. A durable run's
         store keeps its latest checkpoint instead, so that it can be resumed (or abandoned,
         see :meth:`~fsm_agent.Agent.abandon`)."""
         self._cancel_requested = True

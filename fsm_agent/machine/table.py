@@ -276,7 +276,7 @@ TABLE: tuple[Row, ...] = (
         S.COMPACTING,
         compactions_and_steps_left,
         updates=_TURN,
-        note="forced compaction [S001 §6]",
+        note="forced compaction",
     ),
     Row(S.CALLING, On.LENGTH, S.FINALIZING, stop=R.CONTEXT_LIMIT, updates=_TURN),
     Row(
@@ -307,7 +307,7 @@ TABLE: tuple[Row, ...] = (
         S.CALLING,
         can_retry,
         updates=_RETRY,
-        note="backoff, then retry [S001 §7]",
+        note="backoff, then retry",
     ),
     Row(
         S.CALLING,
@@ -350,7 +350,7 @@ TABLE: tuple[Row, ...] = (
         S.FINALIZING,
         stop=R.MAX_STEPS,
         updates=_TOOLS_OK,
-        note="summary call [S000 §6]",
+        note="summary call",
     ),
     Row(
         S.DISPATCHING,
@@ -377,7 +377,7 @@ TABLE: tuple[Row, ...] = (
         error_turns_spent,
         stop=R.MAX_ERRORS,
         updates=(Update(Counter.CONSECUTIVE_ERROR_TURNS), *_ERROR, _NO_REPEAT),
-        note="[S002]",
+        note="failed tool turns spent",
     ),
     Row(
         S.DISPATCHING,
@@ -399,9 +399,9 @@ TABLE: tuple[Row, ...] = (
         S.ABORTED,
         stop=R.TOOL_ERROR,
         updates=_ERROR,
-        note="tool_failure_mode=fail [S004]",
+        note="tool_failure_mode=fail",
     ),
-    Row(S.DISPATCHING, On.DONE_TOOL, S.FINALIZING, stop=R.DONE_TOOL, note="[S000 §4.4]"),
+    Row(S.DISPATCHING, On.DONE_TOOL, S.FINALIZING, stop=R.DONE_TOOL, note="the done tool ran"),
     Row(S.DISPATCHING, On.NEEDS_HUMAN, S.SUSPENDED, stop=R.SUSPENDED, note="run returns"),
     Row(S.VERIFYING, On.VERIFIED, S.FINALIZING, stop=R.COMPLETED),
     Row(
@@ -410,7 +410,7 @@ TABLE: tuple[Row, ...] = (
         S.COMPACTING,
         verifications_and_steps_left,
         updates=(Update(Counter.VERIFICATIONS),),
-        note="feedback injected [S002]",
+        note="feedback injected",
     ),
     Row(
         S.VERIFYING,

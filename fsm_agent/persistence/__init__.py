@@ -1,6 +1,6 @@
 """Checkpoints: save a run after every move, and resume it anywhere, in this process or another.
 
-A :class:`Checkpointer` stores two things per run [S002 Factor 12]:
+A :class:`Checkpointer` stores two things per run:
 
 * **checkpoints**: the :class:`~fsm_agent.RunState` after each move of the machine, numbered
   1, 2, 3, … (the *version*). A worker writes version ``n + 1`` only while ``n`` is the latest

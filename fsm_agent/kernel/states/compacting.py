@@ -7,7 +7,7 @@ compaction scales its goal and its result by their ratio: an underestimate is co
 by the next call, where an overestimate could end a run that still fits.
 Compaction itself runs the agent's :class:`~fsm_agent.compaction.Compactor` when the count is
 above the budget, when the message window is full, or when forced by a ``length`` finish or a
-context-window error [S001 §6, §8]. Its outcome:
+context-window error. Its outcome:
 
 - ``proceed``: within budget, or only the message window was full and nothing could go;
 - ``compacted``: the history is shorter and within budget (counts an attempt);

@@ -2,7 +2,7 @@
 
 Most runs take the fast path: the output is the last answer (or the done tool's message). At
 the step limit, with ``summarize_on_max_steps``, one tools-off summary call asks the model for
-its best answer [S000 §6]. That call is a model call like any other, so the run's limits hold
+its best answer. That call is a model call like any other, so the run's limits hold
 for it:
 
 - a usage limit already reached (requests, tokens, cost) means the call is not made: the output
@@ -85,7 +85,7 @@ def _fall_back(ctx: RunContext, why: str) -> None:
 
 
 async def handle_finalizing(ctx: RunContext) -> Outcome:
-    """Produce the output: the tools-off summary call at the step limit [S000 §6], else the
+    """Produce the output: the tools-off summary call at the step limit, else the
     last answer (or the done tool's message)."""
     without_call = finalizing_needs_no_call(ctx)
     if without_call is not None:

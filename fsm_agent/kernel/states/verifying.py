@@ -41,7 +41,7 @@ DONE_REMINDER = (
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A verifier's answer: accepted, or rejected with feedback for the model [S002]."""
+    """A verifier's answer: accepted, or rejected with feedback for the model."""
 
     complete: bool
     feedback: str | None = None
