@@ -1,22 +1,35 @@
 """What operators rely on, checked against SQLite and PostgreSQL: abandoning a run keeps what
 its journal knows of each call and returns the reason; the PostgreSQL store keeps working while
-the server ends its connections."""
+the server ends its connections; a cut tool output is stored once; a recording takes any text
+a durable run takes."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import threading
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from durable_scenario import PROMPT, RUN_ID, make_agent
-from fsm_agent import RunAbandonedError, State, StopReason
+from fsm_agent import Agent, Policy, RunAbandonedError, Runtime, State, StopReason, tool
 from fsm_agent.errors import CheckpointConflictError, CheckpointError
 from fsm_agent.messages import ToolResult, validate_history
-from fsm_agent.persistence import Checkpointer, CrashingCheckpointer, SimulatedCrash
+from fsm_agent.persistence import (
+    Checkpointer,
+    CrashingCheckpointer,
+    InMemoryCheckpointer,
+    SimulatedCrash,
+    crash_and_resume,
+    resume_differences,
+)
 from fsm_agent.run_state import RunState
+from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.tool_output import PAGER_NAME
 from postgres_store import DSN, postgres_checkpointer
 from test_durable_promises import _crashed_before_the_charge
 
@@ -150,3 +163,148 @@ def test_the_postgres_store_works_through_a_storm_of_terminated_backends() -> No
         assert sum(killed) >= _ROUNDS // 2, killed  # the storm did reach the store
         assert _latest_version(store, "storm") >= version
         assert recorded <= set(store.effects("storm"))
+
+
+# -- a cut tool output is stored once ------------------------------------------------------------
+
+BIG = "".join(f"{n:07d}\n" for n in range(125_000))  # 1 MB of numbered lines
+
+
+def _paging_agent(store: Checkpointer | None, **kwargs: Any) -> Agent[None]:
+    """A run that cuts a 1 MB output, then pages through it after later turns."""
+
+    @tool(idempotent=True)  # run again when a crash cut it short: the pager needs its output
+    def dump() -> str:
+        """Return a large text."""
+        return BIG
+
+    return Agent(
+        ScriptedModel(
+            [
+                tool_call("dump", {}, id="d1"),
+                tool_call(PAGER_NAME, {"call_id": "d1", "offset": 600_000}, id="p1"),
+                text("Read it."),
+            ]
+        ),
+        tools=[dump],
+        checkpointer=store,
+        policy=Policy.model_validate({"tool_output": {"max_chars": 1_000}}),
+        runtime=Runtime(new_id=lambda: "run_dump"),
+        **kwargs,
+    )
+
+
+def _stored_chars(store: Checkpointer) -> int:
+    """The characters of tool text the store holds: journaled results and stored outputs."""
+    total = 0
+    with store._reading() as cur:  # type: ignore[attr-defined]
+        for table, column in (("effects", "result"), ("outputs", "text")):
+            cur.execute(f"SELECT sum(length({column})) FROM {store._prefix}{table}")  # type: ignore[attr-defined]
+            total += int(cur.fetchone()[0] or 0)
+    return total
+
+
+def test_a_cut_tool_output_is_stored_once(store: Checkpointer) -> None:
+    """The journal's record of the tool's result and the run's store of cut outputs share one
+    copy of the text; loading the run gives the whole output back."""
+    result = _paging_agent(store).run_sync("dump")
+    assert result.ok
+    assert len(BIG) < _stored_chars(store) < 1.5 * len(BIG)
+    loaded = store.load("run_dump").state
+    assert loaded.tool_outputs == {"d1": BIG} == result.run_state.tool_outputs  # type: ignore[union-attr]
+
+
+def test_an_output_a_hook_changed_is_stored_as_the_run_saw_it(store: Checkpointer) -> None:
+    """When an after_tool hook changed the text, the journal does not hold it: the output is
+    stored in full, and loading the run gives the changed text."""
+
+    class Stamp:
+        def after_tool(self, *, result: ToolResult, **_: Any) -> ToolResult:
+            return result.model_copy(update={"content": "checked\n" + result.content})
+
+    assert _paging_agent(store, hooks=[Stamp()]).run_sync("dump").ok
+    assert store.load("run_dump").state.tool_outputs["d1"] == "checked\n" + BIG
+    assert _stored_chars(store) > 2 * len(BIG)
+
+
+def test_a_run_resumed_after_any_write_pages_the_stored_output(store: Checkpointer) -> None:
+    """Crashed right after any write and resumed, the run reads the same page of the cut
+    output as the uninterrupted run (the output comes back from wherever it is stored)."""
+    expected = asyncio.run(_paging_agent(InMemoryCheckpointer()).run("dump"))
+    crash_after, crashed = 1, True
+    while crashed:
+        _wipe(store)
+        agent = _paging_agent(None)
+        actual, crashed = asyncio.run(
+            crash_and_resume(agent, "dump", crash_after=crash_after, at="any", store=store)
+        )
+        assert resume_differences(expected, actual) == [], crash_after
+        crash_after += 1
+    assert crash_after > 5
+
+
+def _wipe(store: Checkpointer) -> None:
+    """Empty the store's tables (the tests reuse one run id)."""
+    with store._write() as cur:  # type: ignore[attr-defined]
+        for table in ("checkpoints", "runs", "effects", "outputs"):
+            cur.execute(f"DELETE FROM {store._prefix}{table}")  # type: ignore[attr-defined]
+
+
+def test_a_store_from_before_shared_outputs_still_loads(tmp_path: Path) -> None:
+    """A SQLite store at schema 3 (every cut output in full in its own table) is migrated and
+    gives its runs' outputs back."""
+    from fsm_agent.persistence import SQLiteCheckpointer
+    from fsm_agent.persistence.sql import MIGRATIONS
+
+    new = SQLiteCheckpointer(tmp_path / "new.db")
+    assert _paging_agent(new).run_sync("dump").ok
+    new.close()
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    for statements in MIGRATIONS[:3]:
+        for statement in statements:
+            old.execute(statement.format(t="", real="REAL"))
+    old.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    old.execute("ATTACH DATABASE ? AS new", (str(tmp_path / "new.db"),))
+    for table in ("runs", "checkpoints", "effects"):
+        old.execute(f"INSERT INTO {table} SELECT * FROM new.{table}")
+    old.execute("INSERT INTO outputs VALUES ('run_dump', 'd1', ?)", (BIG,))
+    old.commit()
+    old.close()
+    store = SQLiteCheckpointer(tmp_path / "old.db")
+    assert store.schema_version() == len(MIGRATIONS)
+    assert store.load("run_dump").state.tool_outputs == {"d1": BIG}
+    store.close()
+
+
+# -- recordings take what JSON cannot carry ----------------------------------------------------
+
+
+def test_a_recording_takes_a_lone_surrogate_and_replays(tmp_path: Path) -> None:
+    """A prompt, a tool result and a model's answer with lone surrogates (a "\\ud800" escape
+    on the wire), which a durable run stores, are recorded with them replaced by U+FFFD, and
+    the recording replays."""
+    from fsm_agent.replay import read_recording, record, replay
+
+    answer = "caf\ud800 au lait"
+
+    @tool
+    def menu(item: str) -> str:
+        """Look an item up."""
+        return f"{item}: 3 \udcff"
+
+    def agent(store: Checkpointer | None) -> Agent[None]:
+        model = ScriptedModel([tool_call("menu", {"item": answer}, id="m1"), text(answer)])
+        return Agent(model, tools=[menu], checkpointer=store)
+
+    prompt = "coffee\udcff?"
+    assert agent(InMemoryCheckpointer()).run_sync(prompt).ok  # what a durable run does
+    path = tmp_path / "run.jsonl"
+    result = asyncio.run(record(agent(None), prompt, path))
+    assert result.ok and result.output == answer
+    recorded = read_recording(path)
+    assert recorded.header.input.text == "coffee\ufffd?"
+    [final] = [e for e in recorded.events if e.type == "final"]
+    assert final.output == "caf\ufffd au lait"  # type: ignore[attr-defined]
+    report = asyncio.run(replay(path))
+    assert report.ok, report.divergence
