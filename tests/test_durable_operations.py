@@ -165,6 +165,39 @@ def test_the_postgres_store_works_through_a_storm_of_terminated_backends() -> No
         assert recorded <= set(store.effects("storm"))
 
 
+@pytest.mark.postgres
+def test_a_call_whose_connection_ends_before_it_commits_is_made_again() -> None:
+    """The server ends the connection a call was just given, before the call's first
+    statement: the call is made again on a fresh connection, and reads and writes succeed."""
+    import psycopg
+
+    with postgres_checkpointer() as store:
+        taken = store._take  # type: ignore[attr-defined]
+        armed: list[str] = []  # the calls whose first connection the server ends
+        ended: list[str] = []
+
+        def take_then_end() -> Any:
+            conn = taken()
+            if armed:
+                with psycopg.connect(DSN, autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+                ended.append(armed.pop())
+            return conn
+
+        store._take = take_then_end  # type: ignore[attr-defined]
+        calls: list[tuple[str, Any]] = [
+            ("save", lambda: store.save(RunState(run_id="cut", state=State.CALLING), version=1)),
+            ("runs", lambda: [r.run_id for r in store.runs()] == ["cut"]),
+            ("intent", lambda: store.record_intent("cut", "1/tool/c", "tool", version=1) is None),
+            ("load", lambda: store.load("cut").version == 1),
+            ("effects", lambda: set(store.effects("cut")) == {"1/tool/c"}),
+        ]
+        for name, call in calls:
+            armed.append(name)
+            assert call() is not False, name
+        assert ended == [name for name, _ in calls]
+
+
 # -- a cut tool output is stored once ------------------------------------------------------------
 
 BIG = "".join(f"{n:07d}\n" for n in range(125_000))  # 1 MB of numbered lines

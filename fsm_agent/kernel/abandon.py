@@ -75,8 +75,8 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
 
 
 async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: RunState) -> None:
-    """Give each waiting call the journal knows of its result: the recorded one (cut as the
-    agent cuts tool outputs), or "outcome unknown" for an intent without an outcome."""
+    """Give each waiting call the journal knows of its result (see :func:`_journaled`; a
+    recorded result is cut as the agent cuts tool outputs)."""
     effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
