@@ -25,6 +25,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
     │                              RunResult of a run that ended ``output_invalid``)
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
+    ├── RunAbandonedError          an operator abandoned the stored run (kept on its RunResult)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit
     │   ├── UnknownRunError        no checkpoint holds the run id
     │   ├── RunFinishedError       the run already ended: there is nothing to resume
@@ -68,6 +69,7 @@ __all__ = [
     "ProviderServerError",
     "RateLimitError",
     "ResumeError",
+    "RunAbandonedError",
     "RunFinishedError",
     "SchemaVersionError",
     "StoreFullError",
@@ -230,6 +232,16 @@ class OutputValidationError(FsmAgentError):
     def __init__(self, message: str, *, feedback: str) -> None:
         super().__init__(message)
         self.feedback = feedback
+
+
+class RunAbandonedError(FsmAgentError):
+    """The stored run was abandoned (:meth:`~fsm_agent.Agent.abandon`): it ended ``aborted``
+    with ``cancelled``, and ``reason`` is why the operator ended it."""
+
+    def __init__(self, message: str, *, run_id: str, reason: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.reason = reason
 
 
 class ResumeError(FsmAgentError):

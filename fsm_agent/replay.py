@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .diagrams import TraceError
 from .errors import ContextWindowExceededError, ModelError
@@ -64,6 +65,7 @@ from .messages import (
 )
 from .models import Model
 from .persistence.run_log import RecordedToolError
+from .persistence.storable import storable_data
 from .policy import Policy
 from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
@@ -161,9 +163,22 @@ class Recorder:
         """Append one event (the header goes first, with the run id of the first event)."""
         if not self._started:
             header = self._header.model_copy(update={"run_id": event.run_id})
-            self._file.write(header.model_dump_json() + "\n")
+            try:
+                line = header.model_dump_json()
+            except PydanticSerializationError:  # text JSON cannot carry: as for events below
+                data = storable_data(header.model_dump())
+                line = RecordingHeader.model_validate(data).model_dump_json()
+            self._file.write(line + "\n")
             self._started = True
-        self._file.write(event_adapter.dump_json(event).decode() + "\n")
+        try:
+            line = event_adapter.dump_json(event).decode()
+        except PydanticSerializationError:
+            # A lone surrogate (a model's "\ud800" escape, a file name from os.fsdecode):
+            # replaced by U+FFFD, as wherever the text recurs in later events, so that the
+            # recording replays to the same events.
+            data = storable_data(event_adapter.dump_python(event))
+            line = event_adapter.dump_json(event_adapter.validate_python(data)).decode()
+        self._file.write(line + "\n")
 
     def close(self) -> None:
         """Finish the file."""

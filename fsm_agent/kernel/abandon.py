@@ -1,13 +1,25 @@
 """Ending a stored run for good (:meth:`~fsm_agent.Agent.abandon`): a durable run that was
-cancelled, or whose process died, stays resumable until then."""
+cancelled, or whose process died, stays resumable until then.
+
+A call the run was still waiting for gets the outcome its journal knows: the recorded result
+of a call that ran, "outcome unknown" for one that started and never reported back (it may be
+running in another worker, or a crash cut it short), "not finished" for one that asked a human
+a question nobody answered, and "not run" for one that never started.
+The run is claimed (its checkpoint written again) before the journal is read, so that no
+worker can start a call after that read: a worker still running the run fails its next write.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, RunFinishedError
+from ..errors import ConfigurationError, RunAbandonedError, RunFinishedError
 from ..machine.table import TERMINAL, Outcome
-from ..persistence.run_log import in_store_thread, load_checkpoint
+from ..messages import ToolCall, ToolResult
+from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpointer, EffectRecord
+from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
+from ..run_state import RunState
+from ..tool_output import cut_result
 from .run import RunHandle, RunResult
 from .states import RunContext
 
@@ -15,6 +27,17 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 __all__ = ["abandon_run"]
+
+_UNKNOWN = (
+    UNKNOWN_OUTCOME_PREFIX + ": the run was abandoned after tool '{name}' started (call {id}) "
+    "and before it reported back; it may still be running in another worker. It may or may "
+    "not have taken effect: check before calling it again."
+)
+
+_UNANSWERED = (
+    "Error: not finished: tool '{name}' asked a human ({question}) and the run was abandoned "
+    "before the answer came"
+)
 
 
 async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunResult[Any]:
@@ -25,12 +48,17 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
         raise ConfigurationError("abandon needs an agent with a checkpointer")
     checkpoint = await load_checkpoint(store, run_id)
     rs = checkpoint.state
+    version = checkpoint.version
     if rs.state in TERMINAL:
         raise RunFinishedError(
             f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
             "nothing to abandon",
             run_id=run_id,
         )
+    if rs.pending_tool_calls:
+        version += 1
+        await in_store_thread(store, lambda: store.save(rs, version=version))  # the claim
+        await _settle_from_journal(agent, store, rs)
     move = agent.decide(rs.state, Outcome.CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
@@ -40,6 +68,40 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
         context = RunContext(agent, rs, listening=False, handle=RunHandle())
         context.close_pending_calls("the run was abandoned")
     rs.resume_token = None
-    rs.error = f"the run was abandoned: {reason}"
-    await in_store_thread(store, lambda: store.save(rs, version=checkpoint.version + 1))
-    return RunResult.of(rs, None, agent.output_spec)
+    error = RunAbandonedError(f"the run was abandoned: {reason}", run_id=run_id, reason=reason)
+    rs.error = str(error)
+    await in_store_thread(store, lambda: store.save(rs, version=version + 1))
+    return RunResult.of(rs, error, agent.output_spec)
+
+
+async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: RunState) -> None:
+    """Give each waiting call the journal knows of its result (see :func:`_journaled`; a
+    recorded result is cut as the agent cuts tool outputs)."""
+    effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
+    settled = {r.call_id for r in rs.tool_results}
+    step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
+    max_chars = agent.settings.max_output_chars
+    results = list(rs.tool_results)
+    for call in rs.pending_tool_calls:
+        if call.id in settled:
+            continue
+        result = _journaled(call, effects.get(f"{step}/tool/{call.id}"))
+        if result is not None:
+            if max_chars is not None:
+                result = cut_result(rs.tool_outputs, result, max_chars)
+            results.append(result)
+    rs.tool_results = results
+
+
+def _journaled(call: ToolCall, record: EffectRecord | None) -> ToolResult | None:
+    """What the journal says of ``call``: ``None`` when it never started."""
+    if record is None:
+        return None
+    if record.result is None:
+        content = _UNKNOWN.format(name=call.name, id=call.id)
+        return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+    execution = _decode_tool(record.result, call)
+    if execution.question is None:
+        return execution.result
+    content = _UNANSWERED.format(name=call.name, question=execution.question)
+    return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)

@@ -350,9 +350,11 @@ class Agent(Generic[DepsT, OutputT]):
         return _result_of(ctx)
 
     async def abandon(self, run_id: str, *, reason: str = "abandoned") -> RunResult[OutputT]:
-        """End a stored run for good: it is saved ``aborted`` with ``cancelled`` (every call
-        still waiting gets an error result), so that it can no longer be resumed. A cancelled
-        durable run stays resumable until this is called. Raises
+        """End a stored run for good: it is saved ``aborted`` with ``cancelled``, so that it
+        can no longer be resumed, and the result's ``error`` is a
+        :class:`~fsm_agent.RunAbandonedError` with ``reason``. Every call still waiting gets
+        the result its journal recorded, else "outcome unknown" when it started, else "not
+        run". A cancelled durable run stays resumable until this is called. Raises
         :class:`~fsm_agent.UnknownRunError`, :class:`~fsm_agent.RunFinishedError` for a run
         that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
         wrote the run meanwhile (it is still running: cancel it there first)."""

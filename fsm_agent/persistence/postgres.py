@@ -4,9 +4,11 @@ by several processes and machines."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
     CheckpointError,
@@ -16,12 +18,15 @@ from ..errors import (
     StoreFullError,
     StoreLockedError,
 )
+from . import Checkpoint, EffectRecord, RunSummary
 from .sql import Cursor, PreparedSave, SQLCheckpointer
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresCheckpointer"]
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -30,9 +35,12 @@ class PostgresCheckpointer(SQLCheckpointer):
     """Checkpoints in PostgreSQL, in the tables of ``schema`` (created when missing).
 
     The store holds a pool of up to ``pool_size`` connections (``psycopg_pool``); a connection
-    that dropped is noticed when it is taken from the pool and replaced, so a restarted server
-    or a severed connection costs the write that was under way (a
-    :class:`~fsm_agent.CheckpointError`), not the store. An agent runs the store's calls on
+    that dropped is noticed when it is taken from the pool and replaced at once, so the store
+    keeps working while the server ends connections (a restart, a storm of terminated
+    backends). A call whose connection is ended under it is made again on a fresh one when
+    it had committed nothing (a read, a write before its commit); one ended during its commit
+    (which may or may not have been stored) raises :class:`~fsm_agent.CheckpointError`, as a
+    write inside a batch of several does. An agent runs the store's calls on
     ``pool_size`` threads of its own, never on the event loop's. One instance is meant to be
     shared by all the runs of a process.
 
@@ -72,6 +80,7 @@ class PostgresCheckpointer(SQLCheckpointer):
         self.io_thread_count = pool_size
         self._psycopg = psycopg
         self._timeout_s = timeout_s
+        self._local = threading.local()  # .committing, .lost: see _connection
         lock_ms = int(timeout_s * 1000)
 
         connect_timeout = max(1, round(timeout_s))
@@ -94,7 +103,6 @@ class PostgresCheckpointer(SQLCheckpointer):
                     "application_name": f"fsm_agent:{schema}",  # for pg_stat_activity
                 },
                 configure=configure,
-                check=psycopg_pool.ConnectionPool.check_connection,
                 timeout=timeout_s,
                 open=False,
                 name=f"fsm-agent-{schema}",
@@ -123,18 +131,61 @@ class PostgresCheckpointer(SQLCheckpointer):
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-        """A connection of the pool, its errors translated."""
+        """A live connection of the pool, its errors translated. A call whose connection the
+        server ended before it committed anything is noted (see :meth:`_again`)."""
+        conn = self._take()
+        local = self._local
+        local.committing = False
+        try:
+            yield conn
+        except self._psycopg.Error as exc:
+            local.lost = conn.broken and not local.committing
+            raise _translate(exc, self._psycopg) from exc
+        finally:
+            self._pool.putconn(conn)
+
+    def _again(self, call: Callable[[], T]) -> T:
+        """``call()``, made once more on a fresh connection when the server ended its
+        connection before it committed anything (a read, or a write before its commit): what
+        is stored is as if the first attempt was never made. A call inside a batch is left to
+        the batch (its transaction is gone)."""
+        local = self._local
+        if getattr(self._batch, "cursor", None) is not None:
+            return call()
+        local.lost = False
+        try:
+            return call()
+        except CheckpointError:
+            if not local.lost:
+                raise
+        return call()
+
+    def _take(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A connection of the pool that answers. One the server ended is handed back, which
+        makes the pool open a new one at once, and the next is taken, until the timeout.
+        (The pool's own check waits a growing delay after each dead connection: while the
+        server keeps ending connections, every call then waited out its timeout.)"""
         import psycopg_pool
 
-        try:
-            with self._pool.connection(timeout=self._timeout_s) as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise CheckpointError(
-                f"no connection to the checkpoint database within {self._timeout_s} s ({exc})"
-            ) from None
-        except self._psycopg.Error as exc:
-            raise _translate(exc, self._psycopg) from exc
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                conn = self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+            except psycopg_pool.PoolTimeout as exc:
+                raise CheckpointError(
+                    f"no connection to the checkpoint database within {self._timeout_s} s "
+                    f"({exc}); check that the server runs and accepts connections"
+                ) from None
+            try:
+                conn.execute("")
+            except self._psycopg.Error:
+                conn.close()  # never used again: the pool replaces it
+                self._pool.putconn(conn)
+                continue
+            except BaseException:
+                self._pool.putconn(conn)
+                raise
+            return conn
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -145,8 +196,30 @@ class PostgresCheckpointer(SQLCheckpointer):
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
-        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            yield cur
+        with self._connection() as conn, conn.transaction():
+            with conn.cursor() as cur:
+                yield cur
+            self._local.committing = True  # from here a lost connection may have committed
+
+    # The calls made again when the server ends their connection first (see _again).
+    def load(self, run_id: str) -> Checkpoint:
+        """The latest checkpoint of ``run_id`` (see :meth:`SQLCheckpointer.load`)."""
+        return self._again(lambda: SQLCheckpointer.load(self, run_id))
+
+    def effects(self, run_id: str) -> dict[str, EffectRecord]:
+        """The journaled calls of ``run_id`` by key."""
+        return self._again(lambda: SQLCheckpointer.effects(self, run_id))
+
+    def runs(self) -> list[RunSummary]:
+        """Every stored run, the most recently updated first."""
+        return self._again(lambda: SQLCheckpointer.runs(self))
+
+    def write_prepared(self, prepared: PreparedSave) -> None:
+        """Store a checkpoint :meth:`~SQLCheckpointer.prepare_save` encoded."""
+        self._again(lambda: SQLCheckpointer.write_prepared(self, prepared))
+
+    def _record(self, run_id: str, key: str, kind: str, result: str | None, version: int) -> None:
+        self._again(lambda: SQLCheckpointer._record(self, run_id, key, kind, result, version))
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:

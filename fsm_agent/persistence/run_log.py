@@ -38,6 +38,7 @@ __all__ = [
     "encode_model_outcome",
     "in_store_thread",
     "load_checkpoint",
+    "recorded_content",
     "store_threads_of",
     "unknown_result",
 ]
@@ -447,6 +448,16 @@ def _encode_tool(execution: ToolExecution) -> str:
             "phase": execution.phase,
         }
     )
+
+
+def recorded_content(text: str) -> str | None:
+    """The content of the tool result a journal record holds (``None`` when it does not
+    decode): a store may keep a cut output's full text as a reference to it."""
+    try:
+        content = json.loads(text)["result"]["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
 
 
 def _decode_tool(text: str, call: ToolCall) -> ToolExecution:

@@ -8,14 +8,18 @@ Tables (``{t}`` is the dialect's table prefix)::
     {t}runs         one row per run: its latest checkpoint version and position (for listing)
     {t}checkpoints  one row per move: (run_id, version) → the run state
     {t}effects      the write-ahead journal: (run_id, key) → intent, then result
-    {t}outputs      the full text of the run's cut tool outputs: (run_id, output id) → text
+    {t}outputs      the full text of the run's cut tool outputs: (run_id, output id) → text,
+                    or the key of the journal record holding it
 
 A checkpoint row stores the run state without its message thread and trace, plus the messages
 and moves that changed since the run's previous row (``messages_from`` is the index the stored
 messages start at; the thread is rebuilt by replaying the rows in order). A compaction or a
 trimmed tool output rewrites the thread from the first message that changed. The full text of a
 cut tool output is written once, to ``outputs``, by the checkpoint that first holds it; so a
-checkpoint's size does not grow with the run's history.
+checkpoint's size does not grow with the run's history. When the journal already holds that
+text (the tool's recorded result), the ``outputs`` row names the record (``journal_key``)
+instead of holding a second copy: the record is written before the checkpoint, and a run's
+journal records are never removed, so the text is there whenever the row is.
 
 The store keeps, per run it is writing, what it last wrote (to write only what changed); it
 drops that when the run rests (done, aborted, suspended) or when :meth:`SQLCheckpointer.forget`
@@ -40,6 +44,7 @@ from ..machine.table import State, StopReason
 from ..messages import Message
 from ..run_state import RunState, StoredMove
 from . import Checkpoint, EffectRecord, RunSummary, conflict
+from .run_log import recorded_content
 from .storable import storable_state
 from .store_threads import StoreThreads
 
@@ -72,6 +77,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE {t}outputs (run_id TEXT NOT NULL, output_id TEXT NOT NULL, "
         "text TEXT NOT NULL, PRIMARY KEY (run_id, output_id))",
     ),
+    # 4: an output whose text the journal holds refers to its record instead of a second copy
+    ("ALTER TABLE {t}outputs ADD COLUMN journal_key TEXT",),
 )
 """The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
 
@@ -353,13 +360,32 @@ class SQLCheckpointer:
             elif not self._advance(cur, p, now):
                 raise conflict(run_id, version, self._latest(cur, run_id))
             for output_id, output in p.outputs:
+                key = self._journaled(cur, run_id, output_id, output)
                 cur.execute(
                     self._sql(
-                        "INSERT INTO {t}outputs (run_id, output_id, text) VALUES (?, ?, ?) "
-                        "ON CONFLICT (run_id, output_id) DO UPDATE SET text = excluded.text"
+                        "INSERT INTO {t}outputs (run_id, output_id, text, journal_key) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, output_id) DO UPDATE SET "
+                        "text = excluded.text, journal_key = excluded.journal_key"
                     ),
-                    (run_id, output_id, output),
+                    (run_id, output_id, "" if key else output, key),
                 )
+
+    def _journaled(self, cur: Cursor, run_id: str, output_id: str, output: str) -> str | None:
+        """The key of the run's journal record whose tool result is ``output`` (the tool call
+        ``output_id``'s, unless a hook changed the text), or ``None``."""
+        suffix = "/tool/" + output_id
+        pattern = "%" + suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        cur.execute(
+            self._sql(
+                "SELECT key, result FROM {t}effects WHERE run_id = ? AND kind = 'tool' "
+                "AND result IS NOT NULL AND key LIKE ? ESCAPE '\\'"
+            ),
+            (run_id, pattern),
+        )
+        for key, result in cur.fetchall():
+            if key.endswith(suffix) and recorded_content(result) == output:
+                return str(key)
+        return None
 
     def _insert_checkpoint(self, cur: Cursor, p: PreparedSave, now: float) -> None:
         cur.execute(
@@ -418,11 +444,7 @@ class SQLCheckpointer:
             )
             rows = cur.fetchall()
             if rows:
-                cur.execute(
-                    self._sql("SELECT output_id, text FROM {t}outputs WHERE run_id = ?"),
-                    (run_id,),
-                )
-                outputs = dict(cur.fetchall())
+                outputs = self._outputs(cur, run_id)
         if not rows:
             raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
         if latest is None or latest > rows[-1][0]:
@@ -451,6 +473,32 @@ class SQLCheckpointer:
         if outputs or state.tool_outputs:
             state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
         return Checkpoint(run_id, version, state, float(saved_at))
+
+    def _outputs(self, cur: Cursor, run_id: str) -> dict[str, str]:
+        """The run's stored outputs by id, those kept in the journal read from there."""
+        cur.execute(
+            self._sql("SELECT output_id, text, journal_key FROM {t}outputs WHERE run_id = ?"),
+            (run_id,),
+        )
+        outputs: dict[str, str] = {}
+        for output_id, text, key in cur.fetchall():
+            if key is None:
+                outputs[output_id] = text
+                continue
+            cur.execute(
+                self._sql("SELECT result FROM {t}effects WHERE run_id = ? AND key = ?"),
+                (run_id, key),
+            )
+            row = cur.fetchone()
+            content = None if row is None or row[0] is None else recorded_content(row[0])
+            if content is None:
+                raise CorruptCheckpointError(
+                    f"run {run_id!r}: the output of tool call {output_id!r} is kept in the "
+                    f"journal record {key!r}, which is missing or does not decode; restore the "
+                    "store from a backup (nothing was changed)"
+                )
+            outputs[output_id] = content
+        return outputs
 
     # -- effects --------------------------------------------------------------------------------
     def record_intent(

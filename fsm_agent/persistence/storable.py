@@ -18,6 +18,7 @@ from ..run_state import RunState
 
 __all__ = [
     "NOTE",
+    "storable_data",
     "storable_message",
     "storable_response",
     "storable_result",
@@ -59,6 +60,12 @@ def _walk(value: Any) -> tuple[Any, int]:
     return value, 0
 
 
+def storable_data(value: Any) -> Any:
+    """``value`` (plain data: dicts, lists, tuples, strings, numbers) with every lone surrogate
+    in its strings and keys replaced, and no note: for what is written once, as it is."""
+    return _walk(value)[0]
+
+
 def storable_result(result: ToolResult) -> ToolResult:
     """``result`` unchanged when it can be stored; else with its text replaced and the note
     appended to its content."""
@@ -83,8 +90,8 @@ def storable_response(response: ModelResponse) -> ModelResponse:
         if part.get("type") == "text":
             part["text"] = f"{part['text']}\n{note}"
             break
-    else:
-        parts.append({"type": "text", "text": note})
+    else:  # only tool calls (the text was in their arguments): the note is a text of its own
+        data["message"]["parts"] = [*parts, {"type": "text", "text": note}]
     return ModelResponse.model_validate(data)
 
 
