@@ -46,6 +46,7 @@ from ._assembly import (
     canonical_json,
     finish_tool_call,
     object_arguments,
+    text_field,
     text_part,
 )
 from ._base import ProviderBase, ProviderOptions
@@ -202,6 +203,7 @@ class _StreamAssembler:
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.served_model: str | None = None
         self.response_id: str | None = None
         self.text: list[str] = []
         self.reasoning: list[str] = []
@@ -215,6 +217,8 @@ class _StreamAssembler:
     def feed(self, chunk: JSONObject) -> list[StreamDelta]:
         if self.response_id is None:
             self.response_id = as_str(chunk.get("id"))
+        if not self.served_model:
+            self.served_model = as_str(chunk.get("model"))
         usage = _usage(chunk.get("usage"))
         if usage is not None:
             self.usage = usage
@@ -224,11 +228,11 @@ class _StreamAssembler:
             if as_int(choice.get("index")) not in (0, None):
                 continue
             delta = as_obj(choice.get("delta"))
-            content = as_str(delta.get("content"))
+            content = text_field(delta.get("content"), _PROVIDER, "a delta's content")
             if content:
                 self.text.append(content)
                 deltas.append(TextDelta(text=content))
-            refusal = as_str(delta.get("refusal"))
+            refusal = text_field(delta.get("refusal"), _PROVIDER, "a delta's refusal")
             if refusal:
                 self.refused = True
                 self.text.append(refusal)
@@ -310,7 +314,12 @@ class _StreamAssembler:
         parts.extend(slot.close() for slot in self.slots)
         reason = FinishReason.CONTENT_FILTER if self.refused else openai_finish_reason(raw)
         return build_response(
-            parts, reason, raw, self.usage or Usage(requests=1), self.response_id, self.model
+            parts,
+            reason,
+            raw,
+            self.usage or Usage(requests=1),
+            self.response_id,
+            self.served_model or self.model,
         )
 
 
@@ -445,8 +454,9 @@ class OpenAIChatModel(ProviderBase):
         thought = as_str(message.get("reasoning_content")) or as_str(message.get("reasoning"))
         if thought:
             parts.append(ReasoningPart(text=thought, provider_data={"provider": _PROVIDER}))
-        refusal = as_str(message.get("refusal"))
-        text = (as_str(message.get("content")) or "") + (refusal or "")
+        refusal = text_field(message.get("refusal"), _PROVIDER, "the message's refusal")
+        content = text_field(message.get("content"), _PROVIDER, "the message's content")
+        text = (content or "") + (refusal or "")
         if text:  # an empty text part would be dropped when the parts are merged
             parts.append(text_part(text))
         for value in as_list(message.get("tool_calls")):
