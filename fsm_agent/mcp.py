@@ -28,11 +28,11 @@ import contextvars
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TextIO
+from typing import Any, Literal, Self, TextIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -51,6 +51,7 @@ except ImportError as exc:
 
 __all__ = ["MCPServer", "MCPServerHTTP", "MCPServerStdio"]
 
+_T = TypeVar("_T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SESSION_HEADER = "mcp-session-id"
 _CLOSE_TIMEOUT_S = 5.0
@@ -157,9 +158,8 @@ class MCPServer:
             )
         link = await self._live()
         refusal = _Refusal()
-        token = _REFUSAL.set(refusal)
         try:
-            result = await link.client.call_tool(name, arguments)
+            result = await _watched(link.client.call_tool(name, arguments), refusal)
         except MCPError as exc:
             if not await _session_lost(link, exc, refusal):
                 raise await self._failure(name, link, exc) from exc
@@ -168,8 +168,6 @@ class MCPServer:
                 result = await link.client.call_tool(name, arguments)
             except MCPError as again:
                 raise await self._failure(name, link, again) from again
-        finally:
-            _REFUSAL.reset(token)
         text = _text(result)
         if result.is_error:
             raise MCPServerError(
@@ -553,6 +551,16 @@ class _Refusal:
 _REFUSAL: contextvars.ContextVar[_Refusal | None] = contextvars.ContextVar(
     "fsm_agent_mcp_refusal", default=None
 )
+
+
+async def _watched(call: Coroutine[Any, Any, _T], refusal: _Refusal) -> _T:
+    """Await ``call`` with ``refusal`` as the record of its requests' refusals (only there: a
+    connection opened afterwards must not start its tasks in a context that holds it)."""
+    token = _REFUSAL.set(refusal)
+    try:
+        return await call
+    finally:
+        _REFUSAL.reset(token)
 
 
 async def _note_refusal(response: httpx2.Response) -> None:
