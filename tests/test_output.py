@@ -288,8 +288,14 @@ _LOOKUP = ToolDefinition(
 )
 
 
-@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
-def test_openai_with_tools_answers_through_the_final_answer_tool(streaming: bool) -> None:
+@pytest.mark.parametrize(
+    ("streaming", "reply_kind"),
+    [(False, "json"), (True, "sse"), (True, "json")],
+    ids=["complete", "stream", "stream-answered-whole"],
+)
+def test_openai_with_tools_answers_through_the_final_answer_tool(
+    streaming: bool, reply_kind: str
+) -> None:
     """With tools, an OpenAI-compatible server gets no response_format (it would constrain
     every turn to the schema) but a final_answer tool and tool_choice required; the call becomes
     the text answer with finish reason stop, and streamed arguments become text deltas."""
@@ -297,7 +303,9 @@ def test_openai_with_tools_answers_through_the_final_answer_tool(streaming: bool
     request = _REQUEST.model_copy(update={"tools": (_LOOKUP,)})
 
     async def main() -> tuple[Any, list[Any], Any]:
-        reply = sse_reply(openai_sse(turn)) if streaming else json_reply(openai_json(turn))
+        reply = (
+            sse_reply(openai_sse(turn)) if reply_kind == "sse" else json_reply(openai_json(turn))
+        )
         async with ProviderServer().script(reply) as server:
             model = OpenAIChatModel("gpt-test", base_url=server.url, api_key="sk", timeouts=FAST)
             try:
