@@ -10,9 +10,11 @@ schema and description the model sees, the timeout, approval, output limits, the
 What can go wrong with a server becomes an error result the model reads, never a hang or a
 crash: a result the server marks ``isError``, a JSON-RPC error, a server that is gone or dies
 during the call (bounded by the tool's timeout in any case). A call is sent again only when the
-server says it never ran it, because it no longer knows the HTTP session: then the connection
-is opened afresh and the call resent once. After a call that broke the connection, the next
-call reconnects first.
+server refused it without running it because it no longer knows the HTTP session: it says so
+(the SDK's "session terminated", for a 404), or it refused the call's request with HTTP 400 or
+404 and then refuses a listing of its tools on the same session too (what servers built with
+the TypeScript SDK answer after a restart). Then the connection is opened afresh and the call
+resent once. After a call that broke the connection, the next call reconnects first.
 
 Needs the ``[mcp]`` extra (the official ``mcp`` SDK); importing this module without it raises
 :class:`~fsm_agent.errors.MissingExtraError`.
@@ -22,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TextIO
+from typing import Any, Literal, Self, TextIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -47,7 +51,9 @@ except ImportError as exc:
 
 __all__ = ["MCPServer", "MCPServerHTTP", "MCPServerStdio"]
 
+_T = TypeVar("_T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_SESSION_HEADER = "mcp-session-id"
 _CLOSE_TIMEOUT_S = 5.0
 _PING_TIMEOUT_S = 3.0
 
@@ -151,10 +157,11 @@ class MCPServer:
                 tool=name,
             )
         link = await self._live()
+        refusal = _Refusal()
         try:
-            result = await link.client.call_tool(name, arguments)
+            result = await _watched(link.client.call_tool(name, arguments), refusal)
         except MCPError as exc:
-            if not _session_dropped(exc):
+            if not await _session_lost(link, exc, refusal):
                 raise await self._failure(name, link, exc) from exc
             link = await self._reconnect(link)  # the server never ran it: send it again
             try:
@@ -368,8 +375,9 @@ class MCPServerHTTP(MCPServer):
         """The SDK's transport over an HTTP client of this connection's own, closed with it
         (the SDK's default timeouts: a response stream may stay open for minutes)."""
         timeout = httpx2.Timeout(30.0, read=300.0)
+        hooks = {"response": [_note_refusal]}
         async with (
-            httpx2.AsyncClient(headers=self._headers, timeout=timeout) as http,
+            httpx2.AsyncClient(headers=self._headers, timeout=timeout, event_hooks=hooks) as http,
             streamable_http_client(self.url, http_client=http) as streams,
         ):
             yield streams
@@ -528,6 +536,53 @@ def _session_dropped(exc: MCPError) -> bool:
     """The HTTP server no longer knows the session (it restarted, or expired it): it refused
     the request without running it."""
     return exc.code == mcp_types.INVALID_REQUEST and "session" in exc.message.lower()
+
+
+@dataclass(slots=True)
+class _Refusal:
+    """Whether the HTTP server refused a request of one call that carried a session id, with
+    status 400 or 404: a client error, answered before anything ran."""
+
+    seen: bool = False
+
+
+# The SDK sends each request from a task started in the caller's context, so the HTTP client's
+# response hook finds here the record of the call that sent it.
+_REFUSAL: contextvars.ContextVar[_Refusal | None] = contextvars.ContextVar(
+    "fsm_agent_mcp_refusal", default=None
+)
+
+
+async def _watched(call: Coroutine[Any, Any, _T], refusal: _Refusal) -> _T:
+    """Await ``call`` with ``refusal`` as the record of its requests' refusals (only there: a
+    connection opened afterwards must not start its tasks in a context that holds it)."""
+    token = _REFUSAL.set(refusal)
+    try:
+        return await call
+    finally:
+        _REFUSAL.reset(token)
+
+
+async def _note_refusal(response: httpx2.Response) -> None:
+    """The HTTP client's response hook: record a 400 or 404 to a request within a session."""
+    refusal, request = _REFUSAL.get(), response.request
+    if (
+        refusal is not None
+        and response.status_code in (400, 404)
+        and request.method == "POST"
+        and _SESSION_HEADER in request.headers
+    ):
+        refusal.seen = True
+
+
+async def _session_lost(link: _Link, exc: MCPError, refusal: _Refusal) -> bool:
+    """Whether the server refused the call without running it because it no longer knows the
+    session: it says so, or it refused the call's request with 400 or 404 and refuses a listing
+    on the session too (the SDK reports a 400 without a JSON body as -32603, and a server's own
+    JSON-RPC error as it came, so the status tells a refusal from a failure)."""
+    if _session_dropped(exc):
+        return True
+    return refusal.seen and not await link.answers()
 
 
 def _arguments(tool: str, raw: str) -> dict[str, Any]:

@@ -2,6 +2,10 @@
 
 Run ``python mcp_server.py stdio`` to serve over stdin/stdout, or
 ``python mcp_server.py http PORT`` to serve streamable HTTP on 127.0.0.1:PORT at ``/mcp``.
+``http PORT 400`` (or ``400-json``) answers a session id it did not issue as the TypeScript SDK's
+servers do, instead of the Python SDK's 404: HTTP 400 with a JSON-RPC error whose ``id`` is null,
+without a content type (or as ``application/json``); it also lists a tool ``gateway_refused``,
+whose calls it refuses with the same 400 on a session it knows.
 
 Its tools: ``add`` answers, ``fail`` returns an error result, ``reject`` answers with a
 JSON-RPC error, ``hang`` never answers, ``die`` ends the server's process in the middle of the
@@ -12,8 +16,10 @@ restarted server from the first one).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+from typing import Any
 
 from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
@@ -63,8 +69,88 @@ def whoami() -> int:
     return os.getpid()
 
 
+def gateway_refused() -> str:
+    """Refused by the HTTP front with a 400 (never runs)."""
+    return "unreachable"
+
+
+_REFUSAL = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"},
+        "id": None,
+    }
+).encode()
+
+
+class RefuseLikeTypeScript:
+    """An ASGI front for the SDK's app that answers a session id this process did not issue
+    (a client of the process before a restart) with HTTP 400, as TypeScript SDK servers do."""
+
+    def __init__(self, app: Any, *, typed: bool) -> None:
+        self.app = app
+        self.typed = typed
+        self.issued: set[bytes] = set()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        session = dict(scope["headers"]).get(b"mcp-session-id")
+        if session is not None and session not in self.issued:
+            await self._refuse(send)
+            return
+        if session is not None and scope["method"] == "POST":
+            body = b""
+            more = True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            if b'"gateway_refused"' in body:
+                await self._refuse(send)
+                return
+            receive = _replay(body, receive)
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"mcp-session-id":
+                        self.issued.add(value)
+            await send(message)
+
+        await self.app(scope, receive, watch)
+
+    async def _refuse(self, send: Any) -> None:
+        headers = [(b"content-length", str(len(_REFUSAL)).encode())]
+        if self.typed:
+            headers.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": _REFUSAL})
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that gives the already-read ``body`` first, then what ``receive`` gives."""
+    sent = False
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
+    elif len(sys.argv) > 3:
+        import uvicorn
+
+        server.tool()(gateway_refused)
+        front = RefuseLikeTypeScript(server.streamable_http_app(), typed=sys.argv[3] == "400-json")
+        uvicorn.run(front, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
     else:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -54,14 +54,15 @@ def free_port() -> int:
 class HTTPServer:
     """The test server on 127.0.0.1:port in a subprocess, which a test may kill and restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.options = options
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, SERVER, "http", str(self.port)],
+            [sys.executable, SERVER, "http", str(self.port), *self.options],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -269,6 +270,65 @@ def test_an_http_server_restarted_between_calls_is_reconnected(
     second = model.requests[2].messages[-1].tool_results[0]
     assert not second.is_error and int(second.content) == http_server.process.pid
     assert reconnects == (1 if mode == "legacy" else 0)  # "auto" speaks a sessionless protocol
+
+
+@pytest.fixture(params=["400", "400-json"])
+def refusing_server(request: pytest.FixtureRequest) -> Iterator[HTTPServer]:
+    """The test server behind a front that answers an unknown session as TypeScript SDK servers
+    do: HTTP 400 and a JSON-RPC error without an id (no content type, or JSON)."""
+    server = HTTPServer(request.param)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_restarted_server_that_answers_400_for_the_old_session_is_reconnected(
+    refusing_server: HTTPServer,
+) -> None:
+    """A server that refuses the old session with 400 after a restart: the call is sent again
+    on a new session and answered by the new process; later calls keep working."""
+    model = ScriptedModel([*(tool_call("whoami", {}) for _ in range(4)), text("ok")])
+    first: list[str] = []
+
+    async def main() -> int:
+        async with MCPServerHTTP(refusing_server.url, mode="legacy", timeout_s=20) as server:
+            agent = Agent(model, tools=server.tools)
+            async for event in agent.run_stream("Who?"):
+                if event.type == "tool_result" and not first:
+                    first.append(event.content)
+                    await asyncio.to_thread(refusing_server.stop)
+                    await asyncio.to_thread(refusing_server.start)
+            return server.reconnects
+
+    reconnects = run(main())
+    assert refusing_server.process is not None
+    assert first and int(first[0]) != refusing_server.process.pid
+    later = [r for m in model.requests[2:] for r in m.messages[-1].tool_results]
+    assert [(r.is_error, int(r.content)) for r in later] == [
+        (False, refusing_server.process.pid)
+    ] * 3
+    assert reconnects == 1
+
+
+def test_a_400_on_a_session_the_server_still_knows_is_an_error_and_not_sent_again(
+    refusing_server: HTTPServer,
+) -> None:
+    """A call refused with 400 while the session still answers a listing is reported, not sent
+    again on a new session."""
+    model = ScriptedModel([tool_call("gateway_refused", {}), tool_call("whoami", {}), text(".")])
+
+    async def main() -> tuple[Any, int]:
+        async with MCPServerHTTP(refusing_server.url, mode="legacy", timeout_s=20) as server:
+            result = await Agent(model, tools=server.tools).run("Go.")
+            return result, server.reconnects
+
+    result, reconnects = run(main())
+    (refused, e1), (pid, e2) = results(result)
+    assert e1 and "answered the call to 'gateway_refused'" in refused and not e2
+    assert reconnects == 0 and refusing_server.process is not None
+    assert int(pid) == refusing_server.process.pid
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

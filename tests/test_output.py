@@ -36,7 +36,7 @@ from fsm_agent.fuzzing.primary import FailingPrimary
 from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
 from fsm_agent.mcp import MCPServerStdio
-from fsm_agent.messages import FinishReason, Message, ModelRequest, Role
+from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
 from fsm_agent.output import OutputSpec
 from fsm_agent.persistence import InMemoryCheckpointer, crash_and_resume, resume_differences
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
@@ -51,6 +51,7 @@ from provider_server import (
     gemini_json,
     json_reply,
     openai_json,
+    openai_sse,
     run,
     sse,
     sse_reply,
@@ -278,6 +279,85 @@ def test_openai_compatible_request_carries_the_json_schema_response_format() -> 
         "json_schema": {"name": "Plan", "schema": Plan.model_json_schema(), "strict": False},
     }
     assert OutputSpec.of(Plan).validate(response.message.text) == Plan(**_PLAN)
+
+
+_LOOKUP = ToolDefinition(
+    name="lookup",
+    description="Look something up.",
+    parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+)
+
+
+@pytest.mark.parametrize(
+    ("streaming", "reply_kind"),
+    [(False, "json"), (True, "sse"), (True, "json")],
+    ids=["complete", "stream", "stream-answered-whole"],
+)
+def test_openai_with_tools_answers_through_the_final_answer_tool(
+    streaming: bool, reply_kind: str
+) -> None:
+    """With tools, an OpenAI-compatible server gets no response_format (it would constrain
+    every turn to the schema) but a final_answer tool and tool_choice required; the call becomes
+    the text answer with finish reason stop, and streamed arguments become text deltas."""
+    turn = Turn(calls=[("call_1", "final_answer", _PLAN)])
+    request = _REQUEST.model_copy(update={"tools": (_LOOKUP,)})
+
+    async def main() -> tuple[Any, list[Any], Any]:
+        reply = (
+            sse_reply(openai_sse(turn)) if reply_kind == "sse" else json_reply(openai_json(turn))
+        )
+        async with ProviderServer().script(reply) as server:
+            model = OpenAIChatModel("gpt-test", base_url=server.url, api_key="sk", timeouts=FAST)
+            try:
+                if streaming:
+                    deltas, response = await collect(model, request)
+                else:
+                    deltas, response = [], await model.complete(request)
+            finally:
+                await model.aclose()
+            return response, deltas, server.requests[0].json
+
+    response, deltas, body = run(main())
+    assert "response_format" not in body
+    assert [t["function"]["name"] for t in body["tools"]] == ["lookup", "final_answer"]
+    assert body["tools"][1]["function"]["parameters"] == Plan.model_json_schema()
+    assert body["tool_choice"] == "required"
+    assert response.finish_reason is FinishReason.STOP
+    assert not response.message.tool_calls
+    assert json.loads(response.message.text) == _PLAN
+    if streaming:
+        assert "".join(getattr(d, "text", "") for d in deltas) == response.message.text
+        assert not [d for d in deltas if d.type == "tool_call_delta"]
+
+
+def test_openai_typed_run_with_tools_calls_a_tool_then_answers_in_the_type() -> None:
+    """A typed run with tools over an OpenAI-compatible server: the model calls a user tool,
+    then the answer tool; the output is typed and every tool call in the history has exactly
+    one result."""
+
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return "found"
+
+    async def main() -> tuple[Any, list[Any]]:
+        first = Turn(calls=[("call_1", "lookup", {"q": "x"})])
+        second = Turn(calls=[("call_2", "final_answer", _PLAN)])
+        async with ProviderServer().script(
+            json_reply(openai_json(first)), json_reply(openai_json(second))
+        ) as server:
+            model = OpenAIChatModel("gpt-test", base_url=server.url, api_key="sk", timeouts=FAST)
+            try:
+                result = await Agent(model, tools=[lookup], output_type=Plan).run("go")
+            finally:
+                await model.aclose()
+            return result, [r.json for r in server.requests]
+
+    result, bodies = run(main())
+    assert result.stop_reason is StopReason.COMPLETED and result.output == Plan(**_PLAN)
+    assert all("response_format" not in b and b["tool_choice"] == "required" for b in bodies)
+    calls = [c.id for m in result.messages for c in m.tool_calls]
+    results = [r.call_id for m in result.messages for r in m.tool_results]
+    assert calls == results == ["call_1"]
 
 
 def test_gemini_request_carries_the_response_json_schema() -> None:

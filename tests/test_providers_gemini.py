@@ -219,3 +219,31 @@ def test_model_error_has_provider() -> None:
     with pytest.raises(ModelError) as caught:
         run(talk(json_reply({"error": {"code": 503}}, 503), streaming=False))
     assert caught.value.provider == "gemini"
+
+
+def test_a_json_array_answer_to_a_streaming_request_is_read_as_its_chunks() -> None:
+    """Gemini's own non-SSE stream shape, a JSON array of chunks, is one answer read once."""
+    turn = Turn(text="Hello there", calls=[("c", "grep", {"p": 1})], pieces=2)
+
+    async def scenario() -> tuple[list[Any], ModelResponse, int]:
+        async with ProviderServer().script(json_reply(gemini_events(turn))) as server:
+            model = GeminiModel("g", base_url=server.url, api_key="g-test-key", timeouts=FAST)
+            try:
+                deltas, response = await collect(model, REQUEST)
+            finally:
+                await model.aclose()
+            return deltas, response, len(server.requests)
+
+    deltas, response, requests = run(scenario())
+    assert requests == 1
+    assert response.message.text == "Hello there"
+    assert [c.name for c in response.message.tool_calls] == ["grep"]
+    assert response.finish_reason is FinishReason.TOOL_CALLS
+    assert "".join(getattr(d, "text", "") for d in deltas) == "Hello there"
+
+
+def test_an_error_object_in_a_json_array_stream_is_raised() -> None:
+    """An error element in Gemini's JSON array stream is the typed error it names."""
+    chunks = [*gemini_events(Turn(text="Hi"))[:1], {"error": {"code": 503, "message": "busy"}}]
+    with pytest.raises(ProviderServerError, match="busy"):
+        run(talk(json_reply(chunks)))

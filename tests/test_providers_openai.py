@@ -397,3 +397,12 @@ def test_non_streaming_arguments_as_object_and_reasoning() -> None:
     response = run(scenario())
     assert calls(response) == [("a", "grep", '{"p":1}')]
     assert response.message.reasoning[0].text == "hmm"
+
+
+def test_a_stream_reports_the_model_the_server_names() -> None:
+    """A streamed response carries the ``model`` of the server's chunks, not the one asked for."""
+    events = openai_events(Turn(text="hi"))
+    for event in events:
+        event["model"] = "served-model-2026"
+    response = answer(*events)
+    assert response.model_name == "served-model-2026"

@@ -41,8 +41,10 @@ from provider_server import (
     anthropic_events,
     anthropic_json,
     collect,
+    gemini_events,
     gemini_json,
     json_reply,
+    openai_chunk,
     openai_events,
     openai_json,
     openai_sse,
@@ -252,6 +254,43 @@ def test_error_in_a_whole_200_body_is_not_called_a_stream_error(provider: str) -
         run(_ask(provider, request, json_reply(body), streaming=False))
     assert "stream error" not in str(caught.value)
     assert "backend exploded" in str(caught.value)
+
+
+def _wrong_text_type(provider: str, streaming: bool) -> Reply:
+    """A 200 answer whose text is a JSON object where the format has a string."""
+    odd = {"unexpected": "object"}
+    if provider == "openai":
+        if streaming:
+            return sse_reply(sse(openai_chunk({"content": odd}), openai_chunk({}, "stop")))
+        body = openai_json(Turn(text="x"))
+        body["choices"][0]["message"]["content"] = odd
+        return json_reply(body)
+    if provider == "anthropic":
+        if streaming:
+            events = anthropic_events(Turn(text="x"))
+            events[3]["delta"]["text"] = odd
+            return sse_reply(sse(*events, names=[e["type"] for e in events]))
+        body = anthropic_json(Turn(text="x"))
+        body["content"][0]["text"] = odd
+        return json_reply(body)
+    chunks = gemini_events(Turn(text="x"))
+    chunks[0]["candidates"][0]["content"]["parts"][0]["text"] = odd
+    if streaming:
+        return sse_reply(sse(*chunks))
+    body = gemini_json(Turn(text="x"))
+    body["candidates"][0]["content"]["parts"][0]["text"] = odd
+    return json_reply(body)
+
+
+@providers
+@paths
+def test_text_of_the_wrong_type_is_a_malformed_response(provider: str, streaming: bool) -> None:
+    """Text that is not a string is a MalformedResponseError, whole or streamed, never an empty
+    answer."""
+    request = ModelRequest(messages=HISTORY[:2])
+    reply = _wrong_text_type(provider, streaming)
+    with pytest.raises(MalformedResponseError, match="not a string"):
+        run(_ask(provider, request, reply, streaming=streaming))
 
 
 @pytest.mark.parametrize("raw", ["MISSING_THOUGHT_SIGNATURE", "MALFORMED_RESPONSE"])

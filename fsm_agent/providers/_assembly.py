@@ -41,6 +41,7 @@ __all__ = [
     "new_call_id",
     "object_arguments",
     "reconcile",
+    "text_field",
     "text_part",
     "thinking_budget",
 ]
@@ -67,6 +68,21 @@ def as_str(value: object) -> str | None:
 def as_int(value: object) -> int | None:
     """``value`` if it is an integer (not a bool), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_JSON_TYPES = {dict: "object", list: "array", bool: "boolean", int: "number", float: "number"}
+
+
+def text_field(value: object, provider: str, what: str) -> str | None:
+    """``value`` when it is a string, ``None`` when it is absent or null; any other JSON type is
+    a :class:`MalformedResponseError` naming ``what``, so that text of the wrong type is never
+    read as no text."""
+    if value is None or type(value) is str:
+        return value
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    raise MalformedResponseError(
+        f"{provider}: {what} is a JSON {kind}, not a string", provider=provider
+    )
 
 
 def append_turn(turns: list[JSONObject], role: str, key: str, items: list[JSONObject]) -> None:

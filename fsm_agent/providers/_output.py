@@ -1,12 +1,13 @@
-"""Typed output on the wire, for providers without a JSON-schema response mode: the final
-answer tool.
+"""Typed output on the wire as a tool call: the final answer tool, for providers without a
+JSON-schema response mode (Anthropic) and for requests whose tools a response mode would shut
+out (an OpenAI-compatible server that enforces ``response_format`` does so on every turn).
 
 Such a provider offers one more tool, ``final_answer``, whose input schema is the output schema,
-and asks the model to call a tool (``tool_choice`` "any") so the answer comes as that call's
-arguments. The call never reaches the kernel as a tool call: :func:`answer_parts` turns it into
-the answer's text (the arguments as JSON) and :class:`AnswerDeltas` turns its streamed
-arguments into text deltas. The history then holds the answer as the assistant's text, so no
-tool call is left without a result.
+and asks the model to call a tool (``tool_choice`` "any" or "required") so the answer comes as
+that call's arguments. The call never reaches the kernel as a tool call: :func:`answer_parts`
+turns it into the answer's text (the arguments as JSON) and :class:`AnswerDeltas` turns its
+streamed arguments into text deltas. The history then holds the answer as the assistant's
+text, so no tool call is left without a result.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from ._assembly import (
     canonical_json,
     finish_tool_call,
     object_arguments,
+    text_field,
     thinking_budget,
 )
 from ._base import ProviderBase, ProviderOptions, deltas_of
@@ -232,6 +233,16 @@ def _block_part(raw: JSONObject, text: str | None = None) -> Part | None:
     return None  # server-tool blocks and citations have no neutral form
 
 
+def _block_text(raw: JSONObject) -> str | None:
+    """The text a text or thinking block carries whole (checked to be a string)."""
+    kind = raw.get("type")
+    if kind == "text":
+        return text_field(raw.get("text"), _PROVIDER, "a text block's text")
+    if kind == "thinking":
+        return text_field(raw.get("thinking"), _PROVIDER, "a thinking block's thinking")
+    return None
+
+
 def _canonical_input(value: object) -> str:
     return canonical_json(value if isinstance(value, dict) else {})
 
@@ -296,7 +307,7 @@ class _Segment:
             return [
                 ToolCallDelta(index=ordinal, id=as_str(raw.get("id")), name=as_str(raw.get("name")))
             ]
-        initial = as_str(raw.get("text")) or as_str(raw.get("thinking"))
+        initial = _block_text(raw)
         if initial:
             block.chunks.append(initial)
             if raw.get("type") == "text":
@@ -314,11 +325,11 @@ class _Segment:
         kind = delta.get("type")
         block_kind = block.raw.get("type")
         if kind == "text_delta" and block_kind == "text":
-            text = as_str(delta.get("text")) or ""
+            text = text_field(delta.get("text"), _PROVIDER, "a text delta's text") or ""
             block.chunks.append(text)
             return [TextDelta(text=text)] if text else []
         if kind == "thinking_delta" and block_kind == "thinking":
-            text = as_str(delta.get("thinking")) or ""
+            text = text_field(delta.get("thinking"), _PROVIDER, "a thinking delta") or ""
             block.chunks.append(text)
             return [ReasoningDelta(text=text)] if text else []
         if kind == "signature_delta" and block_kind == "thinking":
@@ -373,7 +384,7 @@ class _Segment:
                 ordinal = self.calls
                 self.calls += 1
             block = _Block(raw, ordinal)
-            whole = as_str(raw.get("text")) or as_str(raw.get("thinking"))
+            whole = _block_text(raw)
             if whole is None and "input" in raw:
                 whole = _canonical_input(raw.get("input"))
             if whole:

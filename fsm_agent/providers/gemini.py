@@ -1,5 +1,8 @@
 """Google Gemini API: ``generateContent`` and ``streamGenerateContent?alt=sse``.
 
+A streaming request answered with Gemini's own non-SSE shape, a JSON array of the chunks, is read
+as that stream.
+
 Instructions go in ``systemInstruction``; tool calls are whole ``functionCall`` parts (no argument
 deltas) usually without an id, so a stable id is synthesised and kept on the call; results go back
 as ``functionResponse`` parts. ``thoughtSignature`` values are kept verbatim and replayed in the
@@ -48,6 +51,7 @@ from ._assembly import (
     finish_tool_call,
     new_call_id,
     object_arguments,
+    text_field,
     thinking_budget,
 )
 from ._base import ProviderBase, ProviderOptions
@@ -246,7 +250,7 @@ class _Assembler:
             )
             self.calls += 1
             return [delta]
-        text = as_str(part.get("text"))
+        text = text_field(part.get("text"), _PROVIDER, "a part's text")
         if text is None:
             return []  # executable code, inline output data, ...: no neutral form
         if part.get("thought") is True:
@@ -368,14 +372,22 @@ class GeminiModel(ProviderBase):
         # Gemini may write an error object without a ``data:`` prefix, over several lines.
         decoder = SSEDecoder(keep_unknown_lines=True)
         async with open_stream(call, self.build_body(request)) as reply:
-            if not reply.is_stream:
+            if isinstance(reply.payload, list):
+                # Gemini's own stream shape without ``alt=sse``: a JSON array of the chunks.
+                for value in reply.payload:
+                    payload = as_obj(value)
+                    self._raise_if_error(payload, body=None, streamed=True)
+                    for delta in assembler.feed(payload):
+                        yield delta
+            elif not reply.is_stream:
                 for item in self._whole(reply, self._response):
                     yield item
                 return
-            async with aclosing(self._payloads(reply, decoder)) as events:
-                async for payload in events:
-                    for delta in assembler.feed(payload):
-                        yield delta
+            else:
+                async with aclosing(self._payloads(reply, decoder)) as events:
+                    async for payload in events:
+                        for delta in assembler.feed(payload):
+                            yield delta
         if not assembler.finished and decoder.unknown_lines:
             bare = "\n".join(decoder.unknown_lines)
             self._raise_if_error(as_obj(decode_json(bare, _PROVIDER)), body=bare, streamed=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from functools import partial
 from typing import Literal, Unpack
 
 import httpx
@@ -46,10 +47,12 @@ from ._assembly import (
     canonical_json,
     finish_tool_call,
     object_arguments,
+    text_field,
     text_part,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
+from ._output import AnswerDeltas, answer_parts, answer_tool
 from ._sse import SSEDecoder
 
 __all__ = ["EmptyContent", "OpenAIChatModel", "openai_finish_reason"]
@@ -200,8 +203,10 @@ class _Slot:
 class _StreamAssembler:
     """Folds ``chat.completion.chunk`` objects into deltas and, at the end, one response."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, answer_tool: bool = False) -> None:
         self.model = model
+        self.answer_tool = answer_tool
+        self.served_model: str | None = None
         self.response_id: str | None = None
         self.text: list[str] = []
         self.reasoning: list[str] = []
@@ -215,6 +220,8 @@ class _StreamAssembler:
     def feed(self, chunk: JSONObject) -> list[StreamDelta]:
         if self.response_id is None:
             self.response_id = as_str(chunk.get("id"))
+        if not self.served_model:
+            self.served_model = as_str(chunk.get("model"))
         usage = _usage(chunk.get("usage"))
         if usage is not None:
             self.usage = usage
@@ -224,11 +231,11 @@ class _StreamAssembler:
             if as_int(choice.get("index")) not in (0, None):
                 continue
             delta = as_obj(choice.get("delta"))
-            content = as_str(delta.get("content"))
+            content = text_field(delta.get("content"), _PROVIDER, "a delta's content")
             if content:
                 self.text.append(content)
                 deltas.append(TextDelta(text=content))
-            refusal = as_str(delta.get("refusal"))
+            refusal = text_field(delta.get("refusal"), _PROVIDER, "a delta's refusal")
             if refusal:
                 self.refused = True
                 self.text.append(refusal)
@@ -309,8 +316,15 @@ class _StreamAssembler:
         parts.append(text_part("".join(self.text)))
         parts.extend(slot.close() for slot in self.slots)
         reason = FinishReason.CONTENT_FILTER if self.refused else openai_finish_reason(raw)
+        if self.answer_tool:
+            parts, reason = answer_parts(parts, reason)
         return build_response(
-            parts, reason, raw, self.usage or Usage(requests=1), self.response_id, self.model
+            parts,
+            reason,
+            raw,
+            self.usage or Usage(requests=1),
+            self.response_id,
+            self.served_model or self.model,
         )
 
 
@@ -323,6 +337,13 @@ def _json_value(value: object) -> JsonValue:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
+
+
+def _answers_by_tool(request: ModelRequest) -> bool:
+    """Whether typed output is asked for with the final answer tool: when the request has tools.
+    A server that enforces ``response_format`` does so on every turn, so with tools the model
+    could never call one."""
+    return request.output is not None and bool(request.tools)
 
 
 def _fail_if_aborted(raw: str) -> None:
@@ -374,13 +395,18 @@ class OpenAIChatModel(ProviderBase):
         """The Chat Completions JSON body for ``request``.
 
         ``tool_choice`` and ``parallel_tool_calls`` go out only with ``tools``: OpenAI-style
-        APIs reject them alone.
+        APIs reject them alone. Typed output is a ``json_schema`` response format without
+        tools, and the final answer tool with them (``tool_choice`` "required" unless the
+        request sets one).
         """
         body: JSONObject = {
             "model": self._model,
             "messages": _wire_messages(request, self._system_role, self._empty_content),
         }
-        if request.tools:
+        tools = request.tools
+        if request.output is not None and tools:
+            tools = (*tools, answer_tool(request.output))
+        if tools:
             body["tools"] = [
                 {
                     "type": "function",
@@ -391,12 +417,14 @@ class OpenAIChatModel(ProviderBase):
                         **({"strict": t.strict} if t.strict is not None else {}),
                     },
                 }
-                for t in request.tools
+                for t in tools
             ]
             if request.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = request.parallel_tool_calls
-            if request.tool_choice is not None:
-                choice = request.tool_choice
+            choice = request.tool_choice
+            if choice is None and request.output is not None:
+                choice = "required"  # the answer is a call of the final answer tool
+            if choice is not None:
                 body["tool_choice"] = (
                     choice
                     if choice in ("auto", "none", "required")
@@ -410,7 +438,7 @@ class OpenAIChatModel(ProviderBase):
             body["stop"] = list(request.stop_sequences)
         if request.reasoning_effort is not None:
             body["reasoning_effort"] = request.reasoning_effort
-        if request.output is not None:
+        if request.output is not None and not tools:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
@@ -426,10 +454,12 @@ class OpenAIChatModel(ProviderBase):
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         call = self._call("/chat/completions")
-        return self._response(await self._post(call, self.build_body(request, stream=False)))
+        payload = await self._post(call, self.build_body(request, stream=False))
+        return self._response(payload, answer_tool=_answers_by_tool(request))
 
-    def _response(self, payload: JSONObject) -> ModelResponse:
-        """The response of a whole ``chat.completion`` body."""
+    def _response(self, payload: JSONObject, *, answer_tool: bool = False) -> ModelResponse:
+        """The response of a whole ``chat.completion`` body (``answer_tool``: a final answer
+        tool call in it is the answer's text)."""
         choices = as_list(payload.get("choices"))
         if not choices:
             raise MalformedResponseError(
@@ -445,8 +475,9 @@ class OpenAIChatModel(ProviderBase):
         thought = as_str(message.get("reasoning_content")) or as_str(message.get("reasoning"))
         if thought:
             parts.append(ReasoningPart(text=thought, provider_data={"provider": _PROVIDER}))
-        refusal = as_str(message.get("refusal"))
-        text = (as_str(message.get("content")) or "") + (refusal or "")
+        refusal = text_field(message.get("refusal"), _PROVIDER, "the message's refusal")
+        content = text_field(message.get("content"), _PROVIDER, "the message's content")
+        text = (content or "") + (refusal or "")
         if text:  # an empty text part would be dropped when the parts are merged
             parts.append(text_part(text))
         for value in as_list(message.get("tool_calls")):
@@ -465,6 +496,8 @@ class OpenAIChatModel(ProviderBase):
         reason = (
             _CONTENT_FILTER if refusal else openai_finish_reason(raw) if raw is not None else _OTHER
         )
+        if answer_tool:
+            parts, reason = answer_parts(parts, reason)
         return build_response(
             parts,
             reason,
@@ -478,14 +511,20 @@ class OpenAIChatModel(ProviderBase):
         # The response is yielded only after ``[DONE]`` (or a clean end right after the
         # finish_reason).
         call = self._call("/chat/completions")
-        assembler = _StreamAssembler(self._model)
+        by_tool = _answers_by_tool(request)
+        assembler = _StreamAssembler(self._model, answer_tool=by_tool)
+        answer = AnswerDeltas() if by_tool else None
         async with open_stream(call, self.build_body(request, stream=True)) as reply:
             if not reply.is_stream:
-                for item in self._whole(reply, self._response):
+                whole = partial(self._response, answer_tool=by_tool)
+                for item in self._whole(reply, whole):
                     yield item
                 return
             async with aclosing(self._payloads(reply, SSEDecoder(), sentinel="[DONE]")) as events:
                 async for payload in events:
                     for delta in assembler.feed(payload):
-                        yield delta
+                        if answer is None:
+                            yield delta
+                        elif (mapped := answer.map(delta)) is not None:
+                            yield mapped
         yield assembler.response()
