@@ -322,15 +322,18 @@ class Message(_Frozen):
 
 
 class Usage(_Frozen):
-    """Token (and optional cost) usage of one or more model calls."""
+    """Token (and optional cost) usage of one or more model calls.
 
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float = 0.0
+    Every count is 0 or more and the cost a finite number of US dollars, 0 or more (0 when it
+    is not known): a NaN or negative value would silently disable the usage limits."""
+
+    requests: int = Field(default=0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @property
     def total_tokens(self) -> int:

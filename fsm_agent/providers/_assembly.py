@@ -30,6 +30,7 @@ from ..messages import (
 __all__ = [
     "JSONObject",
     "append_turn",
+    "as_count",
     "as_int",
     "as_list",
     "as_obj",
@@ -67,6 +68,12 @@ def as_str(value: object) -> str | None:
 def as_int(value: object) -> int | None:
     """``value`` if it is an integer (not a bool), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_count(value: object) -> int | None:
+    """``value`` if it is an integer of 0 or more (not a bool), else ``None``: a token count
+    that is negative is no count at all."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def append_turn(turns: list[JSONObject], role: str, key: str, items: list[JSONObject]) -> None:
