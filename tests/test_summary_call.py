@@ -10,9 +10,11 @@ import httpx
 from fsm_agent import Agent, Message, Policy, Role, StopReason, tool
 from fsm_agent.conversation import Conversation
 from fsm_agent.events import (
+    AttemptDiscardedEvent,
     FinalEvent,
     ModelRequestEvent,
     ModelResponseEvent,
+    StateChangedEvent,
     TextDeltaEvent,
     UsageEvent,
 )
@@ -81,6 +83,17 @@ def test_no_answer_no_message_when_the_summary_call_fails() -> None:
     agent, _, _ = make_agent([tool_call("look"), fail()], tools=[look], policy=STEP_LIMIT)
     result = agent.run_sync("go")
     assert result.output == SUMMARY_FALLBACK and result.messages[-1].role is Role.TOOL
+
+
+def test_a_failed_streamed_summary_call_discards_its_attempt() -> None:
+    """When the streamed summary call fails, ``attempt_discarded`` tells the listener to drop
+    what it showed; ``final`` then carries the fallback text."""
+    agent, _, _ = make_agent([tool_call("look"), fail()], tools=[look], policy=STEP_LIMIT)
+    events, result = stream(agent)
+    assert result.output == SUMMARY_FALLBACK
+    last_request = max(i for i, e in enumerate(events) if isinstance(e, ModelRequestEvent))
+    kinds = [type(e) for e in events[last_request + 1 :] if not isinstance(e, StateChangedEvent)]
+    assert kinds == [AttemptDiscardedEvent, FinalEvent]
 
 
 def test_a_tool_call_in_the_summary_answer_is_not_kept() -> None:

@@ -22,7 +22,7 @@ summary call can leave the run without a move.
 from __future__ import annotations
 
 from ...errors import ModelError
-from ...events import ModelResponseEvent, ReasoningEvent, UsageEvent
+from ...events import AttemptDiscardedEvent, ModelResponseEvent, ReasoningEvent, UsageEvent
 from ...log import logger
 from ...machine.table import Outcome, StopReason
 from ...messages import Message, ModelRequest, ToolCall
@@ -111,6 +111,8 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
         return ctx.interrupted
     except ModelError as exc:  # the boundary maps model errors; anything else goes on
         _fall_back(ctx, f"the call failed: {exc!r}")
+        if ctx.listening:  # whatever it streamed is not the answer
+            await ctx.emit(AttemptDiscardedEvent(run_id=rs.run_id, attempt=1))
     if answer is not None:
         response = answer.response
         message = response.message
