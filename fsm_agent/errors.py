@@ -19,7 +19,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   ├── InvalidRequestError    400 / 404 / 422: never retried
     │   ├── ContextWindowExceededError  the prompt does not fit: the kernel treats it as ``length``
     │   └── MalformedResponseError the model returned something that is not a valid response
-    ├── ToolExecutionError         a tool failed and ``tool_failure_mode="fail"`` aborted the run
+    ├── ToolExecutionError         tools failed and the run aborted on it (``tool_failure_mode=
+    │                              "fail"``, or failed tool turns reached an error limit)
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
@@ -198,7 +199,10 @@ class MalformedResponseError(ModelError):
 
 
 class ToolExecutionError(FsmAgentError):
-    """A tool failed and the policy's ``tool_failure_mode="fail"`` ended the run."""
+    """Tools failed and the run ended on it: a tool failed under the policy's
+    ``tool_failure_mode="fail"`` (stop reason ``tool_error``), or every call of a turn failed
+    and the failed turns reached ``max_consecutive_errors`` or ``max_total_errors`` (stop
+    reason ``max_errors``). ``tool_name`` and ``call_id`` name the failed call it reports."""
 
     def __init__(self, message: str, *, tool_name: str, call_id: str) -> None:
         super().__init__(message)

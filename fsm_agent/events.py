@@ -189,9 +189,10 @@ class ModelSwitchedEvent(_Event):
 
 
 class AttemptDiscardedEvent(_Event):
-    """A streamed model call failed and will be retried: drop the text, reasoning and tool-call
-    deltas shown since the last ``model_request`` event; the retry streams its own answer.
-    ``attempt`` counts the failed attempts so far (the ``retrying`` event follows)."""
+    """A streamed model call failed: drop the text, reasoning and tool-call deltas shown since
+    the last ``model_request`` event. A retry streams its own answer; ``attempt`` counts the
+    failed attempts so far (the ``retrying`` event follows when the call is retried; a failed
+    step-limit summary call is not, and the run's ``final`` event follows)."""
 
     type: Literal["attempt_discarded"] = "attempt_discarded"
     attempt: int

@@ -38,6 +38,7 @@ from .approval import Approval, Decision
 from .errors import ConfigurationError, HookError
 from .events import HookErrorEvent
 from .kernel.context import RunContext
+from .kernel.limits import usage_fault
 from .log import logger
 from .machine.agent_machine import Move
 from .machine.table import TERMINAL, Outcome, State
@@ -288,8 +289,11 @@ class HookSet:
             if not ok or value is None:
                 continue
             if isinstance(value, ModelResponse):
-                return value
-            if isinstance(value, ModelRequest):
+                fault = usage_fault(value.usage)
+                if fault is None:
+                    return value
+                report_hook_failure(ctx, hook.label, f"returned a ModelResponse; {fault}")
+            elif isinstance(value, ModelRequest):
                 request = value
             else:
                 _bad_return(ctx, hook, value, "a ModelRequest, a ModelResponse or None")

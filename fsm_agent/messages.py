@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from json.encoder import encode_basestring_ascii as _quote  # json.dumps' own
+from typing import Annotated, Any, Literal, NamedTuple, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
@@ -148,7 +149,7 @@ class ToolCall(_Frozen):
         """Build a call from a dict or from raw JSON text (parsed when it is a JSON object no
         deeper than :data:`MAX_ARGUMENT_DEPTH`)."""
         if not isinstance(arguments, str) and _value_depth(arguments) > MAX_ARGUMENT_DEPTH:
-            arguments = json.dumps(arguments, separators=(",", ":"))
+            arguments = _deep_json(arguments)
         if isinstance(arguments, str):
             return cls(
                 id=id,
@@ -266,6 +267,69 @@ def _value_depth(value: object) -> int:
     return deepest
 
 
+class _Value(NamedTuple):
+    """A value still to write, on :func:`_deep_json`'s stack."""
+
+    value: object
+
+
+class _Leave(NamedTuple):
+    """The end of a container, on :func:`_deep_json`'s stack: it leaves the current path."""
+
+    container: int  # its id
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _deep_json(value: object) -> str:
+    """``value`` as compact JSON text, as ``json.dumps`` writes it, at any depth: iteratively,
+    where the standard encoder recurses and fails past the interpreter's recursion limit.
+    Raises :class:`InvalidInputError` for a value that contains itself."""
+    out: list[str] = []
+    path: set[int] = set()  # the containers being written, to catch a cycle
+    stack: list[str | _Value | _Leave] = [_Value(value)]  # popped from the end; text as is
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        if isinstance(item, _Leave):
+            path.discard(item.container)
+            continue
+        node = item.value
+        if isinstance(node, str):
+            out.append(_quote(node))
+            continue
+        if not isinstance(node, _CONTAINERS):
+            out.append(json.dumps(node))
+            continue
+        if id(node) in path:
+            raise InvalidInputError(
+                "tool call arguments contain themselves (a cycle): give a tree of JSON values, "
+                "such as json.loads returns"
+            )
+        path.add(id(node))
+        if isinstance(node, dict):
+            stack += [_Leave(id(node)), "}"]
+            entries = list(node.items())
+            for index in range(len(entries) - 1, -1, -1):
+                key, child = entries[index]
+                name = key if isinstance(key, str) else json.dumps(key)
+                stack += [_Value(child), _quote(name) + ":"]
+                if index:
+                    stack.append(",")
+            stack.append("{")
+        else:
+            stack += [_Leave(id(node)), "]"]
+            for index in range(len(node) - 1, -1, -1):
+                stack.append(_Value(node[index]))
+                if index:
+                    stack.append(",")
+            stack.append("[")
+    return "".join(out)
+
+
 class Message(_Frozen):
     """One message of a conversation."""
 
@@ -322,15 +386,18 @@ class Message(_Frozen):
 
 
 class Usage(_Frozen):
-    """Token (and optional cost) usage of one or more model calls."""
+    """Token (and optional cost) usage of one or more model calls.
 
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float = 0.0
+    Every count is 0 or more and the cost a finite number of US dollars, 0 or more (0 when it
+    is not known): a NaN or negative value would silently disable the usage limits."""
+
+    requests: int = Field(default=0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @property
     def total_tokens(self) -> int:

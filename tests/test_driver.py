@@ -13,6 +13,7 @@ import pytest
 from fsm_agent import (
     Agent,
     ConfigurationError,
+    InvalidInputError,
     ModelRequest,
     ModelResponse,
     Policy,
@@ -517,3 +518,28 @@ def test_fsm_agent_fuzz_turns_the_declaration_check_on(monkeypatch: pytest.Monke
     monkeypatch.delenv(driver.CHECK_ENV)
     assert main(["fuzz", "--examples", "3", "--seed", "1"]) == 0
     assert driver._checking()
+
+
+# -- run_sync ----------------------------------------------------------------------------------
+class Broken:
+    """A model adapter with a bug: its call raises an error that is not a model error."""
+
+    name = "broken"
+    context_window = None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ValueError("adapter bug")
+
+
+@pytest.mark.parametrize("prompt", ["go", ""], ids=["adapter_error", "invalid_input"])
+def test_an_error_out_of_run_sync_carries_no_event_loop_check(prompt: str) -> None:
+    """An exception out of ``run_sync`` has no ``RuntimeError('no running event loop')`` as its
+    context: its traceback shows the error alone."""
+    with pytest.raises((ValueError, InvalidInputError)) as caught:
+        Agent(Broken()).run_sync(prompt)
+    chain: list[BaseException] = []
+    error: BaseException | None = caught.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    assert not any("no running event loop" in str(e) for e in chain)

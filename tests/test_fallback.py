@@ -182,6 +182,20 @@ def test_a_context_overflow_is_compaction_s_case_not_the_next_model_s() -> None:
     assert chain.name == "fallback(a, b)" and chain.context_window == 8000
 
 
+def test_on_takes_one_error_class_or_an_iterable_of_them() -> None:
+    """``on=RateLimitError`` reads as ``on=(RateLimitError,)``; anything else that is neither
+    an error class nor an iterable of them is a ``ConfigurationError``, never a bare
+    ``TypeError``."""
+    one = _model("one")
+    assert FallbackModel(one, one, on=RateLimitError).on == (RateLimitError,)
+    assert FallbackModel(one, one, on=[RateLimitError]).on == (RateLimitError,)
+    for bad in (5, None, [None], ValueError, "RateLimitError"):
+        with pytest.raises(ConfigurationError, match="ModelError subclass"):
+            FallbackModel(one, one, on=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="ContextWindowExceededError"):
+        FallbackModel(one, one, on=ContextWindowExceededError)
+
+
 def test_called_on_its_own_the_chain_tries_its_models_in_order() -> None:
     """Outside an agent, ``complete`` and ``stream`` move down the chain on an error of ``on``
     and raise any other error, or the last model's."""

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, Policy, StopReason, tool
-from fsm_agent.events import Event, PhaseChangedEvent, StateChangedEvent, StepStartEvent
+from fsm_agent.events import (
+    Event,
+    PhaseChangedEvent,
+    StateChangedEvent,
+    StepStartEvent,
+    ToolResultEvent,
+)
 from fsm_agent.persistence import InMemoryCheckpointer
 from fsm_agent.phases import (
     MOVE_TOOL,
@@ -403,6 +409,36 @@ def test_resuming_under_another_phase_table_is_refused() -> None:
     assert "phases=" not in plain._definition()
 
 
+def test_resuming_under_another_exit_check_is_refused() -> None:
+    """A phase's exit check is part of the definition fingerprint: a resume under a changed
+    one raises ``DefinitionChangedError`` naming ``phases``."""
+    from fsm_agent.errors import DefinitionChangedError
+
+    def lenient(rs: RunState) -> bool:
+        return True
+
+    def strict(rs: RunState) -> str:
+        return "not yet"
+
+    def table(check: Any) -> Phases:
+        return Phases(
+            [Phase("plan", ("read",), exit_check=check), Phase("act", ("write", "deploy"))],
+            [("plan", "act")],
+            goals=["act"],
+        )
+
+    store = InMemoryCheckpointer()
+    turns = [move("act"), tool_call("deploy", {}), text("ok")]
+    first = asyncio.run(agent_for(turns, table(lenient), checkpointer=store).run("go"))
+    assert first.resume_handle is not None
+    again = agent_for(turns[2:], table(strict), checkpointer=store)
+    with pytest.raises(DefinitionChangedError) as caught:
+        asyncio.run(again.resume(first.resume_handle))
+    assert caught.value.changed == ("phases",)
+    same = agent_for(turns[2:], table(lenient), checkpointer=store)
+    assert asyncio.run(same.resume(first.resume_handle, {first.pending[0].id: True})).ok
+
+
 def test_an_after_tool_hook_moves_the_phase_by_returning_move_phase() -> None:
     """A hook moves the task by code too; an illegal move it asks for is refused the same way."""
 
@@ -472,6 +508,19 @@ def test_concurrent_calls_are_checked_in_the_phase_their_turn_started_in() -> No
     assert starts == {MOVE_TOOL: "plan", "write": "plan"}
     assert RAN == []
     assert [e.dest for e in events if isinstance(e, PhaseChangedEvent)] == ["act"]
+
+
+def test_a_second_move_in_a_concurrent_turn_is_judged_in_the_turns_phase() -> None:
+    """Two moves made together (plan→act, then act→check): the second is judged in plan, where
+    the turn started and its step_start says it is, and refused; the task stays in act."""
+    turn = tool_calls((MOVE_TOOL, {"phase": "act"}), (MOVE_TOOL, {"phase": "check"}))
+    agent = agent_for([turn, text("ok")], policy=Policy(parallel_tool_calls=True))
+    events = asyncio.run(events_of(agent))
+    assert [e.phase for e in events if isinstance(e, StepStartEvent)] == ["plan", "plan"]
+    assert [e.dest for e in events if isinstance(e, PhaseChangedEvent)] == ["act"]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert [r.is_error for r in results] == [False, True]
+    assert "started in phase 'plan'" in results[1].content
 
 
 def test_phases_must_be_a_phase_table() -> None:

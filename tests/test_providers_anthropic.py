@@ -128,6 +128,12 @@ def test_cumulative_usage_replaces_not_adds() -> None:
     assert (response.usage.input_tokens, response.usage.output_tokens) == (100, 9)
 
 
+def test_a_negative_token_count_reads_as_absent() -> None:
+    """A negative count on the wire is no count: it reads as 0, never as a negative usage."""
+    response, _ = run(talk(events_reply(anthropic_events(Turn(text="hi", usage=(-100, 9))))))
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (0, 9)
+
+
 def test_event_before_message_start_is_a_protocol_error() -> None:
     """A content event before ``message_start`` is a typed protocol error."""
     events = anthropic_events(Turn(text="hi"))[2:]

@@ -135,6 +135,12 @@ def test_usage_snapshots_are_merged_field_by_field() -> None:
     assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens) == (40, 6, 30)
 
 
+def test_a_negative_token_count_reads_as_absent() -> None:
+    """A negative count on the wire is no count: it reads as 0, never as a negative usage."""
+    response, _ = run(talk(sse_reply(sse(*gemini_events(Turn(text="hi", usage=(-40, 6)))))))
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (0, 6)
+
+
 def test_error_object_mid_stream_keyed_by_body_code() -> None:
     """``{"error": {"code": 500}}`` after a candidate chunk is a retryable server error."""
     events = gemini_events(Turn(text="partial text"))[:1]

@@ -430,6 +430,51 @@ def test_deeply_nested_tool_arguments_get_an_error_result_and_the_run_goes_on(
     assert only.is_error and f"deeper than {MAX_ARGUMENT_DEPTH} levels" in only.content
 
 
+def _nested_dict(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_ARGUMENT_DEPTH + 1, 1_000, 20_000])
+def test_deeply_nested_dict_arguments_get_an_error_result_too(depth: int) -> None:
+    """Dict arguments nested past the limit (thousands of levels) build a call kept as JSON
+    text only, through ``ToolCall.create`` and ``testing.tool_call``; a run answers it with an
+    error result and completes."""
+    call = ToolCall.create("c1", "echo", _nested_dict(depth))
+    assert call.arguments is None
+    assert call.arguments_json == '{"x":' * (depth - 1) + "{}" + "}" * (depth - 1)
+    agent, _, _ = make_agent(
+        [tool_call("echo", _nested_dict(depth)), text("flat now")], tools=[echo]
+    )
+    result = agent.run_sync("go")
+    assert (result.stop_reason, result.output) == (StopReason.COMPLETED, "flat now")
+    check_history(result.messages)
+    (only,) = results(result.messages)
+    assert only.is_error and f"deeper than {MAX_ARGUMENT_DEPTH} levels" in only.content
+
+
+def test_deep_arguments_are_written_as_json_writes_them() -> None:
+    """Past the limit, the arguments' text is what ``json.dumps`` gives at a depth it can
+    write: escapes, non-string keys, lists, tuples and scalars included."""
+    leaf: Any = {"s": 'q"\\n\u00e9', 1: [1.5, True, None, (2, "t")], None: False}
+    value: Any = leaf
+    for _ in range(MAX_ARGUMENT_DEPTH):
+        value = {"k": [value, {}]}
+    call = ToolCall.create("c", "n", value)
+    assert call.arguments is None
+    assert call.arguments_json == json.dumps(value, separators=(",", ":"))
+
+
+def test_cyclic_arguments_are_refused_with_a_typed_error() -> None:
+    """Arguments that contain themselves cannot be written as JSON: a clear typed error."""
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = [cyclic]
+    with pytest.raises(InvalidInputError, match="contain themselves"):
+        ToolCall.create("c", "n", cyclic)
+
+
 def test_shallow_arguments_are_parsed_as_before() -> None:
     """Arguments within the depth limit are parsed; brackets inside strings do not count."""
     deep_text = '{"s": "' + "[" * 500 + '", "x": ' + "[" * 10 + "]" * 10 + "}"

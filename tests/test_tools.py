@@ -10,17 +10,21 @@ import pytest
 from pydantic import BaseModel, Field
 
 from fsm_agent import (
+    Policy,
     Role,
+    State,
     StopReason,
     TaskComplete,
     ToolCall,
     ToolContext,
     ToolDefinitionError,
+    ToolExecutionError,
     tool,
 )
+from fsm_agent.events import AbortedEvent
 from fsm_agent.testing import text, tool_call
 from fsm_agent.tools import ToolRegistry, serialise_result
-from helpers import make_agent
+from helpers import make_agent, stream
 
 
 def run_tool(t, arguments: dict | str, **context):  # type: ignore[no-untyped-def, type-arg]
@@ -288,3 +292,42 @@ def test_a_tool_receives_every_validated_argument_as_each_field_reads() -> None:
     assert given == expected
     assert list(given) == ["name", "point", "when", "tags", "n"]
     assert [type(v) for v in given.values()] == [str, _Point, datetime.date, type(None), int]
+
+
+@tool
+def broken(x: int = 0) -> str:
+    """Always fails."""
+    raise RuntimeError(f"broken {x}")
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["run", "run_stream"])
+def test_failed_tool_turns_in_a_row_abort_with_the_reason(listening: bool) -> None:
+    """``max_consecutive_errors`` failed tool turns in a row abort the run with a typed error
+    naming the limit and the last failure, on the result and on the ``aborted`` event."""
+    turns = [tool_call("broken", {"x": n}) for n in range(3)] + [text("never")]
+    agent, model, _ = make_agent(turns, tools=[broken])
+    if listening:
+        events, result = stream(agent)
+        (aborted,) = [e for e in events if isinstance(e, AbortedEvent)]
+        assert aborted.error == str(result.error)
+    else:
+        result = agent.run_sync("go")
+    assert (result.state, result.stop_reason) == (State.ABORTED, StopReason.MAX_ERRORS)
+    assert len(model.requests) == 3
+    assert isinstance(result.error, ToolExecutionError)
+    assert result.error.tool_name == "broken" and result.error.call_id == "call_2_0"
+    message = str(result.error)
+    assert "3 failed tool turns in a row" in message and "max_consecutive_errors=3" in message
+    assert "broken 2" in message
+    assert isinstance(result.error.__cause__, RuntimeError)
+
+
+def test_a_spent_error_budget_names_max_total_errors() -> None:
+    """A failed tool turn that spends ``max_total_errors`` names that limit in the error."""
+    turns = [tool_call("broken"), tool_call("broken")]
+    policy = Policy(max_consecutive_errors=5, max_total_errors=2)
+    agent, _, _ = make_agent(turns, tools=[broken], policy=policy)
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.MAX_ERRORS
+    assert isinstance(result.error, ToolExecutionError)
+    assert "max_total_errors=2" in str(result.error)

@@ -257,7 +257,9 @@ def test_usage_from_the_wire_equals_the_validated_usage(wire: dict[str, object] 
         return
 
     def count(value: object) -> int:
-        return value if isinstance(value, int) and not isinstance(value, bool) and value else 0
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        return 0
 
     prompt = wire.get("prompt_tokens_details")
     completion = wire.get("completion_tokens_details")

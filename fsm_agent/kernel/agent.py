@@ -311,13 +311,11 @@ class Agent(Generic[DepsT, OutputT]):
         deps: DepsT | None = None,
     ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.run(prompt, history=history, handle=handle, deps=deps))
-        raise ConfigurationError(
-            "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
-        )
+        if _loop_running():
+            raise ConfigurationError(
+                "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
+            )
+        return asyncio.run(self.run(prompt, history=history, handle=handle, deps=deps))
 
     async def resume(
         self,
@@ -554,3 +552,14 @@ def _result_of(ctx: RunContext) -> RunResult[Any]:
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return result
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop. The run is started after this returns, not in
+    its ``except``: an exception out of the run would otherwise carry the ``RuntimeError`` as
+    its context, and every traceback would read "During handling of the above exception"."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

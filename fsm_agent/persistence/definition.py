@@ -17,6 +17,7 @@ from ..errors import DefinitionChangedError
 
 if TYPE_CHECKING:
     from ..kernel.agent import Agent
+    from ..phases import Phase
 
 __all__ = ["check_definition", "definition_fingerprint"]
 
@@ -67,10 +68,7 @@ def definition_fingerprint(agent: Agent[Any, Any]) -> str:
         table = phases.phases
         parts["phases"] = _digest(
             {
-                "phases": [
-                    [p.name, list(p.tools), p.instructions, p.max_steps, p.on_budget]
-                    for p in table.phases
-                ],
+                "phases": [_phase(p) for p in table.phases],
                 "transitions": [
                     [t.source, t.dest, t.label, getattr(t.guard, "__qualname__", None)]
                     for t in table.transitions
@@ -83,6 +81,27 @@ def definition_fingerprint(agent: Agent[Any, Any]) -> str:
     if spec is not None:
         parts["output"] = _digest(spec.schema.json_schema)
     return ";".join(f"{name}={parts[name]}" for name in PARTS if name in parts)
+
+
+def _phase(phase: Phase) -> list[object]:
+    """A phase as the fingerprint sees it; its exit check (by its module and qualified name)
+    only when it has one, so the fingerprints of phases without one stay as they were."""
+    described: list[object] = [
+        phase.name,
+        list(phase.tools),
+        phase.instructions,
+        phase.max_steps,
+        phase.on_budget,
+    ]
+    if phase.exit_check is not None:
+        described.append({"exit_check": _name(phase.exit_check)})
+    return described
+
+
+def _name(function: object) -> str:
+    """A callable's module and qualified name (its class's, for a callable object)."""
+    named = function if hasattr(function, "__qualname__") else type(function)
+    return f"{getattr(named, '__module__', '')}.{getattr(named, '__qualname__', '')}"
 
 
 def _parts(fingerprint: str) -> dict[str, str]:

@@ -190,10 +190,20 @@ class CompiledPhases:
 
     def gate(self, rs: RunState, call: ToolCall, in_phase: str | None = None) -> ToolResult | None:
         """Before ``call`` runs: the move tool's result (the move made or refused), or the
-        refusal of a tool outside the current phase (or ``in_phase``, the phase a turn of
-        concurrent calls started in), or ``None`` when the call may run."""
+        refusal of a tool outside the current phase, or ``None`` when the call may run. With
+        ``in_phase``, the phase a turn of concurrent calls started in, every call is judged
+        there: a move once the task has left it is refused."""
         phase = self.settle(rs)
         if call.name == MOVE_TOOL:
+            # Judged where the turn started: a turn already out of that phase makes no move.
+            if in_phase is not None and phase != in_phase:
+                return _error(
+                    call,
+                    f"Error: this call was made in a turn that started in phase '{in_phase}', "
+                    f"and the task has moved to phase '{phase}' since; calls made together are "
+                    f"judged in the phase their turn started in. You are in phase '{phase}': "
+                    f"call {MOVE_TOOL} in your next turn to move on.",
+                )
             args = call.arguments
             target = args.get("phase") if isinstance(args, dict) else None
             if not isinstance(target, str):

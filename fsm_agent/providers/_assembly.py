@@ -30,6 +30,7 @@ from ..messages import (
 __all__ = [
     "JSONObject",
     "append_turn",
+    "as_count",
     "as_int",
     "as_list",
     "as_obj",
@@ -83,6 +84,12 @@ def text_field(value: object, provider: str, what: str) -> str | None:
     raise MalformedResponseError(
         f"{provider}: {what} is a JSON {kind}, not a string", provider=provider
     )
+
+
+def as_count(value: object) -> int | None:
+    """``value`` if it is an integer of 0 or more (not a bool), else ``None``: a token count
+    that is negative is no count at all."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def append_turn(turns: list[JSONObject], role: str, key: str, items: list[JSONObject]) -> None:

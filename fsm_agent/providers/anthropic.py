@@ -38,6 +38,7 @@ from ..messages import (
 from ._assembly import (
     JSONObject,
     append_turn,
+    as_count,
     as_int,
     as_list,
     as_obj,
@@ -180,7 +181,7 @@ def _tool_choice(request: ModelRequest) -> JSONObject | None:
 def _usage(value: object, into: dict[str, int]) -> None:
     """Replace (never add) the counters present: message_delta usage is cumulative."""
     for key, number in as_obj(value).items():
-        count = as_int(number)
+        count = as_count(number)
         if count is not None:
             into[key] = count
 

@@ -52,7 +52,7 @@ class FallbackModel:
         self,
         primary: Model,
         *others: Model,
-        on: Iterable[type[ModelError]] = DEFAULT_FALLBACK_ON,
+        on: type[ModelError] | Iterable[type[ModelError]] = DEFAULT_FALLBACK_ON,
     ) -> None:
         models = (primary, *others)
         if not others:
@@ -66,13 +66,8 @@ class FallbackModel:
                     f"every model of a FallbackModel must implement fsm_agent.Model; got "
                     f"{type(model).__name__}"
                 )
-        kinds = tuple(on)
+        kinds = _error_classes(on)
         for kind in kinds:
-            if not (isinstance(kind, type) and issubclass(kind, ModelError)):
-                raise ConfigurationError(
-                    f"on= takes ModelError subclasses (RateLimitError, ProviderServerError, "
-                    f"ModelTimeoutError, ...); got {kind!r}"
-                )
             if issubclass(kind, ContextWindowExceededError):
                 raise ConfigurationError(
                     "on= cannot name ContextWindowExceededError: a context overflow is "
@@ -157,6 +152,21 @@ async def stream_of(
     for delta in deltas_of(response.message.parts):
         yield delta
     yield response
+
+
+def _error_classes(on: object) -> tuple[type[ModelError], ...]:
+    """``on`` as a tuple of error classes: one class, or an iterable of them (not a string)."""
+    items = (on,) if isinstance(on, type) else on
+    if isinstance(items, Iterable) and not isinstance(items, str | bytes):
+        kinds = tuple(items)
+        bad = [k for k in kinds if not (isinstance(k, type) and issubclass(k, ModelError))]
+        if not bad:
+            return kinds
+        on = bad[0]
+    raise ConfigurationError(
+        "on= takes ModelError subclasses, one or several (RateLimitError, ProviderServerError, "
+        f"ModelTimeoutError, ...): the classes, not their names; got {on!r}"
+    )
 
 
 def _name(model: Model) -> str:

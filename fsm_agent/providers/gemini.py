@@ -41,6 +41,7 @@ from ..messages import (
 from ._assembly import (
     JSONObject,
     append_turn,
+    as_count,
     as_int,
     as_list,
     as_obj,
@@ -213,7 +214,7 @@ class _Assembler:
         self.response_id = self.response_id or as_str(payload.get("responseId"))
         self.model_version = self.model_version or as_str(payload.get("modelVersion"))
         for key, value in as_obj(payload.get("usageMetadata")).items():
-            count = as_int(value)
+            count = as_count(value)
             if count is not None:
                 self.usage[key] = count
         candidates = as_list(payload.get("candidates"))

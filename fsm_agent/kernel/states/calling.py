@@ -53,12 +53,14 @@ from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
 from ..context import ONE_REQUEST, Interrupted, RunContext
+from ..limits import usage_fault
 from ..phasing import move_by_budget
 
 __all__ = [
     "Answer",
     "answer_quietly",
     "call_model",
+    "checked",
     "current_model",
     "handle_calling",
     "notify_answered",
@@ -383,9 +385,7 @@ async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
         if recorded is not None:
             response = _replayed(recorded)
         else:
-            response = await ctx.effect(current_model(ctx).complete(request))
-            if not isinstance(response, ModelResponse):
-                raise _not_a_response(response)
+            response = checked(await ctx.effect(current_model(ctx).complete(request)))
     except ModelError as exc:
         await _failed(ctx, key, exc)
         raise
@@ -406,8 +406,17 @@ def _replayed(recorded: ModelResponse | ModelError) -> ModelResponse:
     return recorded
 
 
-def _not_a_response(value: object) -> MalformedResponseError:
-    return MalformedResponseError(f"the model returned {type(value).__name__}, not a ModelResponse")
+def checked(response: object) -> ModelResponse:
+    """``response`` if it is a ``ModelResponse`` whose usage can count (see
+    :func:`usage_fault`), else a :class:`MalformedResponseError` saying what is wrong."""
+    if not isinstance(response, ModelResponse):
+        raise MalformedResponseError(
+            f"the model returned {type(response).__name__}, not a ModelResponse"
+        )
+    fault = usage_fault(response.usage)
+    if fault is not None:
+        raise MalformedResponseError(f"the model's response was refused: {fault}")
+    return response
 
 
 async def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
@@ -496,4 +505,4 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
             await close()
     if response is None:
         raise MalformedResponseError("the stream ended without a final response")
-    return response
+    return checked(response)

@@ -18,13 +18,12 @@ context-window error. Its outcome:
 from __future__ import annotations
 
 from ...compaction import CompactionJob
-from ...errors import MalformedResponseError
 from ...events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
 from ...machine.table import Outcome
 from ...messages import Message, ModelRequest, ModelResponse
 from ...models import Model
 from ..context import ONE_REQUEST, Interrupted, RunContext
-from .calling import current_model
+from .calling import checked, current_model
 
 __all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 
@@ -96,9 +95,7 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
                     run_id=rs.run_id, step=rs.counters.steps, attempt=1, request=request
                 )
             )
-        response = await ctx.effect((model or current_model(ctx)).complete(request))
-        if not isinstance(response, ModelResponse):
-            raise MalformedResponseError("the compaction call returned no ModelResponse")
+        response = checked(await ctx.effect((model or current_model(ctx)).complete(request)))
         call_usage = response.usage if response.usage.requests else response.usage + ONE_REQUEST
         rs.usage = rs.usage + call_usage
         if ctx.listening:

@@ -368,9 +368,10 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                 if execution.done:
                     done = execution
                     break
-                if execution.error is not None and fail_fast:
+                if execution.error is not None and failure is None:
                     failure = execution
-                    break
+                    if fail_fast:
+                        break
             if ctx.interrupt is not None:
                 raise Interrupted
     except Interrupted:
@@ -419,6 +420,8 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     outcome = _TOOLS_DONE
     if all(r.is_error for r in rs.tool_results):
         outcome = _TOOLS_FAILED
+        # The reason, should the table end the run on this turn (its error limits).
+        ctx.error = _failed_turn_error(ctx, failure)
     elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)
@@ -426,6 +429,33 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
             await ctx.emit(detected)
     ctx.close_pending_calls("")  # every call has its result: this records them
     return outcome
+
+
+def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolExecutionError:
+    """What ends a run on a tool turn whose every call failed: the failed turns in a row
+    against ``max_consecutive_errors`` (and the run's errors against ``max_total_errors``), with
+    the turn's first failure (a tool's exception as the cause)."""
+    rs = ctx.rs
+    limits = ctx.agent.limits
+    result = failure.result if failure is not None else rs.tool_results[0]
+    turns = rs.counters.consecutive_error_turns + 1
+    reason = (
+        f"{turns} failed tool turn{'s' if turns > 1 else ''} in a row "
+        f"(Policy.max_consecutive_errors={limits.max_consecutive_errors})"
+    )
+    if limits.max_total_errors is not None:
+        errors = rs.counters.total_errors + 1
+        reason += (
+            f", {errors} error{'s' if errors > 1 else ''} in the run "
+            f"(Policy.max_total_errors={limits.max_total_errors})"
+        )
+    error = ToolExecutionError(
+        f"{reason}: every call of the last turn failed; tool '{result.name}': {result.content}",
+        tool_name=result.name,
+        call_id=result.call_id,
+    )
+    error.__cause__ = failure.error if failure is not None else None
+    return error
 
 
 async def _run_all(

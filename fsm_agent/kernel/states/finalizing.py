@@ -2,8 +2,9 @@
 
 Most runs take the fast path: the output is the last answer (or the done tool's message). At
 the step limit, with ``summarize_on_max_steps``, one tools-off summary call asks the model for
-its best answer. That call is a model call like any other, so the run's limits hold
-for it:
+its best answer. That call is a model call like any other (streamed to a listener,
+with its request, response and usage events; its answer, tool calls left out, is appended to
+the run's messages), so the run's limits hold for it:
 
 - a usage limit already reached (requests, tokens, cost) means the call is not made: the output
   is the fallback text and the outcome ``usage_exceeded`` (stop reason ``usage_limit``);
@@ -21,10 +22,10 @@ summary call can leave the run without a move.
 from __future__ import annotations
 
 from ...errors import ModelError
-from ...events import UsageEvent
+from ...events import AttemptDiscardedEvent, ModelResponseEvent, ReasoningEvent, UsageEvent
 from ...log import logger
 from ...machine.table import Outcome, StopReason
-from ...messages import Message, ModelRequest
+from ...messages import Message, ModelRequest, ToolCall
 from ..context import Interrupted, RunContext
 from ..limits import usage_exceeded
 from .calling import Answer, call_model, notify_answered
@@ -102,7 +103,7 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
     answer: Answer | None = None
     try:
         answer = await call_model(
-            ctx, _summary_request(ctx), step=rs.counters.steps, attempt=1, stream=False
+            ctx, _summary_request(ctx), step=rs.counters.steps, attempt=1, stream=True
         )
     except Interrupted:
         if ctx.interrupt is _DEADLINE:
@@ -110,10 +111,23 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
         return ctx.interrupted
     except ModelError as exc:  # the boundary maps model errors; anything else goes on
         _fall_back(ctx, f"the call failed: {exc!r}")
+        if ctx.listening:  # whatever it streamed is not the answer
+            await ctx.emit(AttemptDiscardedEvent(run_id=rs.run_id, attempt=1))
     if answer is not None:
-        rs.output = answer.response.message.text.strip() or SUMMARY_FALLBACK
+        response = answer.response
+        message = response.message
+        rs.output = message.text.strip() or SUMMARY_FALLBACK
+        if message.tool_calls:  # asked for none: a call here would go without a result
+            parts = tuple(p for p in message.parts if not isinstance(p, ToolCall))
+            message = Message(role=message.role, parts=parts)
+        if message.text.strip():  # the answer the user is given stays in the thread
+            ctx.append(message)
         if ctx.listening:
+            step = rs.counters.steps
+            await ctx.emit(ModelResponseEvent(run_id=rs.run_id, step=step, response=response))
             await ctx.emit(UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage))
+            for part in message.reasoning:
+                await ctx.emit(ReasoningEvent(run_id=rs.run_id, text=part.text))
         if agent.hooks.after_model_call:
             await notify_answered(ctx, answer)
             await ctx.emit_all(ctx.take_events())
