@@ -54,6 +54,7 @@ REGENERATE = "python -m fsm_agent diagram --write-all diagrams/"
 """The command that regenerates the checked-in diagrams."""
 
 _FORMATS = ("dot", "svg", "png", "mermaid")
+_LEVELS = ("overview", "full")
 _FORMAT_OF_SUFFIX = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png", ".mmd": "mermaid"}
 _STORE_PREFIXES = ("sqlite:///", "postgresql://", "postgres://")
 
@@ -67,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-o", "--output", metavar="FILE", type=writable_file, help="write here (default: stdout)"
+    )
+    parser.add_argument(
+        "--level",
+        choices=_LEVELS,
+        default="overview",
+        help="overview: one edge per pair of states (the default); full: every row",
     )
     parser.add_argument(
         "--policy",
@@ -148,13 +155,14 @@ def handle(args: argparse.Namespace) -> int:
             scope = recorded.scope
         title += f": run {Path(recorded.name).name}"
     drawing = diagrams.plan(scope=scope, run=run, title=title)
+    full = args.level == "full"
     content: str | bytes
     if fmt == "mermaid":
-        content = diagrams.to_mermaid(drawing)
-    elif fmt == "dot":
-        content = diagrams.to_dot(drawing)
+        content = (diagrams.to_mermaid if full else diagrams.overview_mermaid)(drawing)
     else:
-        content = diagrams.render(diagrams.to_dot(drawing), "png" if fmt == "png" else "svg")
+        content = (diagrams.to_dot if full else diagrams.overview_dot)(drawing)
+        if fmt != "dot":
+            content = diagrams.render(content, "png" if fmt == "png" else "svg")
     if args.output is None:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:
@@ -304,18 +312,18 @@ def _stored_state(target: str) -> RunState:
 
 def gallery() -> dict[str, str]:
     """The checked-in diagrams, by file name: the text of ``.dot``/``.mmd`` files, and for each
-    ``.svg`` the DOT it is rendered from (the demo run drawn on the demo's machine)."""
+    ``.svg`` the DOT it is rendered from: the overview, and the demo run drawn on it."""
     from .demo import demo_drawing, demo_events
 
     async def collect() -> list[Event]:
         return [event async for event in demo_events()]
 
-    dot = diagrams.to_dot()
+    dot = diagrams.overview_dot()
     return {
         "agent.dot": dot,
-        "agent.mmd": diagrams.to_mermaid(),
+        "agent.mmd": diagrams.overview_mermaid(),
         "agent.svg": dot,
-        "demo-run.svg": diagrams.to_dot(demo_drawing(asyncio.run(collect()))),
+        "demo-run.svg": diagrams.overview_dot(demo_drawing(asyncio.run(collect()))),
     }
 
 

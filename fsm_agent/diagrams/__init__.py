@@ -1,5 +1,10 @@
 """Diagrams of the machine, drawn from the same table that runs it.
 
+Levels: the *overview* (:func:`overview_dot`, :func:`overview_mermaid`: the states and one edge
+per pair of states, the picture of the README) and a *run* (the overview of a :class:`Plan` that
+holds a :class:`RunPath`: the run's path drawn on it). :func:`to_dot` and :func:`to_mermaid`
+draw every row at once.
+
 Three layers, each usable alone (modules :mod:`.text`, :mod:`.trace` and :mod:`.render`):
 
 1. :func:`plan` turns the rows, optionally a :class:`Scope` (a policy's numbers and the outcomes
@@ -19,6 +24,7 @@ An edge reads like a UML transition, ``outcome [guard] / stop reason``; where se
 from __future__ import annotations
 
 from ..machine.guards import guard_label
+from .levels import OVERVIEW_STYLES, overview_dot, overview_mermaid
 from .render import (
     RenderFormat,
     RenderingUnavailableError,
@@ -32,6 +38,7 @@ from .trace import RunPath, TraceError, read_trace
 
 __all__ = [
     "DOT_STYLES",
+    "OVERVIEW_STYLES",
     "Edge",
     "Node",
     "Plan",
@@ -42,6 +49,8 @@ __all__ = [
     "TraceError",
     "dot_digest",
     "guard_label",
+    "overview_dot",
+    "overview_mermaid",
     "plan",
     "read_trace",
     "render",

@@ -36,11 +36,13 @@ class RenderingUnavailableError(ConfigurationError):
         )
 
 
-RenderFormat = Literal["svg", "png"]
+RenderFormat = Literal["svg", "png", "json"]
+"""What :func:`render` makes: an SVG or PNG picture, or Graphviz's ``json`` layout (every
+node's and label's position and size, for measuring a picture)."""
 
 
 def render(dot: str, fmt: RenderFormat = "svg") -> bytes:
-    """Lay DOT text out with Graphviz's ``dot`` as SVG or PNG bytes.
+    """Lay DOT text out with Graphviz's ``dot`` as SVG, PNG or JSON bytes.
 
     Uses ``pygraphviz`` when installed, else the ``graphviz`` package with a system ``dot``;
     raises :class:`RenderingUnavailableError` (with the install command) when neither works.

@@ -1,0 +1,39 @@
+"""The pictures read at a page's width: measured on the layout Graphviz computes, every label is
+at least 9 px at 900 px wide, no two labels overlap, and no edge runs through a label."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from diagram_layout import problems
+from fsm_agent import diagrams
+from fsm_agent.cli.demo import demo_drawing, demo_events
+from fsm_agent.events import Event
+
+pytest.importorskip("pygraphviz", reason="measuring a layout needs the [diagrams] extra")
+
+
+def _demo_run() -> list[Event]:
+    async def collect() -> list[Event]:
+        return [event async for event in demo_events()]
+
+    return asyncio.run(collect())
+
+
+def test_the_overview_is_legible() -> None:
+    """The README's picture (the overview of the table) passes every measure."""
+    assert problems(diagrams.overview_dot()) == []
+
+
+def test_the_demo_run_is_legible() -> None:
+    """The demo's run drawn on the overview (``fsm-agent-demo.svg``) passes every measure."""
+    assert problems(diagrams.overview_dot(demo_drawing(_demo_run()))) == []
+
+
+def test_the_full_drawing_of_every_row_is_not() -> None:
+    """The drawing of all the rows at once, the README's picture before the overview, fails
+    the measure: its labels are under 9 px at 900 px wide."""
+    found = problems(diagrams.to_dot())
+    assert any("px at 900 px wide" in problem for problem in found)
