@@ -11,6 +11,7 @@ from diagram_layout import problems
 from fsm_agent import diagrams
 from fsm_agent.cli.demo import demo_drawing, demo_events
 from fsm_agent.events import Event
+from fsm_agent.machine.table import NON_TERMINAL, TABLE, Outcome, Row, State
 
 pytest.importorskip("pygraphviz", reason="measuring a layout needs the [diagrams] extra")
 
@@ -27,6 +28,12 @@ def test_the_overview_is_legible() -> None:
     assert problems(diagrams.overview_dot()) == []
 
 
+@pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
+def test_each_state_detail_is_legible(state: State) -> None:
+    """The detail of every state with rows passes every measure."""
+    assert problems(diagrams.state_dot(state)) == []
+
+
 def test_the_demo_run_is_legible() -> None:
     """The demo's run drawn on the overview (``fsm-agent-demo.svg``) passes every measure."""
     assert problems(diagrams.overview_dot(demo_drawing(_demo_run()))) == []
@@ -37,3 +44,15 @@ def test_the_full_drawing_of_every_row_is_not() -> None:
     the measure: its labels are under 9 px at 900 px wide."""
     found = problems(diagrams.to_dot())
     assert any("px at 900 px wide" in problem for problem in found)
+
+
+def test_a_table_with_many_more_moves_fails_the_measure() -> None:
+    """The measure follows the table: a copy where every working state may also move to every
+    other state gives an overview that no longer reads at 900 px."""
+    extra = tuple(
+        Row(source, Outcome.OTHER, dest)
+        for source in NON_TERMINAL
+        for dest in State
+        if dest not in (source, State.IDLE)
+    )
+    assert problems(diagrams.overview_dot(diagrams.plan((*TABLE, *extra)))) != []

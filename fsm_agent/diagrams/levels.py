@@ -194,7 +194,9 @@ def _node_label(node: Node, p: Plan) -> str:
     label = node.state.value
     if node.visits:
         label += f"\n×{node.visits}"
-    if node.final and p.run is not None:
+    if node.final and p.run is not None and node.state is State.SUSPENDED:
+        label += "\nwaiting for a human"
+    elif node.final and p.run is not None:
         stop = p.run.stop_reason
         label += "\nended" + ("" if stop is None else f": {stop.value}")
     return label
