@@ -67,6 +67,8 @@ def _cell(text: str, **attrs: str) -> str:
 
 
 def _font(text: str, colour: str | None, bold: bool = False) -> str:
+    if not text:
+        return ""  # Graphviz refuses an empty <FONT> element
     body = escape(text)
     if bold:
         body = f"<B>{body}</B>"
@@ -87,7 +89,7 @@ def _updates(updates: Sequence[str], colour: str | None) -> str:
 def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
     """The HTML-like label of the state's table."""
     run = p.run is not None
-    columns = (*_COLUMNS, "taken") if run else _COLUMNS
+    columns = (*_COLUMNS[:-1], "taken", _COLUMNS[-1]) if run else _COLUMNS
     title = state.value
     node = _node(p, state)
     if node.visits:
@@ -116,12 +118,10 @@ def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
             _cell(_font(edge.stop, colour), **fill),
             _cell(_updates(edge.updates, colour), **fill),
         ]
-        to = _cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill)
         if run:
             cells.append(_cell(_font(f"×{edge.visits}" if edge.visits else "", colour), **fill))
-            cells.insert(5, to)
-        else:
-            cells.append(to)
+        # the destination last, so that the arrow leaves the table from its right-hand border
+        cells.append(_cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill))
         lines.append("<TR>" + "".join(cells) + "</TR>")
     lines.append("</TABLE>")
     return "\n".join(lines)
