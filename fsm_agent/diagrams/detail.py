@@ -13,7 +13,7 @@ from html import escape
 
 from ..errors import ConfigurationError
 from ..machine.table import State
-from .text import DOT_STYLES, Edge, Node, Plan, plan
+from .text import DOT_STYLES, Edge, Node, Plan, _attrs, plan
 
 __all__ = ["DETAIL_STYLES", "state_dot", "state_mermaid"]
 
@@ -52,13 +52,6 @@ def _rows_of(p: Plan, state: State) -> list[Edge]:
 
 def _node(p: Plan, state: State) -> Node:
     return next(node for node in p.nodes if node.state is state)
-
-
-def _attrs(*parts: Mapping[str, str]) -> str:
-    merged: dict[str, str] = {}
-    for part in parts:
-        merged.update(part)
-    return ", ".join(f'{key}="{value}"' for key, value in merged.items())
 
 
 def _cell(text: str, **attrs: str) -> str:
@@ -158,7 +151,8 @@ def state_dot(state: State, diagram: Plan | None = None) -> str:
             parts.append(base["visited_node"])
         lines.append(f"  to_{dest.value} [{_attrs(*parts)}];")
     for edge in rows:
-        parts = [{"id": f"row-{edge.row}", "tooltip": escape(edge.detail)}]
+        tooltip = f"row {edge.row}: {edge.label.partition('. ')[2] or edge.label}"
+        parts = [{"id": f"row-{edge.row}", "tooltip": tooltip}]
         if edge.interrupt:
             parts.append({"style": "dashed"})
         if not edge.reachable:

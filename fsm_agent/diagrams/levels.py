@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..machine.table import TERMINAL as _TERMINAL
 from ..machine.table import State
-from .text import DOT_STYLES, Edge, Node, Plan, plan
+from .text import DOT_STYLES, Edge, Node, Plan, _attrs, _mermaid_classes, _quote, plan
 
 __all__ = ["OVERVIEW_STYLES", "overview_dot", "overview_mermaid"]
 
@@ -182,18 +182,6 @@ def _describe(sources: frozenset[State], nodes: Sequence[Node]) -> str:
     if sources >= {node.state for node in nodes if not node.terminal}:
         return "every state"
     return ", ".join(node.state.value for node in nodes if node.state in sources)
-
-
-def _attrs(*parts: Mapping[str, str]) -> str:
-    merged: dict[str, str] = {}
-    for part in parts:
-        merged.update(part)
-    return ", ".join(f"{key}={_quote(value)}" for key, value in merged.items())
-
-
-def _quote(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
 
 
 def _node_label(node: Node, p: Plan) -> str:
@@ -351,30 +339,3 @@ def overview_mermaid(diagram: Plan | None = None) -> str:
             lines.append(f"    {node.state.value} : {extra}")
     lines.extend(_mermaid_classes(p.nodes))
     return "\n".join(lines) + "\n"
-
-
-_MERMAID_CLASSES = {
-    "terminal": "font-weight:bold,stroke-width:3px",
-    "unreachable": "fill:#f4f4f4,color:#b4b4b4,stroke:#c8c8c8,stroke-dasharray:4 4",
-    "visited": "fill:#dbe8ff,stroke:#1f5fd1,stroke-width:2px",
-    "final": "stroke:#c62828,stroke-width:4px",
-}
-
-
-def _mermaid_classes(nodes: Sequence[Node]) -> list[str]:
-    members: dict[str, list[str]] = {name: [] for name in _MERMAID_CLASSES}
-    for node in nodes:
-        for name, flag in (
-            ("terminal", node.terminal),
-            ("unreachable", not node.reachable),
-            ("visited", node.visits > 0),
-            ("final", node.final),
-        ):
-            if flag:
-                members[name].append(node.state.value)
-    lines = []
-    for name, style in _MERMAID_CLASSES.items():
-        if members[name]:
-            lines.append(f"    classDef {name} {style}")
-            lines.append(f"    class {','.join(members[name])} {name}")
-    return lines
