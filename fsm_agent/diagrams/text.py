@@ -87,6 +87,10 @@ class Edge:
     interrupt: bool  # one of the driver's interrupts (cancel, limits), drawn lighter
     reachable: bool = True
     visits: int = 0
+    outcome: str = ""  # the row's outcome, as the label's parts for the levels to recombine
+    guard: str = ""  # the guard's label, "else" for the last of several rows, "" unguarded
+    stop: str = ""  # the stop reason the row sets, or ""
+    updates: tuple[str, ...] = ()  # the counter updates, as ``steps += 1``
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +127,13 @@ def plan(
         head = row.outcome.value
         if len(group) > 1:
             head = f"{group.index(i) + 1}. {head}"
+        guard = ""
         if row.guard_name is not None:
-            head += f" [{guard_label(row.guard_name, limits)}]"
+            guard = guard_label(row.guard_name, limits)
         elif len(group) > 1:
-            head += " [else]"
+            guard = "else"
+        if guard:
+            head += f" [{guard}]"
         if row.stop is not None:
             head += f" / {row.stop.value}"
         detail = "; ".join([f"row {i}", *(str(u) for u in row.updates), *filter(None, [row.note])])
@@ -140,6 +147,10 @@ def plan(
                 interrupt=row.outcome in DECLARATIONS[row.source].interrupts,
                 reachable=i in live_rows,
                 visits=0 if run is None else run.row_visits.get(i, 0),
+                outcome=row.outcome.value,
+                guard=guard,
+                stop="" if row.stop is None else row.stop.value,
+                updates=tuple(str(u) for u in row.updates),
             )
         )
     nodes = tuple(
@@ -420,8 +431,14 @@ def to_mermaid(diagram: Plan | None = None) -> str:
         if node.visits or node.final:
             label = _node_label(node, p.run).split("\n", 1)[1].replace("\n", ", ")
             lines.append(f"    {node.state.value} : {label}")
+    lines.extend(_mermaid_classes(p.nodes))
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_classes(nodes: Sequence[Node]) -> list[str]:
+    """The Mermaid class lines that style terminal, unreachable, visited and final states."""
     members: dict[str, list[str]] = {name: [] for name in _MERMAID_CLASSES}
-    for node in p.nodes:
+    for node in nodes:
         for name, flag in (
             ("terminal", node.terminal),
             ("unreachable", not node.reachable),
@@ -430,8 +447,9 @@ def to_mermaid(diagram: Plan | None = None) -> str:
         ):
             if flag:
                 members[name].append(node.state.value)
+    lines = []
     for name, style in _MERMAID_CLASSES.items():
         if members[name]:
             lines.append(f"    classDef {name} {style}")
             lines.append(f"    class {','.join(members[name])} {name}")
-    return "\n".join(lines) + "\n"
+    return lines
