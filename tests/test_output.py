@@ -181,6 +181,20 @@ def test_bad_configurations_are_refused() -> None:
         Agent(ScriptedModel([]), output_type=Plan, policy=Policy(require_done_tool=True))
 
 
+def test_a_tool_named_like_the_answer_tool_is_refused() -> None:
+    """A typed agent refuses a tool of its own named ``final_answer``: the model could not tell
+    it from the tool that carries the answer."""
+
+    @tool
+    def final_answer(text: str) -> str:
+        """Echo."""
+        return text
+
+    with pytest.raises(ConfigurationError, match="final_answer"):
+        Agent(ScriptedModel([]), output_type=Plan, tools=[final_answer])
+    assert Agent(ScriptedModel([]), tools=[final_answer]).output_type is str
+
+
 def test_streaming_emits_partial_objects_then_the_final_answer() -> None:
     """run_stream emits partial_output events that grow toward the answer."""
 

@@ -46,6 +46,7 @@ from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..phases import Phases
 from ..policy import Policy, limits_of
+from ..providers._output import ANSWER_TOOL
 from ..run_state import RunState, build_run_validators
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
@@ -205,6 +206,11 @@ class Agent(Generic[DepsT, OutputT]):
         ):
             tool_list.append(done_tool())
         registry = ToolRegistry(tool_list)
+        if self.output_spec is not None and ANSWER_TOOL in registry:
+            raise ConfigurationError(
+                f"a tool named {ANSWER_TOOL!r} clashes with the tool a typed-output agent offers "
+                f"the model for its answer: rename the tool"
+            )
         output = policy.tool_output
         pager: Tool | None = None  # offered to the model once an output was cut
         if (output.max_chars is not None or output.keep_recent is not None) and (
