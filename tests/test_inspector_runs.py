@@ -343,3 +343,33 @@ def test_a_suspended_run_is_not_drawn_as_ended(store: SQLiteCheckpointer) -> Non
         assert "<title>suspended</title>" in svg and "final: suspended" not in svg
 
     asyncio.run(main())
+
+
+def test_a_run_whose_checkpoint_a_newer_version_wrote_is_flagged_not_fatal(
+    store: SQLiteCheckpointer,
+) -> None:
+    """When the checkpoint itself holds an unknown state, the list still answers (the run
+    flagged with why), and the run's own page says this run cannot be read (422, not 503)."""
+
+    async def main() -> None:
+        filled = await fill(store)
+        _plant_unknown_state(store.path, filled.finished)
+        with sqlite3.connect(store.path) as db:
+            db.execute(
+                'UPDATE checkpoints SET body = replace(body, \'"state":"done"\', '
+                '\'"state":"reviewing"\') WHERE run_id = ?',
+                (filled.finished,),
+            )
+            db.execute("UPDATE runs SET state = 'done' WHERE run_id = ?", (filled.finished,))
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            listed = await http.get("/api/runs", headers=AUTH)
+            shown = await http.get(f"/api/runs/{filled.finished}", headers=AUTH)
+        inspector.close()
+        assert listed.status_code == 200
+        rows = {r["run_id"]: r for r in listed.json()["runs"]}
+        assert "cannot be read" in rows[filled.finished]["problem"]
+        assert rows[filled.suspended]["problem"] is None
+        assert shown.status_code == 422 and "this run cannot be read" in shown.json()["error"]
+
+    asyncio.run(main())

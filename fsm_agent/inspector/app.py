@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -33,7 +34,14 @@ from starlette.routing import Route
 
 from ..approval import Approval, HumanDecision, ResumeHandle, apply_decisions
 from ..diagrams import RenderingUnavailableError
-from ..errors import CheckpointConflictError, CheckpointError, ResumeError, UnknownRunError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointError,
+    CorruptCheckpointError,
+    ResumeError,
+    SchemaVersionError,
+    UnknownRunError,
+)
 from ..kernel.agent import Agent
 from ..machine.table import State
 from ..persistence import Checkpoint, Checkpointer
@@ -164,6 +172,8 @@ class Inspector:
                 return await endpoint(request)
             except UnknownRunError as exc:
                 return _error(404, str(exc))
+            except (CorruptCheckpointError, SchemaVersionError) as exc:  # this run, not the store
+                return _error(422, f"this run cannot be read: {exc}")
             except CheckpointError as exc:  # the database is down or locked: try again later
                 return _error(503, f"the checkpoint store cannot be read: {exc}")
 
@@ -181,16 +191,22 @@ class Inspector:
             return _error(404, f"no static file {name!r}")
         return Response(_asset(name), media_type=_STATIC[name])
 
-    def _checkpoint(self, run_id: str, version: int) -> Checkpoint | None:
-        """The run's checkpoint ``version`` (cached), or ``None`` when it cannot be read."""
+    def _checkpoint(self, run_id: str, version: int) -> Checkpoint | str:
+        """The run's checkpoint ``version`` (cached), or why it cannot be read."""
         key = (run_id, version)
         if len(self._checkpoints) > _CACHED:
             self._checkpoints.clear()
         if key not in self._checkpoints:
             try:
                 checkpoint = self.store.load(run_id)
-            except Exception:  # a checkpoint this version cannot decode: listed without usage
-                return None
+            except UnknownRunError:  # deleted since the list was read
+                return "its checkpoints are gone"
+            except (CorruptCheckpointError, SchemaVersionError) as exc:  # listed, flagged
+                return f"its checkpoint cannot be read: {exc}"
+            except CheckpointError:  # the store is down: the list cannot be read either
+                raise
+            except Exception as exc:  # a store of another kind that does not wrap its errors
+                return f"its checkpoint cannot be read: {type(exc).__name__}: {exc}"
             self._checkpoints[(run_id, checkpoint.version)] = checkpoint
             if checkpoint.version != version:
                 return checkpoint
@@ -212,8 +228,11 @@ class Inspector:
                     break
                 if state and (summary.state.value if summary.state else "unknown") != state:
                     continue
-                readable = summary.problem is None
-                checkpoint = self._checkpoint(summary.run_id, summary.version) if readable else None
+                checkpoint: Checkpoint | str | None = None
+                if summary.problem is None:
+                    checkpoint = self._checkpoint(summary.run_id, summary.version)
+                if isinstance(checkpoint, str):
+                    summary, checkpoint = replace(summary, problem=checkpoint), None
                 row = run_row(summary, checkpoint)
                 shown = ("run_id", "task", "model", "state", "stop_reason", "ending")
                 text = json.dumps([row[name] for name in shown], ensure_ascii=False).lower()
