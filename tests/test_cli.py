@@ -16,7 +16,7 @@ import pytest
 
 from fsm_agent.cli import COMMANDS
 from fsm_agent.cli.diagram import REGENERATE
-from fsm_agent.diagrams import to_dot, to_mermaid
+from fsm_agent.diagrams import overview_dot, overview_mermaid, to_dot, to_mermaid
 from fsm_agent.events import event_adapter
 from provider_server import Reply, Request, Turn, openai_sse, server_in_thread, sse_reply
 
@@ -97,12 +97,16 @@ def test_invalid_policy_file_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_diagram_prints_dot_and_mermaid(tmp_path: Path) -> None:
-    """``diagram`` prints the table's DOT by default and Mermaid with --format mermaid."""
+    """``diagram`` prints the overview's DOT by default, Mermaid with --format mermaid, and
+    every row with --level full."""
     dot = fsm_agent("diagram", cwd=tmp_path)
     assert dot.returncode == 0, dot.stderr
-    assert dot.stdout == to_dot()
+    assert dot.stdout == overview_dot()
     mermaid = fsm_agent("diagram", "--format", "mermaid", cwd=tmp_path)
-    assert mermaid.stdout == to_mermaid()
+    assert mermaid.stdout == overview_mermaid()
+    assert fsm_agent("diagram", "--level", "full", cwd=tmp_path).stdout == to_dot()
+    full = fsm_agent("diagram", "--level", "full", "--format", "mermaid", cwd=tmp_path)
+    assert full.stdout == to_mermaid()
 
 
 def test_diagram_renders_svg_and_png_files(tmp_path: Path) -> None:
@@ -119,7 +123,9 @@ def test_diagram_renders_svg_and_png_files(tmp_path: Path) -> None:
 def test_diagram_with_policy_uses_its_numbers(tmp_path: Path) -> None:
     """``--policy`` fills the guards with the policy's numbers and greys what it excludes."""
     (tmp_path / "policy.json").write_text(json.dumps({"retry": {"max_retries": 7}}))
-    result = fsm_agent("diagram", "--format", "mermaid", "--policy", "policy.json", cwd=tmp_path)
+    result = fsm_agent(
+        "diagram", "--level", "full", "--format", "mermaid", "--policy", "policy.json", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "1. retryable_error [retries < 7]" in result.stdout
     assert "class verifying unreachable" in result.stdout
@@ -207,46 +213,6 @@ def test_run_streams_a_real_provider_answer(tmp_path: Path) -> None:
     assert "Hello from the server." in result.stdout
     assert "finalizing → done" in result.stdout
     assert (tmp_path / "run.jsonl").read_text(encoding="utf-8").count("\n") > 3
-
-
-def _label_boxes(svg: bytes) -> list[tuple[str, float, float, float, float]]:
-    """Each edge label's box in an SVG Graphviz drew: (edge, left, top, right, bottom), with a
-    text's width estimated at 0.55 em per character (Helvetica's average is about 0.5)."""
-    ns = "{http://www.w3.org/2000/svg}"
-    boxes = []
-    for group in ElementTree.fromstring(svg).iter(f"{ns}g"):
-        texts = list(group.iter(f"{ns}text"))
-        if group.get("class") != "edge" or not texts:
-            continue
-        parts = []
-        for text in texts:
-            x, y, size = (float(text.get(k, "0")) for k in ("x", "y", "font-size"))
-            width = len(text.text or "") * size * 0.55
-            left = {"middle": x - width / 2, "end": x - width}.get(text.get("text-anchor", ""), x)
-            parts.append((left, y - size * 0.8, left + width, y + size * 0.2))
-        title = group.findtext(f"{ns}title", "")
-        boxes.append((title, *(f(p[i] for p in parts) for i, f in enumerate((min, min, max, max)))))
-    return boxes
-
-
-def test_the_demo_diagram_labels_do_not_overlap() -> None:
-    """No two edge labels of the demo run's drawing (or of the plain machine) overlap."""
-    pytest.importorskip("pygraphviz", reason="rendering needs the [diagrams] extra")
-    from fsm_agent.cli.diagram import gallery
-    from fsm_agent.diagrams import render
-
-    for name, dot in gallery().items():
-        if not name.endswith(".svg"):
-            continue
-        boxes = _label_boxes(render(dot, "svg"))
-        assert len(boxes) > 30
-        clashes = [
-            (a[0], b[0])
-            for i, a in enumerate(boxes)
-            for b in boxes[i + 1 :]
-            if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
-        ]
-        assert clashes == [], name
 
 
 def test_the_command_modules_import_no_cycle() -> None:

@@ -307,6 +307,8 @@ def test_diagram_of_a_recording_uses_the_recorded_policy(
         monkeypatch,
         recording.parent,
         "diagram",
+        "--level",
+        "full",
         "--trace",
         "r.jsonl",
         "--format",
@@ -320,7 +322,8 @@ def test_diagram_of_a_recording_uses_the_recorded_policy(
         capsys,
         monkeypatch,
         recording.parent,
-        *("diagram", "--trace", "r.jsonl", "--format", "mermaid", "--policy", "p.json"),
+        *("diagram", "--level", "full", "--trace", "r.jsonl", "--format", "mermaid"),
+        *("--policy", "p.json"),
     )
     assert code == 0, err
     assert "steps < 50" in out

@@ -163,9 +163,9 @@ def _write_diagram(drawing: diagrams.Plan, path: str) -> str:
     next to it (and say so) instead of failing the demo."""
     suffix = Path(path).suffix.lower()
     if suffix == ".mmd":
-        write_output(path, diagrams.to_mermaid(drawing))
+        write_output(path, diagrams.overview_mermaid(drawing))
         return path
-    dot = diagrams.to_dot(drawing)
+    dot = diagrams.overview_dot(drawing)
     if suffix in (".dot", ".gv"):
         write_output(path, dot)
         return path

@@ -22,7 +22,7 @@ from ..events import (
     event_adapter,
 )
 from ..machine.agent_machine import Move
-from ..machine.table import State
+from ..machine.table import NON_TERMINAL, State
 from ..phases import PhaseChange
 from ..replay import is_recording, read_recording
 from ..run_state import RunState
@@ -54,6 +54,7 @@ REGENERATE = "python -m fsm_agent diagram --write-all diagrams/"
 """The command that regenerates the checked-in diagrams."""
 
 _FORMATS = ("dot", "svg", "png", "mermaid")
+_LEVELS = ("overview", "full")
 _FORMAT_OF_SUFFIX = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png", ".mmd": "mermaid"}
 _STORE_PREFIXES = ("sqlite:///", "postgresql://", "postgres://")
 
@@ -67,6 +68,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-o", "--output", metavar="FILE", type=writable_file, help="write here (default: stdout)"
+    )
+    parser.add_argument(
+        "--level",
+        choices=_LEVELS,
+        help="overview: one edge per pair of states (the default); full: every row",
+    )
+    parser.add_argument(
+        "--state",
+        choices=[state.value for state in NON_TERMINAL],
+        help="draw the detail of one state: its rows in order, with guards, stop reasons and "
+        "counter updates",
     )
     parser.add_argument(
         "--policy",
@@ -104,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--write-all",
         metavar="DIR",
-        help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg) to DIR",
+        help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg, "
+        "state-NAME.svg) to DIR",
     )
     parser.add_argument(
         "--check",
@@ -116,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Draw the machine; 1 when ``--write-all --check`` finds stale diagrams."""
     if args.write_all is not None:
-        others = [args.format, args.output, args.policy, args.trace]
+        others = [args.format, args.output, args.policy, args.trace, args.level, args.state]
         if any(value is not None for value in others) or args.verifier or args.stop_conditions:
             raise UsageError("--write-all takes no other option than --check")
         return _write_all(args.write_all, check=args.check)
@@ -128,6 +141,8 @@ def handle(args: argparse.Namespace) -> int:
     if fmt == "png" and args.output is None:
         raise UsageError("PNG is binary: pass -o FILE")
     if args.phases is not None:
+        if args.level is not None or args.state is not None:
+            raise UsageError("--phases draws the phase table beside the loop: drop --level/--state")
         return _draw_phases(args, fmt)
     scope = None
     title = "fsm_agent"
@@ -149,12 +164,22 @@ def handle(args: argparse.Namespace) -> int:
         title += f": run {Path(recorded.name).name}"
     drawing = diagrams.plan(scope=scope, run=run, title=title)
     content: str | bytes
-    if fmt == "mermaid":
-        content = diagrams.to_mermaid(drawing)
-    elif fmt == "dot":
-        content = diagrams.to_dot(drawing)
+    if args.state is not None:
+        if args.level is not None:
+            raise UsageError("--state draws one state's detail: drop --level")
+        state = State(args.state)
+        if fmt == "mermaid":
+            content = diagrams.state_mermaid(state, drawing)
+        else:
+            content = diagrams.state_dot(state, drawing)
+    elif args.level == "full":
+        content = (diagrams.to_mermaid if fmt == "mermaid" else diagrams.to_dot)(drawing)
+    elif fmt == "mermaid":
+        content = diagrams.overview_mermaid(drawing)
     else:
-        content = diagrams.render(diagrams.to_dot(drawing), "png" if fmt == "png" else "svg")
+        content = diagrams.overview_dot(drawing)
+    if fmt in ("svg", "png"):
+        content = diagrams.render(str(content), "png" if fmt == "png" else "svg")
     if args.output is None:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:
@@ -304,18 +329,20 @@ def _stored_state(target: str) -> RunState:
 
 def gallery() -> dict[str, str]:
     """The checked-in diagrams, by file name: the text of ``.dot``/``.mmd`` files, and for each
-    ``.svg`` the DOT it is rendered from (the demo run drawn on the demo's machine)."""
+    ``.svg`` the DOT it is rendered from: the overview, the demo run drawn on it, and the
+    detail of each state that has rows."""
     from .demo import demo_drawing, demo_events
 
     async def collect() -> list[Event]:
         return [event async for event in demo_events()]
 
-    dot = diagrams.to_dot()
+    dot = diagrams.overview_dot()
     return {
         "agent.dot": dot,
-        "agent.mmd": diagrams.to_mermaid(),
+        "agent.mmd": diagrams.overview_mermaid(),
         "agent.svg": dot,
-        "demo-run.svg": diagrams.to_dot(demo_drawing(asyncio.run(collect()))),
+        "demo-run.svg": diagrams.overview_dot(demo_drawing(asyncio.run(collect()))),
+        **{f"state-{state.value}.svg": diagrams.state_dot(state) for state in NON_TERMINAL},
     }
 
 

@@ -1,5 +1,11 @@
 """Diagrams of the machine, drawn from the same table that runs it.
 
+Three levels: the *overview* (:func:`overview_dot`, :func:`overview_mermaid`: the states and one
+edge per pair of states, the picture of the README), the *detail* of one state
+(:func:`state_dot`, :func:`state_mermaid`: its rows in order with guards, stop reasons and
+counter updates), and a *run* (the overview of a :class:`Plan` that holds a :class:`RunPath`:
+the run's path drawn on it). :func:`to_dot` and :func:`to_mermaid` draw every row at once.
+
 Three layers, each usable alone (modules :mod:`.text`, :mod:`.trace` and :mod:`.render`):
 
 1. :func:`plan` turns the rows, optionally a :class:`Scope` (a policy's numbers and the outcomes
@@ -19,6 +25,8 @@ An edge reads like a UML transition, ``outcome [guard] / stop reason``; where se
 from __future__ import annotations
 
 from ..machine.guards import guard_label
+from .detail import DETAIL_STYLES, state_dot, state_mermaid
+from .levels import OVERVIEW_STYLES, overview_dot, overview_mermaid
 from .render import (
     RenderFormat,
     RenderingUnavailableError,
@@ -31,7 +39,9 @@ from .text import DOT_STYLES, Edge, Node, Plan, Scope, plan, to_dot, to_mermaid
 from .trace import RunPath, TraceError, read_trace
 
 __all__ = [
+    "DETAIL_STYLES",
     "DOT_STYLES",
+    "OVERVIEW_STYLES",
     "Edge",
     "Node",
     "Plan",
@@ -42,10 +52,14 @@ __all__ = [
     "TraceError",
     "dot_digest",
     "guard_label",
+    "overview_dot",
+    "overview_mermaid",
     "plan",
     "read_trace",
     "render",
     "stamp_svg",
+    "state_dot",
+    "state_mermaid",
     "svg_digest",
     "to_dot",
     "to_mermaid",

@@ -8,12 +8,20 @@ raises :class:`RenderingUnavailableError`, whose message says what to install.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 from ..errors import ConfigurationError
 
 __all__ = [
     "INSTALL_HINT",
+    "TEMPLATE_WARNING",
     "RenderFormat",
     "RenderingUnavailableError",
     "dot_digest",
@@ -36,11 +44,13 @@ class RenderingUnavailableError(ConfigurationError):
         )
 
 
-RenderFormat = Literal["svg", "png"]
+RenderFormat = Literal["svg", "png", "json"]
+"""What :func:`render` makes: an SVG or PNG picture, or Graphviz's ``json`` layout (every
+node's and label's position and size, for measuring a picture)."""
 
 
 def render(dot: str, fmt: RenderFormat = "svg") -> bytes:
-    """Lay DOT text out with Graphviz's ``dot`` as SVG or PNG bytes.
+    """Lay DOT text out with Graphviz's ``dot`` as SVG, PNG or JSON bytes.
 
     Uses ``pygraphviz`` when installed, else the ``graphviz`` package with a system ``dot``;
     raises :class:`RenderingUnavailableError` (with the install command) when neither works.
@@ -50,8 +60,57 @@ def render(dot: str, fmt: RenderFormat = "svg") -> bytes:
     except ImportError:
         return _render_with_system_dot(dot, fmt)
     graph = pygraphviz.AGraph(string=dot)
-    drawn: bytes = graph.draw(format=fmt, prog="dot")
+    if _fontconfig.loaded:
+        drawn: bytes = graph.draw(format=fmt, prog="dot")
+        return drawn
+    with _fontconfig.lock:  # the first layout loads fontconfig: once, with its warnings sorted
+        with _without_template_warnings():
+            drawn = graph.draw(format=fmt, prog="dot")
+        _fontconfig.loaded = True
     return drawn
+
+
+class _Fontconfig:
+    """Whether this process has loaded the fontconfig bundled with ``pygraphviz``."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.lock = threading.Lock()
+
+
+_fontconfig = _Fontconfig()
+
+TEMPLATE_WARNING = re.compile(
+    rb'Fontconfig warning: "[^"\n]*/conf\.avail/[^"\n]*", line \d+: unknown element "[^"\n]*"\n'
+)
+"""The warning an older fontconfig prints when it loads: the fontconfig in ``pygraphviz``'s
+wheels reads every sample file of the system's ``conf.avail`` (to list their descriptions, not
+to apply them), and a newer system ships samples in a syntax it does not know. Nothing it
+applies is affected; any other line fontconfig or Graphviz writes is kept."""
+
+
+@contextmanager
+def _without_template_warnings() -> Iterator[None]:
+    """Hold back what is written to the process's standard error meanwhile, then write it out
+    less the lines that are :data:`TEMPLATE_WARNING`. Where standard error is no file
+    descriptor, nothing is held back."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = TEMPLATE_WARNING.sub(b"", held.read())
+            if rest:
+                os.write(2, rest)
 
 
 def _render_with_system_dot(dot: str, fmt: RenderFormat) -> bytes:

@@ -87,6 +87,10 @@ class Edge:
     interrupt: bool  # one of the driver's interrupts (cancel, limits), drawn lighter
     reachable: bool = True
     visits: int = 0
+    outcome: str = ""  # the row's outcome, as the label's parts for the levels to recombine
+    guard: str = ""  # the guard's label, "else" for the last of several rows, "" unguarded
+    stop: str = ""  # the stop reason the row sets, or ""
+    updates: tuple[str, ...] = ()  # the counter updates, as ``steps += 1``
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +127,13 @@ def plan(
         head = row.outcome.value
         if len(group) > 1:
             head = f"{group.index(i) + 1}. {head}"
+        guard = ""
         if row.guard_name is not None:
-            head += f" [{guard_label(row.guard_name, limits)}]"
+            guard = guard_label(row.guard_name, limits)
         elif len(group) > 1:
-            head += " [else]"
+            guard = "else"
+        if guard:
+            head += f" [{guard}]"
         if row.stop is not None:
             head += f" / {row.stop.value}"
         detail = "; ".join([f"row {i}", *(str(u) for u in row.updates), *filter(None, [row.note])])
@@ -140,6 +147,10 @@ def plan(
                 interrupt=row.outcome in DECLARATIONS[row.source].interrupts,
                 reachable=i in live_rows,
                 visits=0 if run is None else run.row_visits.get(i, 0),
+                outcome=row.outcome.value,
+                guard=guard,
+                stop="" if row.stop is None else row.stop.value,
+                updates=tuple(str(u) for u in row.updates),
             )
         )
     nodes = tuple(

@@ -1,0 +1,198 @@
+"""The detail of one state: its rows in the order they are tried, each with its guard, stop
+reason and counter updates, and where each one goes; pure.
+
+The state is drawn as a table, one line per row (the driver's interrupts last, under their own
+heading); from each line an arrow goes to the state the row moves to. With a recorded run, the
+rows it took are blue with their counts; with a scope, the rows it makes impossible are grey.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+
+from ..errors import ConfigurationError
+from ..machine.table import State
+from .text import DOT_STYLES, Edge, Node, Plan, plan
+
+__all__ = ["DETAIL_STYLES", "state_dot", "state_mermaid"]
+
+DETAIL_STYLES: dict[str, dict[str, str]] = {
+    "graph": {
+        "rankdir": "LR",
+        "fontname": "Helvetica",
+        "fontsize": "14",
+        "labelloc": "t",
+        "nodesep": "0.25",
+        "ranksep": "0.9",
+    },
+    "node": {"shape": "box", "style": "rounded", "fontname": "Helvetica", "fontsize": "13"},
+    "edge": {"color": "#6e6e6e", "arrowsize": "0.7"},
+    "table": {"shape": "plain", "fontsize": "12"},
+}
+"""Graphviz attributes of a state's detail, per role; the run's and the scope's colours come
+from :data:`~fsm_agent.diagrams.DOT_STYLES`."""
+
+_HEAD = "#eef2f8"  # the table's heading lines
+_TAKEN = "#dbe8ff"  # a row the drawn run took (DOT_STYLES' visited fill)
+_GREY = "#9a9a9a"  # a row the scope makes impossible
+_WRAP = 34  # characters per line of the counter updates
+_COLUMNS = ("row", "outcome", "guard", "stop reason", "counter updates", "to")
+
+
+def _rows_of(p: Plan, state: State) -> list[Edge]:
+    rows = [edge for edge in p.edges if edge.source is state]
+    if not rows:
+        having = ", ".join(dict.fromkeys(edge.source.value for edge in p.edges))
+        raise ConfigurationError(
+            f"{state.value!r} has no rows to draw (a terminal state); draw one of: {having}"
+        )
+    return rows
+
+
+def _node(p: Plan, state: State) -> Node:
+    return next(node for node in p.nodes if node.state is state)
+
+
+def _attrs(*parts: Mapping[str, str]) -> str:
+    merged: dict[str, str] = {}
+    for part in parts:
+        merged.update(part)
+    return ", ".join(f'{key}="{value}"' for key, value in merged.items())
+
+
+def _cell(text: str, **attrs: str) -> str:
+    extra = "".join(f' {key.upper()}="{value}"' for key, value in attrs.items())
+    return f'<TD ALIGN="LEFT" BALIGN="LEFT"{extra}>{text or " "}</TD>'
+
+
+def _font(text: str, colour: str | None, bold: bool = False) -> str:
+    body = escape(text)
+    if bold:
+        body = f"<B>{body}</B>"
+    return body if colour is None else f'<FONT COLOR="{colour}">{body}</FONT>'
+
+
+def _updates(updates: Sequence[str], colour: str | None) -> str:
+    """The counter updates, wrapped so that the column stays narrow."""
+    lines: list[str] = []
+    for update in updates:
+        if lines and len(lines[-1]) + len(update) + 2 <= _WRAP:
+            lines[-1] += f", {update}"
+        else:
+            lines.append(update)
+    return "<BR/>".join(_font(line, colour) for line in lines)
+
+
+def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
+    """The HTML-like label of the state's table."""
+    run = p.run is not None
+    columns = (*_COLUMNS, "taken") if run else _COLUMNS
+    title = state.value
+    node = _node(p, state)
+    if node.visits:
+        title += f"  ×{node.visits}"
+    lines = [
+        '<TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="4" COLOR="#555555">',
+        f'<TR><TD COLSPAN="{len(columns)}" BGCOLOR="{_HEAD}"><B>{escape(title)}</B>'
+        f'<BR/><FONT POINT-SIZE="11">{escape(p.title)}: the rows of {state.value}, tried in '
+        "order; the first whose guard holds moves</FONT></TD></TR>",
+        "<TR>" + "".join(_cell(f"<B>{c}</B>", bgcolor=_HEAD) for c in columns) + "</TR>",
+    ]
+    interrupts = False
+    for edge in rows:
+        if edge.interrupt and not interrupts:
+            interrupts = True
+            lines.append(
+                f'<TR><TD COLSPAN="{len(columns)}" ALIGN="LEFT" BGCOLOR="{_HEAD}">'
+                "<I>the driver's interrupts</I></TD></TR>"
+            )
+        colour = None if edge.reachable else _GREY
+        fill = {"bgcolor": _TAKEN} if edge.visits else {}
+        cells = [
+            _cell(_font(str(edge.row), colour), **fill),
+            _cell(_font(edge.outcome, colour, bold=bool(edge.visits)), **fill),
+            _cell(_font(edge.guard and f"[{edge.guard}]", colour), **fill),
+            _cell(_font(edge.stop, colour), **fill),
+            _cell(_updates(edge.updates, colour), **fill),
+        ]
+        to = _cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill)
+        if run:
+            cells.append(_cell(_font(f"×{edge.visits}" if edge.visits else "", colour), **fill))
+            cells.insert(5, to)
+        else:
+            cells.append(to)
+        lines.append("<TR>" + "".join(cells) + "</TR>")
+    lines.append("</TABLE>")
+    return "\n".join(lines)
+
+
+def state_dot(state: State, diagram: Plan | None = None) -> str:
+    """Graphviz DOT text of the detail of ``state`` in a :class:`~fsm_agent.diagrams.Plan` (by
+    default, of the table as it is): its rows in order, each with its guard, stop reason and
+    counter updates, an arrow from each to its destination. Pure; raises
+    :class:`~fsm_agent.errors.ConfigurationError` for a state without rows (a terminal one).
+
+    In the SVG Graphviz makes of it, the table has the id ``state-NAME``, a destination
+    ``to-NAME`` and a row's arrow ``row-N``."""
+    p = plan() if diagram is None else diagram
+    rows = _rows_of(p, state)
+    s, base = DETAIL_STYLES, DOT_STYLES
+    lines = [
+        "// Generated from the transition table by fsm_agent.diagrams; do not edit.",
+        f"digraph {state.value} {{",
+        f"  graph [{_attrs(s['graph'])}];",
+        f"  node [{_attrs(s['node'])}];",
+        f"  edge [{_attrs(s['edge'])}];",
+        f"  rows [{_attrs(s['table'], {'id': f'state-{state.value}'})}, "
+        f"label=<{_table(p, state, rows)}>];",
+    ]
+    for dest in dict.fromkeys(edge.dest for edge in rows):
+        node = _node(p, dest)
+        parts: list[Mapping[str, str]] = [{"label": dest.value, "id": f"to-{dest.value}"}]
+        if node.terminal:
+            parts.append(base["terminal"])
+        if not any(edge.reachable for edge in rows if edge.dest is dest):
+            parts.append(base["unreachable"] | {"style": "rounded,dotted"})
+        if any(edge.visits for edge in rows if edge.dest is dest):
+            parts.append(base["visited_node"])
+        lines.append(f"  to_{dest.value} [{_attrs(*parts)}];")
+    for edge in rows:
+        parts = [{"id": f"row-{edge.row}", "tooltip": escape(edge.detail)}]
+        if edge.interrupt:
+            parts.append({"style": "dashed"})
+        if not edge.reachable:
+            parts.append({"style": "dotted", "color": "#c8c8c8"})
+        if edge.visits:
+            parts.append(base["visited_edge"])
+        lines.append(f"  rows:r{edge.row}:e -> to_{edge.dest.value}:w [{_attrs(*parts)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def state_mermaid(state: State, diagram: Plan | None = None) -> str:
+    """Mermaid ``stateDiagram-v2`` text of the detail of ``state``: one transition per row, in
+    order, labelled ``row N outcome [guard] / stop, then updates``. Pure; raises
+    :class:`~fsm_agent.errors.ConfigurationError` for a state without rows."""
+    p = plan() if diagram is None else diagram
+    rows = _rows_of(p, state)
+    lines = [
+        "stateDiagram-v2",
+        f"    %% {p.title}: {state.value}, generated from the transition table by "
+        "fsm_agent.diagrams",
+        "    direction LR",
+    ]
+    for edge in rows:
+        label = f"row {edge.row} {edge.outcome}"
+        if edge.guard:
+            label += f" [{edge.guard}]"
+        if edge.stop:
+            label += f" / {edge.stop}"
+        if edge.updates:
+            label += ", then " + ", ".join(edge.updates)
+        if not edge.reachable:
+            label += " (unreachable)"
+        if edge.visits:
+            label += f" ×{edge.visits}"
+        lines.append(f"    {state.value} --> {edge.dest.value} : {label}")
+    return "\n".join(lines) + "\n"

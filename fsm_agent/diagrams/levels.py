@@ -1,0 +1,351 @@
+"""The overview of the machine, and a run drawn on it: one edge per pair of states; pure.
+
+The full drawing (:func:`~fsm_agent.diagrams.to_dot`) shows every row; the overview shows the
+states and the moves between them, so it reads at the width of a page:
+
+- one edge per (source, destination) pair, labelled with the outcomes that take it (guards,
+  stop reasons and counter updates are in the state's detail, :mod:`.detail`);
+- the driver's interrupts that leave several states for the same destination (``cancel`` and
+  ``hook_error`` from every state, the limits from the working states) drawn once, from a note;
+- laid out top to bottom, the main flow (``idle`` → ``compacting`` → ``calling`` →
+  ``dispatching`` / ``verifying`` → ``finalizing`` → ``done``) down the middle.
+
+With a recorded run (a :class:`~fsm_agent.diagrams.Plan` made with ``run=``) the same picture
+draws the run: visited states filled with their counts, the edges it took in blue labelled with
+the rows it took (outcome, guard, stop reason, count), every other edge faded and unlabelled.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..machine.table import TERMINAL as _TERMINAL
+from ..machine.table import State
+from .text import DOT_STYLES, Edge, Node, Plan, plan
+
+__all__ = ["OVERVIEW_STYLES", "overview_dot", "overview_mermaid"]
+
+OVERVIEW_STYLES: dict[str, dict[str, str]] = {
+    "graph": {
+        "rankdir": "TB",
+        "fontname": "Helvetica",
+        "fontsize": "14",
+        "labelloc": "t",
+        "nodesep": "0.35",
+        "ranksep": "0.45",
+        "newrank": "true",
+    },
+    "node": {
+        "shape": "box",
+        "style": "rounded",
+        "fontname": "Helvetica",
+        "fontsize": "13",
+        "margin": "0.14,0.06",
+    },
+    "edge": {"fontname": "Helvetica", "fontsize": "11"},
+    "note": {
+        "shape": "note",
+        "style": "dashed",
+        "color": "#8c8c8c",
+        "fontcolor": "#555555",
+        "fontsize": "11",
+    },
+    "interrupt": {"style": "dashed", "color": "#8c8c8c", "fontcolor": "#555555"},
+    "faded": {"color": "#cccccc", "fontcolor": "#9a9a9a"},
+}
+"""Graphviz attributes of the overview, per role; the run's colours come from
+:data:`~fsm_agent.diagrams.DOT_STYLES` (``visited_node``, ``visited_edge``, ``final``,
+``terminal``, ``unreachable``), so every level draws a run alike."""
+
+_MAIN_FLOW = (
+    State.IDLE,
+    State.COMPACTING,
+    State.CALLING,
+    State.DISPATCHING,
+    State.FINALIZING,
+    State.DONE,
+)
+"""The spine of the overview: each state one rank below the one before."""
+
+_SIDE_BY_SIDE = (
+    (State.DISPATCHING, State.VERIFYING, State.SUSPENDED),
+    (State.DONE, State.ABORTED),
+)
+"""States drawn on one rank: where a turn goes after the model, and the two endings."""
+
+_WRAP = 26  # characters per line of an edge label
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    """The rows between two states (or from the interrupt note to a state), drawn as one edge."""
+
+    key: str
+    source: State | None  # None: the interrupt note
+    dest: State
+    edges: tuple[Edge, ...]
+    sources: frozenset[State] = frozenset()  # for the note: the states the rows leave
+
+    @property
+    def visits(self) -> int:
+        return sum(edge.visits for edge in self.edges)
+
+    @property
+    def reachable(self) -> bool:
+        return any(edge.reachable for edge in self.edges)
+
+    @property
+    def interrupt(self) -> bool:
+        return all(edge.interrupt for edge in self.edges)
+
+
+def _pairs(p: Plan) -> list[_Pair]:
+    """The overview's edges: the rows grouped by (source, dest); the interrupts that leave
+    several states on the same outcome for the same destination grouped by destination and
+    drawn from the note."""
+    sources_of: dict[tuple[str, State], set[State]] = {}
+    for edge in p.edges:
+        if edge.interrupt:
+            sources_of.setdefault((edge.outcome, edge.dest), set()).add(edge.source)
+    broadcast = {key for key, sources in sources_of.items() if len(sources) > 1}
+    by_pair: dict[tuple[State | None, State], list[Edge]] = {}
+    for edge in p.edges:
+        tail = None if (edge.outcome, edge.dest) in broadcast else edge.source
+        by_pair.setdefault((tail, edge.dest), []).append(edge)
+    pairs = []
+    for (tail, dest), edges in by_pair.items():
+        name = "note" if tail is None else tail.value
+        pairs.append(
+            _Pair(
+                key=f"{name}_{dest.value}",
+                source=tail,
+                dest=dest,
+                edges=tuple(edges),
+                sources=frozenset(edge.source for edge in edges),
+            )
+        )
+    return pairs
+
+
+def _outcomes(edges: Iterable[Edge]) -> list[str]:
+    """The distinct outcomes of ``edges``, in row order."""
+    return list(dict.fromkeys(edge.outcome for edge in edges))
+
+
+def _wrap(words: Sequence[str]) -> str:
+    return "\n".join(textwrap.wrap(", ".join(words), _WRAP, break_on_hyphens=False))
+
+
+def _row_name(edge: Edge, numbered: bool) -> str:
+    """A taken row as the run level names it: ``outcome / stop ×n``, with its guard when
+    another taken row of the same outcome needs telling apart."""
+    name = edge.outcome
+    if numbered and edge.guard:
+        name += f" [{edge.guard}]"
+    if edge.stop:
+        name += f" / {edge.stop}"
+    return f"{name} ×{edge.visits}"
+
+
+def _pair_label(pair: _Pair, p: Plan) -> str:
+    """The words on a pair's edge: its outcomes (those the scope allows, unless none is); on a
+    run, the rows it took."""
+    if p.run is not None:
+        taken = [edge for edge in pair.edges if edge.visits]
+        if not taken:
+            return _overview_label(pair, p)
+        counts: dict[str, int] = {}
+        for edge in taken:
+            counts[edge.outcome] = counts.get(edge.outcome, 0) + 1
+        return "\n".join(_row_name(edge, counts[edge.outcome] > 1) for edge in taken)
+    return _overview_label(pair, p)
+
+
+def _overview_label(pair: _Pair, p: Plan) -> str:
+    live = [edge for edge in pair.edges if edge.reachable] or list(pair.edges)
+    label = _wrap(_outcomes(live))
+    if pair.source is None:
+        label += "\n" + _wrap([f"(from {_describe(pair.sources, p.nodes)})"])
+    return label
+
+
+def _describe(sources: frozenset[State], nodes: Sequence[Node]) -> str:
+    """The states an interrupt leaves, in words."""
+    if sources >= {node.state for node in nodes if not node.terminal}:
+        return "every state"
+    return ", ".join(node.state.value for node in nodes if node.state in sources)
+
+
+def _attrs(*parts: Mapping[str, str]) -> str:
+    merged: dict[str, str] = {}
+    for part in parts:
+        merged.update(part)
+    return ", ".join(f"{key}={_quote(value)}" for key, value in merged.items())
+
+
+def _quote(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _node_label(node: Node, p: Plan) -> str:
+    label = node.state.value
+    if node.visits:
+        label += f"\n×{node.visits}"
+    if node.final and p.run is not None and node.state is State.SUSPENDED:
+        label += "\nwaiting for a human"
+    elif node.final and p.run is not None:
+        stop = p.run.stop_reason
+        label += "\nended" + ("" if stop is None else f": {stop.value}")
+    return label
+
+
+def overview_dot(diagram: Plan | None = None, *, link: Callable[[State], str] | None = None) -> str:
+    """Graphviz DOT text of the overview of a :class:`~fsm_agent.diagrams.Plan` (by default, of
+    the table as it is); when the plan holds a run, the run drawn on it. ``link`` gives each
+    state's node a URL (for example to its detail). Pure.
+
+    In the SVG Graphviz makes of it, a state's node has the id ``state-NAME``, an edge
+    ``move-SOURCE-DEST`` (``move-note-DEST`` for the interrupts drawn from the note), and each
+    edge's tooltip lists its rows."""
+    p = plan() if diagram is None else diagram
+    s, base = OVERVIEW_STYLES, DOT_STYLES
+    pairs = _pairs(p)
+    lines = [
+        "// Generated from the transition table by fsm_agent.diagrams; do not edit.",
+        "digraph fsm_agent {",
+        f"  graph [{_attrs(s['graph'], {'label': p.title})}];",
+        f"  node [{_attrs(s['node'])}];",
+        f"  edge [{_attrs(s['edge'])}];",
+        f"  __start [{_attrs(base['start'], {'id': 'start'})}];",
+    ]
+    for node in p.nodes:
+        parts: list[Mapping[str, str]] = [
+            {"label": _node_label(node, p), "id": f"state-{node.state.value}"}
+        ]
+        if link is not None:
+            parts.append({"URL": link(node.state), "tooltip": f"{node.state.value}: the detail"})
+        if node.terminal:
+            parts.append(base["terminal"])
+        if not node.reachable:
+            parts.append(base["unreachable"] | {"style": "rounded,dotted"})
+        if node.visits:
+            parts.append(base["visited_node"])
+            if node.terminal:
+                parts.append({"style": "rounded,filled,bold"})
+        if node.final:
+            parts.append(base["final"])
+        lines.append(f"  {node.state.value} [{_attrs(*parts)}];")
+    notes = [pair for pair in pairs if pair.source is None]
+    if notes:
+        note: list[Mapping[str, str]] = [
+            s["note"],
+            {"label": "interrupts\n(the driver)", "id": "interrupts"},
+        ]
+        if p.run is not None and not any(pair.visits for pair in notes):
+            note.append({"color": "#d2d2d2", "fontcolor": "#b4b4b4"})
+        lines.append(f"  __interrupts [{_attrs(*note)}];")
+    spine = [state for state in _MAIN_FLOW if any(n.state is state for n in p.nodes)]
+    lines.append(f'  __start -> {spine[0].value} [id="move-start"];')
+    for pair in pairs:
+        lines.append(_dot_pair(pair, p))
+    # the spine, one rank per state, with the side states level with their neighbours
+    lines.append("  " + " -> ".join(state.value for state in spine) + " [style=invis, weight=20];")
+    for group in _SIDE_BY_SIDE:
+        present = [state.value for state in group if any(n.state is state for n in p.nodes)]
+        if len(present) > 1:
+            lines.append(f"  {{rank=same; {'; '.join(present)};}}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_pair(pair: _Pair, p: Plan) -> str:
+    s, base = OVERVIEW_STYLES, DOT_STYLES
+    tail = "__interrupts" if pair.source is None else pair.source.value
+    tooltip = "\n".join(f"{edge.label}  (row {edge.row})" for edge in pair.edges)
+    parts: list[Mapping[str, str]] = [
+        {"id": f"move-{pair.key.replace('_', '-', 1)}", "tooltip": tooltip},
+    ]
+    label = _pair_label(pair, p)
+    if label:
+        parts.append({"label": label})
+    if pair.interrupt:
+        parts.append(s["interrupt"])
+    if not pair.reachable:
+        parts.append(base["unreachable"])
+    if p.run is not None:
+        parts.append(base["visited_edge"] if pair.visits else s["faded"])
+    if pair.source is not None:
+        parts.append(_route(pair.source, pair.dest))
+    return f"  {tail} -> {pair.dest.value} [{_attrs(*parts)}];"
+
+
+def _route(source: State, dest: State) -> Mapping[str, str]:
+    """Where an edge leaves its state: a move back up past a rank from the top (so it does not
+    cross the labels beside its state), a move to a terminal state off the main flow (an
+    error exit) from the left."""
+    order = list(State)
+    if order.index(source) - order.index(dest) >= 2:
+        return {"tailport": "n"}
+    if dest is not _MAIN_FLOW[-1] and dest in _TERMINAL and source is not dest:
+        return {"tailport": "w"}
+    return {}
+
+
+# --- Mermaid -------------------------------------------------------------------------------------
+
+
+def overview_mermaid(diagram: Plan | None = None) -> str:
+    """Mermaid ``stateDiagram-v2`` text of the overview (one transition per pair of states, the
+    interrupts from a note state); with a run, the run's counts and classes. Pure."""
+    p = plan() if diagram is None else diagram
+    pairs = _pairs(p)
+    spine = [state for state in _MAIN_FLOW if any(n.state is state for n in p.nodes)]
+    lines = [
+        "stateDiagram-v2",
+        f"    %% {p.title}: generated from the transition table by fsm_agent.diagrams",
+        "    direction TB",
+        f"    [*] --> {spine[0].value}",
+    ]
+    if any(pair.source is None for pair in pairs):
+        lines.append('    state "interrupts (the driver)" as interrupts')
+    for pair in pairs:
+        tail = "interrupts" if pair.source is None else pair.source.value
+        label = _pair_label(pair, p).replace("\n", " ")
+        lines.append(f"    {tail} --> {pair.dest.value}" + (f" : {label}" if label else ""))
+    lines.extend(f"    {n.state.value} --> [*]" for n in p.nodes if n.terminal)
+    for node in p.nodes:
+        if node.visits or node.final:
+            extra = _node_label(node, p).split("\n", 1)[1].replace("\n", ", ")
+            lines.append(f"    {node.state.value} : {extra}")
+    lines.extend(_mermaid_classes(p.nodes))
+    return "\n".join(lines) + "\n"
+
+
+_MERMAID_CLASSES = {
+    "terminal": "font-weight:bold,stroke-width:3px",
+    "unreachable": "fill:#f4f4f4,color:#b4b4b4,stroke:#c8c8c8,stroke-dasharray:4 4",
+    "visited": "fill:#dbe8ff,stroke:#1f5fd1,stroke-width:2px",
+    "final": "stroke:#c62828,stroke-width:4px",
+}
+
+
+def _mermaid_classes(nodes: Sequence[Node]) -> list[str]:
+    members: dict[str, list[str]] = {name: [] for name in _MERMAID_CLASSES}
+    for node in nodes:
+        for name, flag in (
+            ("terminal", node.terminal),
+            ("unreachable", not node.reachable),
+            ("visited", node.visits > 0),
+            ("final", node.final),
+        ):
+            if flag:
+                members[name].append(node.state.value)
+    lines = []
+    for name, style in _MERMAID_CLASSES.items():
+        if members[name]:
+            lines.append(f"    classDef {name} {style}")
+            lines.append(f"    class {','.join(members[name])} {name}")
+    return lines

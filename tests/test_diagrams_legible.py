@@ -1,0 +1,58 @@
+"""The pictures read at a page's width: measured on the layout Graphviz computes, every label is
+at least 9 px at 900 px wide, no two labels overlap, and no edge runs through a label."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from diagram_layout import problems
+from fsm_agent import diagrams
+from fsm_agent.cli.demo import demo_drawing, demo_events
+from fsm_agent.events import Event
+from fsm_agent.machine.table import NON_TERMINAL, TABLE, Outcome, Row, State
+
+pytest.importorskip("pygraphviz", reason="measuring a layout needs the [diagrams] extra")
+
+
+def _demo_run() -> list[Event]:
+    async def collect() -> list[Event]:
+        return [event async for event in demo_events()]
+
+    return asyncio.run(collect())
+
+
+def test_the_overview_is_legible() -> None:
+    """The README's picture (the overview of the table) passes every measure."""
+    assert problems(diagrams.overview_dot()) == []
+
+
+@pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
+def test_each_state_detail_is_legible(state: State) -> None:
+    """The detail of every state with rows passes every measure."""
+    assert problems(diagrams.state_dot(state)) == []
+
+
+def test_the_demo_run_is_legible() -> None:
+    """The demo's run drawn on the overview (``fsm-agent-demo.svg``) passes every measure."""
+    assert problems(diagrams.overview_dot(demo_drawing(_demo_run()))) == []
+
+
+def test_the_full_drawing_of_every_row_is_not() -> None:
+    """The drawing of all the rows at once, the README's picture before the overview, fails
+    the measure: its labels are under 9 px at 900 px wide."""
+    found = problems(diagrams.to_dot())
+    assert any("px at 900 px wide" in problem for problem in found)
+
+
+def test_a_table_with_many_more_moves_fails_the_measure() -> None:
+    """The measure follows the table: a copy where every working state may also move to every
+    other state gives an overview that no longer reads at 900 px."""
+    extra = tuple(
+        Row(source, Outcome.OTHER, dest)
+        for source in NON_TERMINAL
+        for dest in State
+        if dest not in (source, State.IDLE)
+    )
+    assert problems(diagrams.overview_dot(diagrams.plan((*TABLE, *extra)))) != []
