@@ -315,7 +315,8 @@ def test_public_reading_needs_no_token_but_answering_does(store: SQLiteCheckpoin
 
 def test_each_state_has_a_detail_picture_and_page(store: SQLiteCheckpointer) -> None:
     """``/api/states/NAME.svg`` draws the state's rows; ``/states/NAME`` is its page; an
-    unknown state answers 404 with the states' names."""
+    unknown state answers 404 with the states' names, a terminal one 404 saying no row
+    leaves it."""
 
     async def main() -> None:
         inspector = build(store, token=TOKEN)
@@ -323,7 +324,9 @@ def test_each_state_has_a_detail_picture_and_page(store: SQLiteCheckpointer) -> 
             svg = await http.get("/api/states/calling.svg", headers=AUTH)
             page = await http.get("/states/calling")
             missing = await http.get("/api/states/nowhere.svg", headers=AUTH)
+            terminal = await http.get("/api/states/done.svg", headers=AUTH)
         inspector.close()
+        assert terminal.status_code == 404 and "no rows leave it" in terminal.json()["error"]
         assert svg.status_code == 200 and "<title>calling</title>" in svg.text
         assert page.status_code == 200 and "app.js" in page.text
         assert missing.status_code == 404 and "dispatching" in missing.json()["error"]
@@ -332,7 +335,7 @@ def test_each_state_has_a_detail_picture_and_page(store: SQLiteCheckpointer) -> 
 
 
 def test_a_suspended_run_is_not_drawn_as_ended(store: SQLiteCheckpointer) -> None:
-    """The picture of a run waiting for a human marks no state "final"."""
+    """The picture of a run waiting for a human marks no state as where it ended."""
 
     async def main() -> None:
         filled = await fill(store)
@@ -340,7 +343,7 @@ def test_a_suspended_run_is_not_drawn_as_ended(store: SQLiteCheckpointer) -> Non
         async with client(inspector) as http:
             svg = (await http.get(f"/api/runs/{filled.suspended}/diagram.svg", headers=AUTH)).text
         inspector.close()
-        assert "<title>suspended</title>" in svg and "final: suspended" not in svg
+        assert "<title>suspended</title>" in svg and ">ended:" not in svg
 
     asyncio.run(main())
 

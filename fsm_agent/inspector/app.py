@@ -43,7 +43,7 @@ from ..errors import (
     UnknownRunError,
 )
 from ..kernel.agent import Agent
-from ..machine.table import State
+from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
 from .views import diagram_svg, redact, run_detail, run_row, state_svg
 
@@ -275,7 +275,9 @@ class Inspector:
         return Response(self._svgs[key], media_type="image/svg+xml")
 
     async def _states(self, request: Request) -> Response:
-        return JSONResponse({"states": [s.value for s in State]})
+        return JSONResponse(
+            {"states": [s.value for s in State], "terminal": [s.value for s in TERMINAL]}
+        )
 
     async def _state_diagram(self, request: Request) -> Response:
         name = request.path_params["state"]
@@ -284,6 +286,8 @@ class Inspector:
         except ValueError:
             known = ", ".join(s.value for s in State)
             return _error(404, f"no state {name!r}: the states are {known}")
+        if state in TERMINAL:
+            return _error(404, f"{state.value} is where a run ends: no rows leave it")
         key = (f"state:{state.value}", 0)
         if key not in self._svgs:
             try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ..diagrams import RunPath, plan, render, to_dot
+from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import TERMINAL, Counters, State
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
@@ -143,24 +143,26 @@ def run_path(rs: RunState) -> RunPath | None:
     return RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
 
 
+def _state_link(state: State) -> str:
+    return f"/states/{state.value}"
+
+
 def diagram_svg(rs: RunState) -> bytes:
-    """The machine as SVG with the run's path and counts drawn on it (needs Graphviz, the
-    ``[diagrams]`` extra). A run still moving has no final state yet: the page lights up the
-    state it is in instead."""
+    """The machine's overview as SVG with the run's path and counts drawn on it, each state
+    linked to its page (needs Graphviz, the ``[diagrams]`` extra). A run still moving, or
+    waiting for a human, has not ended: no state is marked as its end (the page lights up the
+    state it is in instead)."""
     drawn = plan(run=run_path(rs), title="fsm_agent")
-    if rs.state not in TERMINAL:  # moving, or suspended: waiting, not ended
+    if rs.state not in TERMINAL:
         drawn = replace(drawn, nodes=tuple(replace(node, final=False) for node in drawn.nodes))
-    return render(to_dot(drawn), "svg")
+    return render(overview_dot(drawn, link=_state_link), "svg")
 
 
 def state_svg(state: State) -> bytes:
-    """The detail of one state as SVG: its rows, in the order they are tried (needs Graphviz,
-    the ``[diagrams]`` extra)."""
-    full = plan(title=state.value)
-    edges = tuple(edge for edge in full.edges if edge.source is state)
-    shown = {state} | {edge.dest for edge in edges}
-    nodes = tuple(node for node in full.nodes if node.state in shown)
-    return render(to_dot(replace(full, nodes=nodes, edges=edges)), "svg")
+    """The detail of one state as SVG: its rows, in the order they are tried, with guards,
+    stop reasons and counter updates (needs Graphviz, the ``[diagrams]`` extra). A terminal
+    state has none: :class:`~fsm_agent.ConfigurationError`."""
+    return render(state_dot(state), "svg")
 
 
 def _arguments(call: ToolCall) -> JsonValue:

@@ -236,14 +236,28 @@ class Viewer {
   }
 }
 
-// A click on a state (not the end of a drag) opens its rows.
+// A click on a state (not the end of a drag) opens its rows: through the link the picture
+// carries, else by the node's title.
 function linkStates(viewer) {
   viewer.box.addEventListener("click", (event) => {
-    if (viewer.dragged) return;
-    const node = event.target.closest("g.node");
-    const title = node && node.querySelector("title");
-    if (title) location.href = "/states/" + encodeURIComponent(title.textContent);
+    if (viewer.dragged) {
+      event.preventDefault();
+      return;
+    }
+    if (event.target.closest("a")) return;
+    const name = stateOf(event.target.closest("g.node"));
+    if (name) location.href = "/states/" + encodeURIComponent(name);
   });
+}
+
+// The state a diagram's node stands for: its id (state-NAME, or to-NAME for a destination in a
+// state's detail), else its title.
+function stateOf(node) {
+  if (!node) return null;
+  const found = node.id.match(/^(?:state|to)-(.+)$/);
+  if (found) return found[1];
+  const title = node.querySelector("title");
+  return title ? title.textContent : null;
 }
 
 async function loadSvg(path) {
@@ -325,8 +339,7 @@ function counterText(counters) {
 
 function highlight(state) {
   for (const node of document.querySelectorAll("#diagram g.node")) {
-    const title = node.querySelector("title");
-    node.classList.toggle("current", Boolean(title) && title.textContent === state);
+    node.classList.toggle("current", stateOf(node) === state);
   }
 }
 
@@ -551,7 +564,8 @@ async function start() {
   if (page === "index") return indexPage();
   let states = [];
   try {
-    states = (await (await api("/api/states")).json()).states;
+    const known = await (await api("/api/states")).json();
+    states = known.states.filter((name) => !known.terminal.includes(name));
   } catch (error) {
     notice(error.message);
   }
