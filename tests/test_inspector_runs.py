@@ -7,16 +7,21 @@ it; each state's detail."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fsm_agent import Agent, State, tool
+from fsm_agent import Agent, Approval, State, tool
 from fsm_agent.inspector import Inspector, build
 from fsm_agent.persistence import Durability, InMemoryCheckpointer, SQLiteCheckpointer
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -128,8 +133,6 @@ def test_a_checkpoint_stored_before_moves_had_times_still_shows(store: SQLiteChe
 
         def load(self, run_id: str) -> Any:
             """The latest checkpoint, without move times."""
-            from dataclasses import replace
-
             return replace(super().load(run_id), move_times=())
 
     old = Untimed()
@@ -218,8 +221,6 @@ def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
             while failed["resume_error"] is None and failed["resuming"]:
                 failed = await _wait_for(http, first.run_id, "suspended")
             assert "DefinitionChangedError" in failed["resume_error"]
-            from fsm_agent import Approval
-
             await starter.resume(first.run_id, {call_id: Approval.allow()})
             done = (await http.get(url, headers=AUTH)).json()
         inspector.close()
@@ -376,3 +377,36 @@ def test_a_run_whose_checkpoint_a_newer_version_wrote_is_flagged_not_fatal(
         assert shown.status_code == 422 and "this run cannot be read" in shown.json()["error"]
 
     asyncio.run(main())
+
+
+def test_the_command_serves_public_reading_when_asked(store: SQLiteCheckpointer) -> None:
+    """``fsm-agent inspect STORE --public-read``: the list answers without the token."""
+    filled = asyncio.run(fill(store))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = ["inspect", store.path, "--public-read", "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", *command],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert re.search(rf"http://127\.0\.0\.1:{port}/#token=\S+", line), line
+        listed = None
+        for _ in range(200):
+            try:
+                listed = httpx.get(f"http://127.0.0.1:{port}/api/runs")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        assert listed is not None and listed.status_code == 200
+        assert {r["run_id"] for r in listed.json()["runs"]} == {filled.finished, filled.suspended}
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()
