@@ -43,7 +43,7 @@ class Box:
 @dataclass(frozen=True)
 class Layout:
     """What the test measures: the picture's size, each text line's size, the label boxes of
-    nodes and edges, and each edge's spline as sampled points."""
+    nodes and edges, and each edge's spline and arrowheads as sampled points."""
 
     width: float
     height: float
@@ -51,7 +51,7 @@ class Layout:
     node_boxes: list[Box]  # a node's outline
     node_texts: list[Box]  # the text of a node, per node
     edge_labels: dict[int, Box]  # by edge index
-    splines: dict[int, list[tuple[float, float]]]  # by edge index
+    splines: dict[int, list[tuple[float, float]]]  # by edge index, arrowheads included
     edge_names: dict[int, str]
 
 
@@ -132,6 +132,14 @@ def layout(dot: str) -> Layout:
         for op in edge.get("_draw_", []):
             if op["op"] in ("b", "B"):
                 points.extend(_bezier(op["points"]))
+        for op in [*edge.get("_hdraw_", []), *edge.get("_tdraw_", [])]:
+            if op["op"] in ("p", "P"):  # an arrowhead: its corners and centre
+                corners = [(float(x), float(y)) for x, y in op["points"]]
+                centre = (
+                    sum(x for x, _ in corners) / len(corners),
+                    sum(y for _, y in corners) / len(corners),
+                )
+                points.extend([*corners, centre])
         splines[index] = points
     return Layout(x1 - x0, y1 - y0, texts, node_boxes, node_texts, edge_labels, splines, edge_names)
 

@@ -15,7 +15,7 @@ from fsm_agent.cli.demo import DEMO_POLICY, demo_events
 from fsm_agent.cli.diagram import gallery
 from fsm_agent.errors import ConfigurationError
 from fsm_agent.events import Event
-from fsm_agent.machine.table import DECLARATIONS, NON_TERMINAL, TABLE, Outcome, State
+from fsm_agent.machine.table import DECLARATIONS, NON_TERMINAL, TABLE, Outcome, State, StopReason
 from fsm_agent.policy import Policy, RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,19 +65,38 @@ def test_overview_draws_one_edge_per_pair_of_states() -> None:
         assert sorted(words) == sorted(outcomes), pair
 
 
-def test_overview_draws_the_shared_interrupts_once_from_a_note() -> None:
+def test_overview_writes_the_shared_interrupts_once_in_a_note() -> None:
     """``cancel`` and ``hook_error`` (from every state) and the limits (from the working
-    states) are one edge each, from the interrupt note, not one per state."""
-    edges = _edges(diagrams.overview_dot())
-    assert "cancel, hook_error (from every state)" in _label(edges["__interrupts", "aborted"])
-    limits = _label(edges["__interrupts", "finalizing"])
-    assert "deadline" in limits and "stop_condition" in limits
-    assert not any(
-        "cancel" in _label(a) for (tail, _), a in edges.items() if tail != "__interrupts"
-    )
+    states) are written once in the note, not drawn as an edge from every state."""
+    dot = diagrams.overview_dot()
+    note = next(x for x in dot.splitlines() if x.strip().startswith("__interrupts ["))
+    text = note.replace("\\l", " ")
+    assert "cancel, hook_error    from every state to aborted" in text
+    assert "from compacting, calling,    dispatching, verifying to    finalizing" in text
+    edges = _edges(dot)
+    assert not [pair for pair, attrs in edges.items() if "cancel" in _label(attrs)]
     mermaid = diagrams.overview_mermaid()
     assert "interrupts --> aborted : cancel, hook_error (from every state)" in mermaid
     assert mermaid.count(" --> aborted :") == 3  # from calling, dispatching and the note
+
+
+def test_a_cancelled_run_draws_its_cancel_from_the_state_it_left() -> None:
+    """On a run cancelled in ``calling``, the cancel is an edge from ``calling`` to
+    ``aborted``, blue and counted, beside the state's other error exits."""
+    first = {(r.source, r.outcome): i for i, r in reversed(list(enumerate(TABLE)))}
+    walk = [
+        (State.IDLE, Outcome.START),
+        (State.COMPACTING, Outcome.PROCEED),
+        (State.CALLING, Outcome.CANCEL),
+    ]
+    visits = {State.IDLE: 1, State.COMPACTING: 1, State.CALLING: 1, State.ABORTED: 1}
+    run = diagrams.RunPath(
+        visits, {first[move]: 1 for move in walk}, State.ABORTED, StopReason.CANCELLED
+    )
+    edges = _edges(diagrams.overview_dot(diagrams.plan(run=run)))
+    assert _label(edges["calling", "aborted"]) == "cancel / cancelled ×1"
+    assert diagrams.DOT_STYLES["visited_edge"]["color"] in edges["calling", "aborted"]
+    assert ("idle", "aborted") not in edges
 
 
 def test_overview_lays_the_main_flow_top_to_bottom() -> None:

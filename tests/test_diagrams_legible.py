@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from diagram_layout import problems
+from diagram_layout import layout, problems
 from fsm_agent import diagrams
-from fsm_agent.cli.demo import demo_drawing, demo_events
+from fsm_agent.cli.demo import DEMO_POLICY, demo_drawing, demo_events
 from fsm_agent.events import Event
 from fsm_agent.machine.table import NON_TERMINAL, TABLE, Outcome, Row, State
 
@@ -23,6 +23,9 @@ def _demo_run() -> list[Event]:
     return asyncio.run(collect())
 
 
+_RUN = diagrams.RunPath.from_events(_demo_run())
+
+
 def test_the_overview_is_legible() -> None:
     """The README's picture (the overview of the table) passes every measure."""
     assert problems(diagrams.overview_dot()) == []
@@ -30,8 +33,20 @@ def test_the_overview_is_legible() -> None:
 
 @pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
 def test_each_state_detail_is_legible(state: State) -> None:
-    """The detail of every state with rows passes every measure."""
-    assert problems(diagrams.state_dot(state)) == []
+    """The detail of every state with rows passes every measure, and draws a line per row."""
+    dot = diagrams.state_dot(state)
+    assert problems(dot) == []
+    assert len(layout(dot).texts) > sum(1 for row in TABLE if row.source is state)
+
+
+@pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
+def test_each_state_detail_of_the_demo_run_is_legible(state: State) -> None:
+    """The detail of every state with the demo run on it, under the demo's policy (rows it
+    cannot take greyed, the rows it took counted), passes every measure and draws every row."""
+    drawing = diagrams.plan(scope=diagrams.Scope.of(DEMO_POLICY, verifier=True), run=_RUN)
+    dot = diagrams.state_dot(state, drawing)
+    assert problems(dot) == []
+    assert len(layout(dot).texts) > sum(1 for row in TABLE if row.source is state)
 
 
 def test_the_demo_run_is_legible() -> None:

@@ -11,10 +11,12 @@ Three layers, each usable alone (modules :mod:`.text`, :mod:`.trace` and :mod:`.
 1. :func:`plan` turns the rows, optionally a :class:`Scope` (a policy's numbers and the outcomes
    its agent can never report) and a :class:`RunPath` (a recorded run), into plain data: one
    :class:`Node` per state and one :class:`Edge` per row, with labels and flags.
-2. :func:`to_dot` and :func:`to_mermaid` write that data as Graphviz DOT and as Mermaid
-   ``stateDiagram-v2`` text: pure, deterministic, no dependency. Styles are data
-   (:data:`DOT_STYLES`).
-3. :func:`render` lays DOT out as SVG or PNG with Graphviz: through ``pygraphviz`` (its wheels
+2. :func:`overview_dot`, :func:`state_dot` and :func:`to_dot` (and their Mermaid twins) write
+   that data as Graphviz DOT and as Mermaid ``stateDiagram-v2`` text: pure, deterministic, no
+   dependency. Styles are data (:data:`DOT_STYLES`, :data:`OVERVIEW_STYLES`,
+   :data:`DETAIL_STYLES`).
+3. :func:`render` lays DOT out as SVG, PNG or Graphviz's ``json`` layout (every label's
+   position and size, to measure a picture) with Graphviz: through ``pygraphviz`` (its wheels
    bundle the Graphviz libraries), else the ``graphviz`` package and a system ``dot``, else a
    :class:`RenderingUnavailableError` that says what to install.
 

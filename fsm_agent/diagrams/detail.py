@@ -13,7 +13,7 @@ from html import escape
 
 from ..errors import ConfigurationError
 from ..machine.table import State
-from .text import DOT_STYLES, Edge, Node, Plan, plan
+from .text import DOT_STYLES, Edge, Node, Plan, _attrs, plan
 
 __all__ = ["DETAIL_STYLES", "state_dot", "state_mermaid"]
 
@@ -54,19 +54,14 @@ def _node(p: Plan, state: State) -> Node:
     return next(node for node in p.nodes if node.state is state)
 
 
-def _attrs(*parts: Mapping[str, str]) -> str:
-    merged: dict[str, str] = {}
-    for part in parts:
-        merged.update(part)
-    return ", ".join(f'{key}="{value}"' for key, value in merged.items())
-
-
 def _cell(text: str, **attrs: str) -> str:
     extra = "".join(f' {key.upper()}="{value}"' for key, value in attrs.items())
     return f'<TD ALIGN="LEFT" BALIGN="LEFT"{extra}>{text or " "}</TD>'
 
 
 def _font(text: str, colour: str | None, bold: bool = False) -> str:
+    if not text:
+        return ""  # Graphviz refuses an empty <FONT> element
     body = escape(text)
     if bold:
         body = f"<B>{body}</B>"
@@ -87,7 +82,7 @@ def _updates(updates: Sequence[str], colour: str | None) -> str:
 def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
     """The HTML-like label of the state's table."""
     run = p.run is not None
-    columns = (*_COLUMNS, "taken") if run else _COLUMNS
+    columns = (*_COLUMNS[:-1], "taken", _COLUMNS[-1]) if run else _COLUMNS
     title = state.value
     node = _node(p, state)
     if node.visits:
@@ -116,12 +111,10 @@ def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
             _cell(_font(edge.stop, colour), **fill),
             _cell(_updates(edge.updates, colour), **fill),
         ]
-        to = _cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill)
         if run:
             cells.append(_cell(_font(f"×{edge.visits}" if edge.visits else "", colour), **fill))
-            cells.insert(5, to)
-        else:
-            cells.append(to)
+        # the destination last, so that the arrow leaves the table from its right-hand border
+        cells.append(_cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill))
         lines.append("<TR>" + "".join(cells) + "</TR>")
     lines.append("</TABLE>")
     return "\n".join(lines)
@@ -158,7 +151,8 @@ def state_dot(state: State, diagram: Plan | None = None) -> str:
             parts.append(base["visited_node"])
         lines.append(f"  to_{dest.value} [{_attrs(*parts)}];")
     for edge in rows:
-        parts = [{"id": f"row-{edge.row}", "tooltip": escape(edge.detail)}]
+        tooltip = f"row {edge.row}: {edge.label.partition('. ')[2] or edge.label}"
+        parts = [{"id": f"row-{edge.row}", "tooltip": tooltip}]
         if edge.interrupt:
             parts.append({"style": "dashed"})
         if not edge.reachable:

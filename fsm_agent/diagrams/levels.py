@@ -6,13 +6,17 @@ states and the moves between them, so it reads at the width of a page:
 - one edge per (source, destination) pair, labelled with the outcomes that take it (guards,
   stop reasons and counter updates are in the state's detail, :mod:`.detail`);
 - the driver's interrupts that leave several states for the same destination (``cancel`` and
-  ``hook_error`` from every state, the limits from the working states) drawn once, from a note;
+  ``hook_error`` from every state, the limits from the working states) written once, in a
+  note beside the endings, instead of an edge from every state;
 - laid out top to bottom, the main flow (``idle`` → ``compacting`` → ``calling`` →
-  ``dispatching`` / ``verifying`` → ``finalizing`` → ``done``) down the middle.
+  ``dispatching`` / ``verifying`` → ``finalizing`` → ``done``) down the middle; a move back up
+  leaves its state from the top, a move down past a rank from its lower corner, so that edges
+  keep clear of the labels beside the states.
 
 With a recorded run (a :class:`~fsm_agent.diagrams.Plan` made with ``run=``) the same picture
 draws the run: visited states filled with their counts, the edges it took in blue labelled with
-the rows it took (outcome, guard, stop reason, count), every other edge faded and unlabelled.
+the rows it took (outcome, stop reason, count; the guard where two taken rows share an
+outcome), an interrupt it took drawn from the state it left, every other edge faded.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 
 from ..machine.table import TERMINAL as _TERMINAL
 from ..machine.table import State
-from .text import DOT_STYLES, Edge, Node, Plan, plan
+from .text import DOT_STYLES, Edge, Node, Plan, _attrs, _mermaid_classes, _quote, plan
 
 __all__ = ["OVERVIEW_STYLES", "overview_dot", "overview_mermaid"]
 
@@ -33,7 +37,7 @@ OVERVIEW_STYLES: dict[str, dict[str, str]] = {
         "fontname": "Helvetica",
         "fontsize": "14",
         "labelloc": "t",
-        "nodesep": "0.35",
+        "nodesep": "0.25",
         "ranksep": "0.45",
         "newrank": "true",
     },
@@ -75,7 +79,8 @@ _SIDE_BY_SIDE = (
 )
 """States drawn on one rank: where a turn goes after the model, and the two endings."""
 
-_WRAP = 26  # characters per line of an edge label
+_WRAP = 20  # characters per line of an edge label
+_NOTE_WRAP = 34  # characters per line of the interrupt note
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +108,8 @@ class _Pair:
 
 def _pairs(p: Plan) -> list[_Pair]:
     """The overview's edges: the rows grouped by (source, dest); the interrupts that leave
-    several states on the same outcome for the same destination grouped by destination and
-    drawn from the note."""
+    several states on the same outcome for the same destination grouped by destination, for
+    the note (``source`` None), unless the drawn run took them."""
     sources_of: dict[tuple[str, State], set[State]] = {}
     for edge in p.edges:
         if edge.interrupt:
@@ -112,7 +117,8 @@ def _pairs(p: Plan) -> list[_Pair]:
     broadcast = {key for key, sources in sources_of.items() if len(sources) > 1}
     by_pair: dict[tuple[State | None, State], list[Edge]] = {}
     for edge in p.edges:
-        tail = None if (edge.outcome, edge.dest) in broadcast else edge.source
+        shared = (edge.outcome, edge.dest) in broadcast and not edge.visits
+        tail = None if shared else edge.source
         by_pair.setdefault((tail, edge.dest), []).append(edge)
     pairs = []
     for (tail, dest), edges in by_pair.items():
@@ -178,18 +184,6 @@ def _describe(sources: frozenset[State], nodes: Sequence[Node]) -> str:
     return ", ".join(node.state.value for node in nodes if node.state in sources)
 
 
-def _attrs(*parts: Mapping[str, str]) -> str:
-    merged: dict[str, str] = {}
-    for part in parts:
-        merged.update(part)
-    return ", ".join(f"{key}={_quote(value)}" for key, value in merged.items())
-
-
-def _quote(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
 def _node_label(node: Node, p: Plan) -> str:
     label = node.state.value
     if node.visits:
@@ -208,8 +202,8 @@ def overview_dot(diagram: Plan | None = None, *, link: Callable[[State], str] | 
     state's node a URL (for example to its detail). Pure.
 
     In the SVG Graphviz makes of it, a state's node has the id ``state-NAME``, an edge
-    ``move-SOURCE-DEST`` (``move-note-DEST`` for the interrupts drawn from the note), and each
-    edge's tooltip lists its rows."""
+    ``move-SOURCE-DEST``, the note of the shared interrupts ``interrupts``; each edge's tooltip
+    lists its rows."""
     p = plan() if diagram is None else diagram
     s, base = OVERVIEW_STYLES, DOT_STYLES
     pairs = _pairs(p)
@@ -240,25 +234,37 @@ def overview_dot(diagram: Plan | None = None, *, link: Callable[[State], str] | 
         lines.append(f"  {node.state.value} [{_attrs(*parts)}];")
     notes = [pair for pair in pairs if pair.source is None]
     if notes:
-        note: list[Mapping[str, str]] = [
-            s["note"],
-            {"label": "interrupts\n(the driver)", "id": "interrupts"},
-        ]
-        if p.run is not None and not any(pair.visits for pair in notes):
-            note.append({"color": "#d2d2d2", "fontcolor": "#b4b4b4"})
-        lines.append(f"  __interrupts [{_attrs(*note)}];")
+        note = _attrs(s["note"], {"id": "interrupts"})
+        lines.append(f"  __interrupts [{note}, label={_note_label(notes, p)}];")
     spine = [state for state in _MAIN_FLOW if any(n.state is state for n in p.nodes)]
     lines.append(f'  __start -> {spine[0].value} [id="move-start"];')
     for pair in pairs:
-        lines.append(_dot_pair(pair, p))
+        if pair.source is not None:
+            lines.append(_dot_pair(pair, p))
     # the spine, one rank per state, with the side states level with their neighbours
     lines.append("  " + " -> ".join(state.value for state in spine) + " [style=invis, weight=20];")
     for group in _SIDE_BY_SIDE:
         present = [state.value for state in group if any(n.state is state for n in p.nodes)]
+        if group[-1] is State.ABORTED and notes:
+            present.append("__interrupts")
         if len(present) > 1:
             lines.append(f"  {{rank=same; {'; '.join(present)};}}")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _note_label(notes: Sequence[_Pair], p: Plan) -> str:
+    """The note's text, quoted for DOT: each group of shared interrupts, where from and where
+    to, in left-aligned lines."""
+    lines = ["the driver's interrupts:"]
+    for pair in notes:
+        live = [edge for edge in pair.edges if edge.reachable]
+        if not live:
+            continue
+        lines.extend(textwrap.wrap(", ".join(_outcomes(live)), _NOTE_WRAP))
+        where = f"from {_describe(pair.sources, p.nodes)} to {pair.dest.value}"
+        lines.extend("   " + line for line in textwrap.wrap(where, _NOTE_WRAP))
+    return '"' + "".join(_quote(line)[1:-1] + "\\l" for line in lines) + '"'
 
 
 def _dot_pair(pair: _Pair, p: Plan) -> str:
@@ -282,15 +288,26 @@ def _dot_pair(pair: _Pair, p: Plan) -> str:
     return f"  {tail} -> {pair.dest.value} [{_attrs(*parts)}];"
 
 
+def _rank(state: State) -> int:
+    """How far down the overview ``state`` is drawn: its place on the main flow, or that of the
+    state it is drawn beside."""
+    for group in _SIDE_BY_SIDE:
+        if state in group:
+            state = group[0]
+    return _MAIN_FLOW.index(state) if state in _MAIN_FLOW else len(_MAIN_FLOW)
+
+
 def _route(source: State, dest: State) -> Mapping[str, str]:
-    """Where an edge leaves its state: a move back up past a rank from the top (so it does not
-    cross the labels beside its state), a move to a terminal state off the main flow (an
-    error exit) from the left."""
-    order = list(State)
-    if order.index(source) - order.index(dest) >= 2:
+    """Where an edge leaves its state: a move back up past a rank from the top, a move down
+    past a rank to a working state from the lower right corner, an error exit (to a terminal
+    state off the main flow) from the bottom; so that long edges keep clear of the labels
+    beside the states they pass."""
+    if _rank(source) - _rank(dest) >= 2:
         return {"tailport": "n"}
+    if _rank(dest) - _rank(source) >= 2 and dest not in _TERMINAL:
+        return {"tailport": "se"}
     if dest is not _MAIN_FLOW[-1] and dest in _TERMINAL and source is not dest:
-        return {"tailport": "w"}
+        return {"tailport": "s"}
     return {}
 
 
@@ -322,30 +339,3 @@ def overview_mermaid(diagram: Plan | None = None) -> str:
             lines.append(f"    {node.state.value} : {extra}")
     lines.extend(_mermaid_classes(p.nodes))
     return "\n".join(lines) + "\n"
-
-
-_MERMAID_CLASSES = {
-    "terminal": "font-weight:bold,stroke-width:3px",
-    "unreachable": "fill:#f4f4f4,color:#b4b4b4,stroke:#c8c8c8,stroke-dasharray:4 4",
-    "visited": "fill:#dbe8ff,stroke:#1f5fd1,stroke-width:2px",
-    "final": "stroke:#c62828,stroke-width:4px",
-}
-
-
-def _mermaid_classes(nodes: Sequence[Node]) -> list[str]:
-    members: dict[str, list[str]] = {name: [] for name in _MERMAID_CLASSES}
-    for node in nodes:
-        for name, flag in (
-            ("terminal", node.terminal),
-            ("unreachable", not node.reachable),
-            ("visited", node.visits > 0),
-            ("final", node.final),
-        ):
-            if flag:
-                members[name].append(node.state.value)
-    lines = []
-    for name, style in _MERMAID_CLASSES.items():
-        if members[name]:
-            lines.append(f"    classDef {name} {style}")
-            lines.append(f"    class {','.join(members[name])} {name}")
-    return lines

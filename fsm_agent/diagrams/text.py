@@ -431,8 +431,14 @@ def to_mermaid(diagram: Plan | None = None) -> str:
         if node.visits or node.final:
             label = _node_label(node, p.run).split("\n", 1)[1].replace("\n", ", ")
             lines.append(f"    {node.state.value} : {label}")
+    lines.extend(_mermaid_classes(p.nodes))
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_classes(nodes: Sequence[Node]) -> list[str]:
+    """The Mermaid class lines that style terminal, unreachable, visited and final states."""
     members: dict[str, list[str]] = {name: [] for name in _MERMAID_CLASSES}
-    for node in p.nodes:
+    for node in nodes:
         for name, flag in (
             ("terminal", node.terminal),
             ("unreachable", not node.reachable),
@@ -441,8 +447,9 @@ def to_mermaid(diagram: Plan | None = None) -> str:
         ):
             if flag:
                 members[name].append(node.state.value)
+    lines = []
     for name, style in _MERMAID_CLASSES.items():
         if members[name]:
             lines.append(f"    classDef {name} {style}")
             lines.append(f"    class {','.join(members[name])} {name}")
-    return "\n".join(lines) + "\n"
+    return lines
