@@ -159,6 +159,7 @@ class RunState(BaseModel):
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
     definition: str | None = None  # a stored run's agent fingerprint (persistence.definition)
+    model: str | None = None  # a stored run's model by name (a fallback chain's, joined by " | ")
     answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
     # The task machine (an agent with phases): the current phase, the steps when it was
     # entered, and every phase move (None and () without phases).

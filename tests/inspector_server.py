@@ -56,11 +56,18 @@ def run_in_thread(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 class LiveInspector:
-    """An inspector over ``store`` (answering through ``agent`` when given), serving until
-    :meth:`stop`. ``url`` is the address to open, token included."""
+    """An inspector over ``store`` (answering through ``agent`` when given; reading without the
+    token with ``public_read``), serving until :meth:`stop`. ``url`` is the address to open,
+    token included."""
 
-    def __init__(self, store: Checkpointer, *, agent: Agent[Any, Any] | None = None) -> None:
-        self.inspector = build(store, agent=agent)
+    def __init__(
+        self,
+        store: Checkpointer,
+        *,
+        agent: Agent[Any, Any] | None = None,
+        public_read: bool = False,
+    ) -> None:
+        self.inspector = build(store, agent=agent, public_read=public_read)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/#token={self.inspector.token}"

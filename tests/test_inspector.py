@@ -134,13 +134,13 @@ def test_the_diagram_draws_the_run_path_with_counts(store: SQLiteCheckpointer) -
         svg = response.text
         for state in State:
             assert f"<title>{state.value}</title>" in svg
-        assert "×2" in svg and "final: completed" in svg
+        assert "×2" in svg and "ended: completed" in svg
 
     run(store, test)
 
 
 def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointer) -> None:
-    """While the run waits in ``dispatching`` its path is drawn but no state reads "final"."""
+    """While the run waits in ``dispatching`` its path is drawn but no state reads "ended"."""
     gate = Gate()
     agent = gated_agent(store, gate)
 
@@ -155,11 +155,11 @@ def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointe
         async with client(inspector) as http:
             svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
             assert "<title>dispatching</title>" in svg and "×1" in svg
-            assert ">final</text>" not in svg
+            assert ">ended:" not in svg
             gate.open()
             await task
             svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
-            assert ">final: completed</text>" in svg
+            assert ">ended: completed</text>" in svg
         inspector.close()
 
     asyncio.run(main())
@@ -392,7 +392,7 @@ def test_a_postgres_store_is_listed_shown_and_answered() -> None:
         detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
         assert detail["state"] == "done" and HOSTILE in detail["tool_calls"][0]["result"]
         svg = await http.get(f"/api/runs/{filled.finished}/diagram.svg", headers=AUTH)
-        assert "final: completed" in svg.text
+        assert "ended: completed" in svg.text
         url = f"/api/runs/{filled.suspended}"
         call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
         body = {"decisions": {call_id: {"decision": "allow"}}}

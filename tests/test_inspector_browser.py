@@ -1,11 +1,16 @@
 """The inspector in a real browser: the distribution's headless Chromium, driven by Playwright,
 against an inspector serving a SQLite store filled by scripted runs. Opt in with
-``pytest -m browser`` (``.ci/run`` does, after installing Chromium)."""
+``pytest -m browser`` (``.ci/run`` does, after installing Chromium).
+
+The test of a store of many runs photographs the pages it checks; with
+``FSM_AGENT_SCREENSHOTS=DIR`` it writes them to ``DIR`` (``tests/inspector_screenshots.py``
+runs it so for ``docs/images``), else to a scratch directory."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +21,16 @@ import pytest
 
 from fsm_agent import State
 from fsm_agent.persistence import SQLiteCheckpointer
-from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_agent
+from inspector_runs import (
+    HOSTILE,
+    FilledStore,
+    Gate,
+    fill,
+    fill_many,
+    gated_agent,
+    model_of,
+    task_line,
+)
 from inspector_server import CHROMIUM, CHROMIUM_ARGS, LiveInspector, run_in_thread
 
 pytestmark = pytest.mark.browser
@@ -100,7 +114,7 @@ def test_a_finished_run_shows_its_path_and_counts_on_the_machine(
         done = page.locator("#diagram g.node.current")
         expect(done).to_have_count(1)
         expect(done.locator("title")).to_have_text("done")
-        expect(done).to_contain_text("final: completed")
+        expect(done).to_contain_text("ended: completed")
         moves = len(store.load(filled.finished).state.trace)
         expect(page.locator("#moves tbody tr")).to_have_count(moves)
         expect(page.locator("#usage")).to_contain_text("2 requests, 20 in / 10 out")
@@ -133,13 +147,13 @@ def test_an_in_flight_run_is_followed_live(store: SQLiteCheckpointer, page: Any)
             expect(page.locator("#current-state")).to_have_text("dispatching")
             current = page.locator("#diagram g.node.current title")
             expect(current).to_have_text("dispatching")
-            expect(page.locator("#diagram g.node.current")).not_to_contain_text("final")
+            expect(page.locator("#diagram g.node.current")).not_to_contain_text("ended")
             expect(page.locator("#live")).to_have_text("following live")
             expect(page.locator("#tool-calls tbody")).to_contain_text("(no result yet)")
             gate.open()
             expect(page.locator("#current-state")).to_have_text("done")
             expect(current).to_have_text("done")
-            expect(page.locator("#diagram g.node.current")).to_contain_text("final: completed")
+            expect(page.locator("#diagram g.node.current")).to_contain_text("ended: completed")
             expect(page.locator("#tool-calls tbody")).to_contain_text("built all")
             expect(page.locator("#live")).to_have_text("at rest")
     finally:
@@ -186,3 +200,182 @@ def test_without_an_agent_the_questions_are_read_only(
         expect(page.locator(".question")).to_contain_text("delete_file")
         expect(page.locator("#read-only")).to_be_visible()
         expect(page.locator("button.approve")).to_be_disabled()
+
+
+def _shoot(page: Any, folder: Path, name: str) -> None:
+    page.wait_for_timeout(300)  # let the last poll's changes paint
+    page.screenshot(path=str(folder / f"inspector-{name}.png"))
+
+
+def _view_box(page: Any) -> list[float]:
+    box = page.locator("#diagram svg").get_attribute("viewBox")
+    return [float(part) for part in box.split()]
+
+
+def _wait_for_view_width(page: Any, *, below: float) -> None:
+    """Wait until the diagram shows less than ``below`` of the picture's width (zoomed in)."""
+    page.wait_for_function(
+        "limit => parseFloat(document.querySelector('#diagram svg')"
+        ".getAttribute('viewBox').split(' ')[2]) < limit",
+        arg=below,
+    )
+
+
+def test_the_pages_explain_a_store_of_many_runs(
+    page: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a dozen runs: the list shows each run's task, model, start time and duration and
+    filters by state and text; a run's page puts its task and ending at the top, times each
+    move, zooms, pans and fits its diagram and links each state to its rows; a suspended run
+    waits for a human beside the model's message; the pages are photographed meanwhile."""
+    folder = Path(os.environ.get("FSM_AGENT_SCREENSHOTS", tmp_path)).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(tmp_path)  # the page shows the store's name: a short relative one
+    store = SQLiteCheckpointer("runs.db")
+    try:
+        _explain_many_runs(store, page, folder)
+    finally:
+        store.close()
+
+
+def _explain_many_runs(store: SQLiteCheckpointer, page: Any, folder: Path) -> None:
+    filled = run_in_thread(lambda: fill(store))
+    many = run_in_thread(lambda: fill_many(store))
+    gate = Gate()
+    agent = gated_agent(store, gate)
+    worker = threading.Thread(target=lambda: asyncio.run(agent.run("Build the release.")))
+    worker.start()
+    try:
+        in_flight = _wait_for_state(store, State.DISPATCHING)
+        with LiveInspector(store, agent=filled.approver) as live:
+            page.goto(live.url)
+            rows = page.locator("#runs tbody tr")
+            expect(rows).to_have_count(len(many) + 3)
+            for index, run_id in enumerate(many):
+                row = page.locator(f'tr[data-run-id="{run_id}"]')
+                expect(row.locator("a.task-link")).to_have_text(task_line(index))
+                expect(row.locator("td.model")).to_have_text(model_of(index))
+                expect(row.locator("td.started")).to_have_text(re.compile(r"^\d\d:\d\d:\d\d$"))
+                expect(row.locator("td.duration")).to_have_text(re.compile(r"^[\d.]+ m?s$"))
+            _shoot(page, folder, "runs")
+            page.fill("#search", "tickets")
+            expect(rows).to_have_count(3)
+            page.fill("#search", "")
+            page.select_option("#state-filter", "aborted")
+            expect(rows).to_have_count(1)
+            expect(rows.first.locator("td.answer")).to_contain_text("refused the API key")
+            page.select_option("#state-filter", "")
+
+            page.goto(live.page(f"/runs/{many[0]}"))
+            expect(page.locator("#task")).to_have_text(task_line(0))
+            expect(page.locator("#ending")).to_contain_text("Finished")
+            expect(page.locator("#output")).to_contain_text("Three open tickets")
+            expect(page.locator("#live")).to_have_text("at rest")
+            diagram = page.locator("#diagram")
+            assert page.locator("#ending").bounding_box()["y"] < diagram.bounding_box()["y"]
+            moves = page.locator("#moves tbody tr")
+            expect(moves).to_have_count(len(store.load(many[0]).state.trace))
+            expect(moves.first.locator("td.time")).to_have_text(
+                re.compile(r"^\d\d:\d\d:\d\d\.\d{3}$")
+            )
+            expect(moves.nth(1).locator("td.took")).to_have_text(re.compile(r"^[\d.]+ m?s$"))
+            expect(diagram.locator("svg")).to_have_count(1)
+            _shoot(page, folder, "run")
+            page.locator("#moves").evaluate("table => table.closest('section').scrollIntoView()")
+            _shoot(page, folder, "timeline")
+            page.evaluate("window.scrollTo(0, 0)")
+            fitted = _view_box(page)
+            page.click("#zoom-in")
+            zoomed = _view_box(page)
+            assert zoomed[2] < fitted[2] and zoomed[3] < fitted[3]
+            box = diagram.bounding_box()
+            page.mouse.move(box["x"] + 300, box["y"] + 200)
+            page.mouse.down()
+            page.mouse.move(box["x"] + 200, box["y"] + 150, steps=5)
+            page.mouse.up()
+            panned = _view_box(page)
+            assert panned[0] > zoomed[0] and panned[2] == zoomed[2]
+            page.mouse.wheel(0, -300)
+            _wait_for_view_width(page, below=panned[2])
+            page.click("#fit")
+            assert _view_box(page) == fitted
+            page.locator("#state-links a", has_text="dispatching").click()
+            expect(page).to_have_url(re.compile(r"/states/dispatching$"))
+            expect(page.locator("#diagram svg")).to_have_count(1)
+            expect(page.locator("#diagram #state-dispatching")).to_have_count(1)
+            expect(page.locator("#diagram #to-finalizing")).to_have_count(1)
+            _shoot(page, folder, "state")
+            page.locator("#diagram #to-finalizing").click()
+            expect(page).to_have_url(re.compile(r"/states/finalizing$"))
+            page.go_back()
+            page.go_back()
+            expect(page.locator("#task")).to_have_text(task_line(0))
+            page.locator("#diagram #state-calling").click()
+            expect(page).to_have_url(re.compile(r"/states/calling$"))
+
+            page.goto(live.page(f"/runs/{many[5]}"))
+            expect(page.locator("#live")).to_have_text("waiting for a human")
+            expect(page.locator("#ending")).to_contain_text("Waiting for a human")
+            question = page.locator(".question")
+            expect(question.locator(".model-said")).to_contain_text("lost in transit")
+            expect(question.locator("button.approve")).to_be_visible()
+            expect(page.locator("#diagram svg")).to_have_count(1)
+            expect(page.locator("#diagram")).not_to_contain_text(re.compile(r"\bended: \w"))
+            _shoot(page, folder, "approval")
+
+            page.goto(live.page(f"/runs/{in_flight}"))
+            expect(page.locator("#live")).to_have_text("following live")
+            expect(page.locator("#diagram g.node.current title")).to_have_text("dispatching")
+            expect(page.locator("#ending")).to_contain_text("Running: now in dispatching")
+            _shoot(page, folder, "live")
+    finally:
+        gate.open()
+        worker.join(timeout=10)
+
+
+def test_a_shared_run_link_opens_once_the_token_is_given(
+    store: SQLiteCheckpointer, filled: FilledStore, browser: Any
+) -> None:
+    """A run's address without the token asks for it and then shows that run; another link
+    in the same browser opens straight away; a wrong token is asked for again."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    with LiveInspector(store) as live:
+        page.goto(f"{live.base}/runs/{filled.finished}")
+        form = page.locator("#token-form")
+        expect(form).to_be_visible()
+        page.fill("#token-input", "not-the-token")
+        page.click("#token-form button")
+        expect(form).to_be_visible()
+        expect(page.locator("#notice")).to_contain_text("refused")
+        page.fill("#token-input", live.inspector.token)
+        page.click("#token-form button")
+        expect(page.locator("#task")).to_have_text("Read the page.")
+        expect(form).to_be_hidden()
+        other = context.new_page()
+        other.goto(f"{live.base}/runs/{filled.suspended}")
+        expect(other.locator("#task")).to_have_text("Clean up the build directory.")
+        expect(other.locator("#token-form")).to_be_hidden()
+    context.close()
+
+
+def test_public_reading_shows_runs_without_the_token_and_asks_for_it_to_answer(
+    store: SQLiteCheckpointer, filled: FilledStore, browser: Any
+) -> None:
+    """With public reading the list and a run open with no token; approving asks for the token
+    and then resumes the run."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    with LiveInspector(store, agent=filled.approver, public_read=True) as live:
+        page.goto(f"{live.base}/")
+        expect(page.locator("#runs tbody tr")).to_have_count(2)
+        expect(page.locator("#token-form")).to_be_hidden()
+        page.goto(f"{live.base}/runs/{filled.suspended}")
+        expect(page.locator("#task")).to_have_text("Clean up the build directory.")
+        page.locator("button.approve").click()
+        expect(page.locator("#token-form")).to_be_visible()
+        page.fill("#token-input", live.inspector.token)
+        page.click("#token-form button")
+        expect(page.locator("#current-state")).to_have_text("done")
+        expect(page.locator("#output")).to_have_text("Deleted the old log.")
+    context.close()

@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=nonempty_text,
         help="the access token the page needs (default: a fresh random one, printed at start)",
     )
+    parser.add_argument(
+        "--public-read",
+        action="store_true",
+        help="anyone who reaches the address may read the runs without the token (answering a "
+        "suspended run still needs it)",
+    )
 
 
 def _agent(target: str) -> Any:
@@ -68,7 +74,14 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     agent = _agent(args.agent) if args.agent else None
     try:
-        serve(args.store, agent=agent, host=args.host, port=args.port, token=args.token)
+        serve(
+            args.store,
+            agent=agent,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            public_read=args.public_read,
+        )
     except CheckpointError as exc:
         raise UsageError(mask_url(args.store, f"cannot open {args.store!r}: {exc}")) from None
     except OSError as exc:  # the port is taken, or the address is not this machine's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from datetime import UTC, datetime
 
 from ..errors import CheckpointError, ConfigurationError, ResumeError
@@ -95,11 +96,22 @@ def _list(store: Checkpointer) -> None:
         print("no runs")
         return
     print(f"{'run id':<40} {'state':<11} {'stop reason':<16} {'steps':>5} {'ckpts':>5}  updated")
+    unreadable = 0
     for run in runs:
-        stop = run.stop_reason.value if run.stop_reason else "-"
+        state = run.state.value if run.state is not None else "?"
+        stop = run.stop_reason.value if run.stop_reason else ("?" if run.problem else "-")
         print(
-            f"{run.run_id:<40} {run.state.value:<11} {stop:<16} {run.steps:>5} "
+            f"{run.run_id:<40} {state:<11} {stop:<16} {run.steps:>5} "
             f"{run.version:>5}  {_when(run.updated_at)}"
+        )
+        if run.problem is not None:
+            unreadable += 1
+            print(f"  ? {run.problem}")
+    if unreadable:
+        print(
+            f"warning: {unreadable} run(s) marked ? hold values this fsm_agent does not know; "
+            "upgrade fsm_agent to read them",
+            file=sys.stderr,
         )
 
 

@@ -1,10 +1,14 @@
 """The live inspector: a local web page over a checkpoint store.
 
-It lists the runs (state, stop reason, steps, usage, age; filter and search) and shows one run:
-the machine with the run's path and counts drawn on it, the timeline of moves, the messages and
-tool calls, usage, and the questions a suspended run waits on. A run in flight is followed live
-(the page polls; the current state lights up). Given an agent, the page answers a suspended
-run's questions, which resumes it through ``agent.resume``; without one it is read-only.
+It lists the runs (task, state, stop reason, steps, model, start, duration, tokens, answer;
+filter and search) and shows one run: its task and ending, the machine's overview with the
+run's path and counts drawn on it (zoom, pan, fit; each state linked to its rows), the timed
+timeline of moves, the messages and tool calls, usage, and the questions a suspended run waits
+on beside the model's message that led to them. A run in flight is followed live (the page
+polls; the current state lights up). Given an agent, the page answers a suspended run's
+questions, which resumes it through ``agent.resume``; without one it is read-only. Reading can
+be opened to anyone who reaches the address (``public_read``); answering always needs the
+token.
 
 Needs the ``[inspector]`` extra (Starlette and uvicorn) and, for the diagram, ``[diagrams]``::
 

@@ -1,10 +1,16 @@
 """The inspector's web application (Starlette): static pages, a JSON API over the store, the
-run's diagram as SVG, and the one action, answering a suspended run's questions.
+run's diagram and each state's detail as SVG, and the one action, answering a suspended run's
+questions.
 
-Every ``/api`` request needs the access token (``Authorization: Bearer TOKEN``); the pages are
-static shells whose script reads the token from the address's ``#token=`` fragment and renders
-all data with ``textContent``, so nothing a model wrote is ever parsed as markup. The responses
-carry a Content Security Policy that allows only this server's own script.
+Every ``/api`` request needs the access token (``Authorization: Bearer TOKEN``), except the
+reading ones when the inspector was started with ``public_read``; answering always needs it. The
+pages are static shells whose script takes the token from the address's ``#token=`` fragment
+(or asks for it) and renders all data with ``textContent``, so nothing a model wrote is ever
+parsed as markup. The responses carry a Content Security Policy that allows only this server's
+own script.
+
+Of several answers to one suspended run, the first is taken and the others are refused (409)
+before anything is awaited, so exactly one resume starts.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -26,16 +34,24 @@ from starlette.routing import Route
 
 from ..approval import Approval, HumanDecision, ResumeHandle, apply_decisions
 from ..diagrams import RenderingUnavailableError
-from ..errors import CheckpointError, ResumeError, UnknownRunError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointError,
+    CorruptCheckpointError,
+    ResumeError,
+    SchemaVersionError,
+    UnknownRunError,
+)
 from ..kernel.agent import Agent
-from ..machine.table import State
-from ..persistence import Checkpointer
-from ..run_state import RunState
-from .views import diagram_svg, redact, run_detail, run_row
+from ..machine.table import TERMINAL, State
+from ..persistence import Checkpoint, Checkpointer
+from .views import diagram_svg, redact, run_detail, run_row, state_svg
 
 __all__ = ["SECURITY_HEADERS", "Inspector"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("fsm_agent.inspector")
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -53,7 +69,7 @@ _STATIC = {
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
-_PAGES = {"index": "index.html", "run": "run.html"}
+_PAGES = {"index": "index.html", "run": "run.html", "state": "state.html"}
 _LISTED = 500  # runs the list shows unless ?limit= says otherwise (newest first)
 _CACHED = 1000  # decoded states and drawn diagrams kept, by run and checkpoint version
 
@@ -75,8 +91,10 @@ def _error(status: int, message: str) -> JSONResponse:
 
 class Inspector:
     """The inspector over ``store``; with ``agent`` it can resume suspended runs (the agent's
-    checkpointer must be the same store). ``token`` guards every API request. ``app`` is the
-    ASGI application; serve it with :func:`fsm_agent.inspector.serve` or any ASGI server."""
+    checkpointer must be the same store). ``token`` guards every API request; with
+    ``public_read`` reading needs no token (the list, a run, the pictures) and only answering
+    does. ``app`` is the ASGI application; serve it with :func:`fsm_agent.inspector.serve` or
+    any ASGI server."""
 
     def __init__(
         self,
@@ -85,6 +103,7 @@ class Inspector:
         token: str,
         agent: Agent[Any, Any] | None = None,
         store_name: str = "",
+        public_read: bool = False,
     ) -> None:
         if not token:
             raise ValueError("the inspector needs a non-empty access token")
@@ -92,21 +111,29 @@ class Inspector:
         self.agent = agent
         self.token = token
         self.store_name = store_name
-        self.failures: dict[str, str] = {}  # run id → why its last resume failed
+        self.public_read = public_read
+        # run id → (the checkpoint version it was left at, why its last resume failed): shown
+        # while the run stays at that version, so a run that moved on shows no stale failure
+        self.failures: dict[str, tuple[int | None, str]] = {}
+        self._claimed: set[str] = set()  # runs an answer was accepted for, until resumed
         self._resuming: set[asyncio.Task[None]] = set()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-agent-inspect")
         self._svgs: dict[tuple[str, int], bytes] = {}
-        self._states: dict[tuple[str, int], RunState] = {}
+        self._checkpoints: dict[tuple[str, int], Checkpoint] = {}
+        read = self._readable
         routes = [
             Route("/", self._page("index")),
             Route("/runs/{run_id:path}", self._page("run")),
+            Route("/states/{state}", self._page("state")),
             Route("/static/{name}", self._static),
-            Route("/api/runs", self._guarded(self._runs)),
-            Route("/api/runs/{run_id:path}/diagram.svg", self._guarded(self._diagram)),
+            Route("/api/runs", read(self._runs)),
+            Route("/api/states", read(self._states)),
+            Route("/api/states/{state}.svg", read(self._state_diagram)),
+            Route("/api/runs/{run_id:path}/diagram.svg", read(self._diagram)),
             Route(
                 "/api/runs/{run_id:path}/decisions", self._guarded(self._decide), methods=["POST"]
             ),
-            Route("/api/runs/{run_id:path}", self._guarded(self._run)),
+            Route("/api/runs/{run_id:path}", read(self._run)),
         ]
         self.app = Starlette(routes=routes, middleware=[Middleware(_Headers)])
 
@@ -125,11 +152,17 @@ class Inspector:
             given.strip().encode(), self.token.encode()
         )
 
-    def _guarded(
+    def _readable(
         self, endpoint: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
+        """A reading endpoint: guarded by the token unless reading is public."""
+        return self._guarded(endpoint, public=self.public_read)
+
+    def _guarded(
+        self, endpoint: Callable[[Request], Awaitable[Response]], *, public: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if not self._authorised(request):
+            if not public and not self._authorised(request):
                 return _error(
                     401,
                     "missing or wrong access token: open the address fsm-agent inspect printed "
@@ -139,6 +172,8 @@ class Inspector:
                 return await endpoint(request)
             except UnknownRunError as exc:
                 return _error(404, str(exc))
+            except (CorruptCheckpointError, SchemaVersionError) as exc:  # this run, not the store
+                return _error(422, f"this run cannot be read: {exc}")
             except CheckpointError as exc:  # the database is down or locked: try again later
                 return _error(503, f"the checkpoint store cannot be read: {exc}")
 
@@ -156,20 +191,26 @@ class Inspector:
             return _error(404, f"no static file {name!r}")
         return Response(_asset(name), media_type=_STATIC[name])
 
-    def _state(self, run_id: str, version: int) -> RunState | None:
-        """The run's state at ``version`` (cached), or ``None`` when it cannot be read."""
+    def _checkpoint(self, run_id: str, version: int) -> Checkpoint | str:
+        """The run's checkpoint ``version`` (cached), or why it cannot be read."""
         key = (run_id, version)
-        if len(self._states) > _CACHED:
-            self._states.clear()
-        if key not in self._states:
+        if len(self._checkpoints) > _CACHED:
+            self._checkpoints.clear()
+        if key not in self._checkpoints:
             try:
                 checkpoint = self.store.load(run_id)
-            except Exception:  # a checkpoint this version cannot decode: listed without usage
-                return None
-            self._states[(run_id, checkpoint.version)] = checkpoint.state
+            except UnknownRunError:  # deleted since the list was read
+                return "its checkpoints are gone"
+            except (CorruptCheckpointError, SchemaVersionError) as exc:  # listed, flagged
+                return f"its checkpoint cannot be read: {exc}"
+            except CheckpointError:  # the store is down: the list cannot be read either
+                raise
+            except Exception as exc:  # a store of another kind that does not wrap its errors
+                return f"its checkpoint cannot be read: {type(exc).__name__}: {exc}"
+            self._checkpoints[(run_id, checkpoint.version)] = checkpoint
             if checkpoint.version != version:
-                return checkpoint.state
-        return self._states[key]
+                return checkpoint
+        return self._checkpoints[key]
 
     # -- the API ----------------------------------------------------------------------------------
     async def _runs(self, request: Request) -> Response:
@@ -185,10 +226,16 @@ class Inspector:
             for summary in self.store.runs():
                 if len(found) >= limit:
                     break
-                if state and summary.state.value != state:
+                if state and (summary.state.value if summary.state else "unknown") != state:
                     continue
-                row = run_row(summary, self._state(summary.run_id, summary.version))
-                text = json.dumps([row["run_id"], row["stop_reason"], row["state"]]).lower()
+                checkpoint: Checkpoint | str | None = None
+                if summary.problem is None:
+                    checkpoint = self._checkpoint(summary.run_id, summary.version)
+                if isinstance(checkpoint, str):
+                    summary, checkpoint = replace(summary, problem=checkpoint), None
+                row = run_row(summary, checkpoint)
+                shown = ("run_id", "task", "model", "state", "stop_reason", "ending")
+                text = json.dumps([row[name] for name in shown], ensure_ascii=False).lower()
                 if search and search not in text:
                     continue
                 found.append(row)
@@ -198,6 +245,7 @@ class Inspector:
             {
                 "store": redact(self.store_name),
                 "can_answer": self.agent is not None,
+                "public_read": self.public_read,
                 "states": [s.value for s in State],
                 "runs": await self._read(rows),
             }
@@ -208,7 +256,9 @@ class Inspector:
         checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
         detail["resuming"] = self._is_resuming(run_id)
-        detail["resume_error"] = redact(self.failures.get(run_id, "")) or None
+        failed = self.failures.get(run_id)
+        shown = failed is not None and failed[0] in (None, checkpoint.version)
+        detail["resume_error"] = redact(failed[1]) if failed is not None and shown else None
         return JSONResponse(detail)
 
     async def _diagram(self, request: Request) -> Response:
@@ -224,6 +274,28 @@ class Inspector:
                 return _error(501, str(exc))
         return Response(self._svgs[key], media_type="image/svg+xml")
 
+    async def _states(self, request: Request) -> Response:
+        return JSONResponse(
+            {"states": [s.value for s in State], "terminal": [s.value for s in TERMINAL]}
+        )
+
+    async def _state_diagram(self, request: Request) -> Response:
+        name = request.path_params["state"]
+        try:
+            state = State(name)
+        except ValueError:
+            known = ", ".join(s.value for s in State)
+            return _error(404, f"no state {name!r}: the states are {known}")
+        if state in TERMINAL:
+            return _error(404, f"{state.value} is where a run ends: no rows leave it")
+        key = (f"state:{state.value}", 0)
+        if key not in self._svgs:
+            try:
+                self._svgs[key] = await self._read(lambda: state_svg(state))
+            except RenderingUnavailableError as exc:
+                return _error(501, str(exc))
+        return Response(self._svgs[key], media_type="image/svg+xml")
+
     async def _decide(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         if self.agent is None:
@@ -232,27 +304,45 @@ class Inspector:
                 "this inspector is read-only: start it with an agent to answer "
                 "(fsm-agent inspect STORE --agent module:factory, or serve(store, agent=...))",
             )
-        if self._is_resuming(run_id):
+        # Claimed before the first await: of answers arriving together, one passes this line.
+        if run_id in self._claimed:
             return _error(409, f"run {run_id!r} is already being resumed")
+        self._claimed.add(run_id)
         try:
-            body = await request.json()
-            decisions = _decisions(body)
-        except (ValueError, TypeError) as exc:
-            return _error(400, f"bad decisions: {exc}")
-        try:
-            checkpoint = await self._read(lambda: self.store.load(run_id))
-            # Check the answers against a copy first, so a mistake is reported here, not lost
-            # in the background resume.
-            apply_decisions(ResumeHandle.of(checkpoint.state.model_copy(deep=True)), decisions)
-        except UnknownRunError as exc:
-            return _error(404, str(exc))
-        except ResumeError as exc:
-            return _error(409, str(exc))
+            decisions = await self._checked(run_id, request)
+        except _Refused as refused:
+            self._claimed.discard(run_id)
+            return refused.response
+        except BaseException:
+            self._claimed.discard(run_id)
+            raise
         self.failures.pop(run_id, None)
         task = asyncio.create_task(self._resume(run_id, decisions), name=run_id)
         self._resuming.add(task)
-        task.add_done_callback(self._resuming.discard)
+
+        def resumed(task: asyncio.Task[None]) -> None:
+            self._resuming.discard(task)
+            self._claimed.discard(run_id)
+
+        task.add_done_callback(resumed)
         return JSONResponse({"resuming": run_id}, status_code=202)
+
+    async def _checked(self, run_id: str, request: Request) -> dict[str, HumanDecision]:
+        """The request's decisions, checked against a copy of the run's latest checkpoint (so
+        a mistake is reported here, not lost in the background resume); :class:`_Refused`
+        with the answer to give otherwise."""
+        try:
+            decisions = _decisions(await request.json())
+        except (ValueError, TypeError) as exc:
+            raise _Refused(_error(400, f"bad decisions: {exc}")) from None
+        try:
+            checkpoint = await self._read(lambda: self.store.load(run_id))
+            apply_decisions(ResumeHandle.of(checkpoint.state.model_copy(deep=True)), decisions)
+        except UnknownRunError as exc:
+            raise _Refused(_error(404, str(exc))) from None
+        except ResumeError as exc:
+            raise _Refused(_error(409, str(exc))) from None
+        return decisions
 
     def _is_resuming(self, run_id: str) -> bool:
         return any(task.get_name() == run_id for task in self._resuming)
@@ -261,8 +351,24 @@ class Inspector:
         assert self.agent is not None
         try:
             await self.agent.resume(run_id, decisions)
-        except Exception as exc:  # shown on the run's page; the run's checkpoint says the rest
-            self.failures[run_id] = f"{type(exc).__name__}: {exc}"
+        except CheckpointConflictError as exc:  # another process resumed it first: not a failure
+            _log.info("run %s was resumed elsewhere first: %s", run_id, exc)
+        except Exception as exc:  # shown on the run's page while the run stays where it is
+            why = f"{type(exc).__name__}: {exc}"
+            version: int | None
+            try:
+                version = (await self._read(lambda: self.store.load(run_id))).version
+            except Exception:  # the store cannot say where the run is: shown at any version
+                version = None
+            self.failures[run_id] = (version, why)
+
+
+class _Refused(Exception):
+    """An answer refused before anything ran, with the response that says why."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 def _decisions(body: object) -> dict[str, HumanDecision]:

@@ -25,11 +25,13 @@ def build(
     *,
     agent: Agent[Any, Any] | None = None,
     token: str | None = None,
+    public_read: bool = False,
 ) -> Inspector:
     """An :class:`Inspector` over ``store`` (a checkpointer, a SQLite path, ``sqlite:///PATH`` or
     a ``postgresql://`` URL; by default the agent's checkpointer). With ``agent`` it answers
     suspended runs by ``agent.resume(run_id, decisions)``; an agent without a checkpointer gets
-    one on the same store. ``token`` defaults to a fresh random one."""
+    one on the same store. ``token`` defaults to a fresh random one; with ``public_read``
+    reading needs no token (answering still does)."""
     name = ""
     if store is None:
         if agent is None or agent.checkpointer is None:
@@ -46,7 +48,13 @@ def build(
         name = repr(store)
         if agent is not None and agent.checkpointer is None:
             agent.checkpointer = store
-    return Inspector(opened, token=token or secrets.token_urlsafe(24), agent=agent, store_name=name)
+    return Inspector(
+        opened,
+        token=token or secrets.token_urlsafe(24),
+        agent=agent,
+        store_name=name,
+        public_read=public_read,
+    )
 
 
 async def serve_async(
@@ -57,10 +65,11 @@ async def serve_async(
     port: int = DEFAULT_PORT,
     token: str | None = None,
     announce: Callable[[str], None] | None = None,
+    public_read: bool = False,
 ) -> None:
     """Serve the inspector until cancelled (see :func:`build` for the arguments). ``announce``
     receives the address to open, token included (default: printed on stderr)."""
-    inspector = build(store, agent=agent, token=token)
+    inspector = build(store, agent=agent, token=token, public_read=public_read)
     config = uvicorn.Config(
         inspector.app, host=host, port=port, log_level="warning", lifespan="off"
     )
@@ -89,8 +98,11 @@ def serve(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    public_read: bool = False,
 ) -> None:
     """Serve the inspector until interrupted: :func:`serve_async` in a fresh event loop."""
     import asyncio
 
-    asyncio.run(serve_async(store, agent=agent, host=host, port=port, token=token))
+    asyncio.run(
+        serve_async(store, agent=agent, host=host, port=port, token=token, public_read=public_read)
+    )

@@ -1,6 +1,7 @@
 """What the inspector shows, as plain JSON-ready data read from a checkpoint store: the run list,
-one run's detail (moves, messages, tool calls, usage, pending questions) and its path over the
-machine. Every string that leaves here has been through :func:`redact`."""
+one run's detail (task, ending, timed moves, messages, tool calls, usage, pending questions), its
+path over the machine and each state's detail. Every string that leaves here has been through
+:func:`redact`."""
 
 from __future__ import annotations
 
@@ -14,13 +15,21 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ..diagrams import RunPath, plan, render, to_dot
+from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import TERMINAL, Counters, State
-from ..messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall, ToolResult
+from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
 from ..run_state import RunState
 
-__all__ = ["diagram_svg", "redact", "run_detail", "run_path", "run_row"]
+__all__ = [
+    "diagram_svg",
+    "redact",
+    "run_detail",
+    "run_path",
+    "run_row",
+    "state_svg",
+    "task_of",
+]
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 _SECRET_SHAPES = re.compile(
@@ -67,20 +76,56 @@ def _counters(counters: Counters) -> dict[str, int]:
     return dict(counters._asdict())
 
 
-def run_row(summary: RunSummary, state: RunState | None) -> dict[str, JsonValue]:
-    """One line of the run list; ``state`` (the latest checkpoint, when it could be read)
-    adds usage and the pending questions."""
-    usage = state.usage if state is not None else None
+def _first_line(text: str, limit: int = 160) -> str:
+    line = text.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def task_of(rs: RunState) -> str:
+    """The run's task: the first line of its first user message (``""`` when it has none)."""
+    for message in rs.messages:
+        if message.role is Role.USER:
+            return _first_line(message.text)
+    return ""
+
+
+def _ending(rs: RunState) -> str | None:
+    """A one-line preview of how the run ended: its answer, else its error."""
+    if rs.output is not None:
+        return _first_line(rs.output)
+    if rs.error is not None:
+        return _first_line(rs.error)
+    return None
+
+
+def _span(times: Iterable[float | None]) -> tuple[float | None, float | None]:
+    """The first and last known of ``times``."""
+    known = [t for t in times if t is not None]
+    return (known[0], known[-1]) if known else (None, None)
+
+
+def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, JsonValue]:
+    """One line of the run list; ``checkpoint`` (the latest, when it could be read) adds the
+    task, model, times, usage, ending and pending questions. A row the store could not read
+    whole carries its ``problem``."""
+    rs = checkpoint.state if checkpoint is not None else None
+    started, last = _span(checkpoint.move_times) if checkpoint is not None else (None, None)
     row: dict[str, Any] = {
         "run_id": summary.run_id,
-        "state": summary.state.value,
+        "state": summary.state.value if summary.state is not None else None,
         "stop_reason": summary.stop_reason.value if summary.stop_reason else None,
         "steps": summary.steps,
         "version": summary.version,
         "updated_at": summary.updated_at,
         "age_s": max(0.0, time.time() - summary.updated_at),
-        "usage": usage.model_dump() if usage is not None else None,
-        "waiting": len(state.human_requests) if state is not None else 0,
+        "task": task_of(rs) if rs is not None else None,
+        "model": rs.model if rs is not None else None,
+        "started_at": started,
+        "duration_s": None if started is None or last is None else last - started,
+        "ending": _ending(rs) if rs is not None else None,
+        "usage": rs.usage.model_dump() if rs is not None else None,
+        "waiting": len(rs.human_requests) if rs is not None else 0,
+        "problem": summary.problem,
     }
     cleaned: dict[str, JsonValue] = _clean(row, _environment_secrets())
     return cleaned
@@ -98,14 +143,26 @@ def run_path(rs: RunState) -> RunPath | None:
     return RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
 
 
+def _state_link(state: State) -> str:
+    return f"/states/{state.value}"
+
+
 def diagram_svg(rs: RunState) -> bytes:
-    """The machine as SVG with the run's path and counts drawn on it (needs Graphviz, the
-    ``[diagrams]`` extra). A run still moving has no final state yet: the page lights up the
-    state it is in instead."""
+    """The machine's overview as SVG with the run's path and counts drawn on it, each state
+    linked to its page (needs Graphviz, the ``[diagrams]`` extra). A run still moving, or
+    waiting for a human, has not ended: no state is marked as its end (the page lights up the
+    state it is in instead)."""
     drawn = plan(run=run_path(rs), title="fsm_agent")
-    if rs.state not in TERMINAL and rs.state is not State.SUSPENDED:
+    if rs.state not in TERMINAL:
         drawn = replace(drawn, nodes=tuple(replace(node, final=False) for node in drawn.nodes))
-    return render(to_dot(drawn), "svg")
+    return render(overview_dot(drawn, link=_state_link), "svg")
+
+
+def state_svg(state: State) -> bytes:
+    """The detail of one state as SVG: its rows, in the order they are tried, with guards,
+    stop reasons and counter updates (needs Graphviz, the ``[diagrams]`` extra). A terminal
+    state has none: :class:`~fsm_agent.ConfigurationError`."""
+    return render(state_dot(state), "svg")
 
 
 def _arguments(call: ToolCall) -> JsonValue:
@@ -165,24 +222,13 @@ def _tool_calls(messages: list[Message], results: Mapping[str, ToolResult]) -> l
     return calls
 
 
-def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonValue]:
-    """Everything the run page shows about the latest checkpoint of a run; ``can_answer`` says
-    whether this inspector can resume it (it was given an agent)."""
-    rs = checkpoint.state
-    path = run_path(rs)
-    detail: dict[str, Any] = {
-        "run_id": rs.run_id,
-        "version": checkpoint.version,
-        "saved_at": checkpoint.saved_at,
-        "state": rs.state.value,
-        "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
-        "output": rs.output,
-        "error": rs.error,
-        "counters": _counters(rs.counters),
-        "usage": rs.usage.model_dump(),
-        "model_calls": rs.model_calls,
-        "tool_executions": rs.tool_executions,
-        "moves": [
+def _moves(rs: RunState, times: tuple[float | None, ...]) -> list[dict[str, Any]]:
+    """The timeline: each move with when it was saved and how long after the previous one."""
+    moves = []
+    previous: float | None = None
+    for n, m in enumerate(rs.trace, 1):
+        at = times[n - 1] if n <= len(times) else None
+        moves.append(
             {
                 "n": n,
                 "source": m.source.value,
@@ -191,9 +237,45 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
                 "row": m.row,
                 "stop": m.stop.value if m.stop else None,
                 "counters": _counters(m.counters),
+                "at": at,
+                "took_s": None if at is None or previous is None else max(0.0, at - previous),
             }
-            for n, m in enumerate(rs.trace, 1)
-        ],
+        )
+        previous = at
+    return moves
+
+
+def _asked_by(messages: list[Message], call_id: str) -> str | None:
+    """The text of the model's message that made the call ``call_id``."""
+    for message in reversed(messages):
+        if any(isinstance(p, ToolCall) and p.id == call_id for p in message.parts):
+            return message.text or None
+    return None
+
+
+def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonValue]:
+    """Everything the run page shows about the latest checkpoint of a run; ``can_answer`` says
+    whether this inspector can resume it (it was given an agent)."""
+    rs = checkpoint.state
+    path = run_path(rs)
+    started, last = _span(checkpoint.move_times)
+    detail: dict[str, Any] = {
+        "run_id": rs.run_id,
+        "version": checkpoint.version,
+        "saved_at": checkpoint.saved_at,
+        "task": task_of(rs),
+        "model": rs.model,
+        "started_at": started,
+        "duration_s": None if started is None or last is None else last - started,
+        "state": rs.state.value,
+        "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
+        "output": rs.output,
+        "error": rs.error,
+        "counters": _counters(rs.counters),
+        "usage": rs.usage.model_dump(),
+        "model_calls": rs.model_calls,
+        "tool_executions": rs.tool_executions,
+        "moves": _moves(rs, checkpoint.move_times),
         "state_visits": {} if path is None else {s.value: n for s, n in path.state_visits.items()},
         "row_visits": {} if path is None else {str(r): n for r, n in path.row_visits.items()},
         "messages": [_message(m) for m in rs.messages],
@@ -205,6 +287,7 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
                 "tool": r.call.name,
                 "arguments": _arguments(r.call),
                 "question": r.question,
+                "asked_by": _asked_by(rs.messages, r.call.id),
             }
             for r in rs.human_requests
             if r.decision is None

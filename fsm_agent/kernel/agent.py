@@ -59,6 +59,7 @@ from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions
 from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import RunContext, Verdict
+from .states.calling import model_name
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
 
@@ -511,6 +512,7 @@ class Agent(Generic[DepsT, OutputT]):
         log = None
         if self.checkpointer is not None:
             rs.definition = self._definition()
+            rs.model = " | ".join(model_name(m) for m in self.models)
             message = storable_message(message)
             log = RunLog(
                 self.checkpointer,

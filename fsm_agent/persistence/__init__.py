@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -82,18 +83,25 @@ class Checkpoint:
     version: int
     state: RunState
     saved_at: float  # seconds since the epoch
+    move_times: tuple[float | None, ...] = ()
+    """When each move of ``state.trace`` was saved (seconds since the epoch), in order; ``None``
+    for a move saved together with later ones (durability ``exit``), and empty from a store
+    that does not keep them."""
 
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """What a store knows about a run without decoding it: its latest checkpoint's position."""
+    """What a store knows about a run without decoding it: its latest checkpoint's position.
+    A row this version cannot read (a state or stop reason a newer fsm_agent wrote) is still
+    listed: ``problem`` says what could not be read, and the unreadable fields are ``None``."""
 
     run_id: str
     version: int
-    state: State
+    state: State | None
     stop_reason: StopReason | None
     steps: int
     updated_at: float  # seconds since the epoch
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +180,27 @@ def conflict(run_id: str, version: int, latest: int | None) -> CheckpointConflic
     )
 
 
+def move_times(saves: Iterable[tuple[float, int]]) -> tuple[float | None, ...]:
+    """Each move's time from a run's checkpoints, given in order as (saved at, moves held): a
+    move takes the time of the checkpoint that first held it; of several moves first held by
+    one checkpoint, only the last has a known time."""
+    times: list[float | None] = []
+    for saved_at, moves in saves:
+        if moves <= len(times):  # a checkpoint that held no new move (or fewer: a rewrite)
+            del times[moves:]
+            continue
+        times.extend([None] * (moves - len(times) - 1))
+        times.append(saved_at)
+    return tuple(times)
+
+
 class InMemoryCheckpointer:
     """A checkpointer in this process's memory (for tests and short-lived programs). States are
     kept as JSON text, so a loaded state shares nothing with the running one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._checkpoints: dict[str, list[tuple[float, str]]] = {}
+        self._checkpoints: dict[str, list[tuple[float, str, int]]] = {}  # (saved at, state, moves)
         self._summaries: dict[str, RunSummary] = {}
         self._effects: dict[str, dict[str, EffectRecord]] = {}
 
@@ -195,7 +217,7 @@ class InMemoryCheckpointer:
             rows = self._checkpoints.get(state.run_id, [])
             if len(rows) != version - 1:
                 raise conflict(state.run_id, version, len(rows) if rows or version > 1 else 0)
-            rows.append((now, text))
+            rows.append((now, text, len(state.trace)))
             self._checkpoints[state.run_id] = rows
             self._summaries[state.run_id] = RunSummary(
                 state.run_id, version, state.state, state.stop_reason, state.counters.steps, now
@@ -207,9 +229,10 @@ class InMemoryCheckpointer:
             rows = self._checkpoints.get(run_id)
             if not rows:
                 raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
-            saved_at, text = rows[-1]
+            saved_at, text, _ = rows[-1]
             version = len(rows)
-        return Checkpoint(run_id, version, RunState.model_validate_json(text), saved_at)
+            times = move_times((at, moves) for at, _, moves in rows)
+        return Checkpoint(run_id, version, RunState.model_validate_json(text), saved_at, times)
 
     def _fence(self, run_id: str, version: int) -> None:
         latest = len(self._checkpoints.get(run_id, ()))

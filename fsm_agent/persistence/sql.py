@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -43,7 +43,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import State, StopReason
 from ..messages import Message
 from ..run_state import RunState, StoredMove
-from . import Checkpoint, EffectRecord, RunSummary, conflict
+from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
 from .run_log import recorded_content
 from .storable import storable_state
 from .store_threads import StoreThreads
@@ -53,6 +53,7 @@ __all__ = ["MIGRATIONS", "PreparedSave", "SQLCheckpointer"]
 _SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
 _RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
 _NONE: frozenset[str] = frozenset()
+_V = TypeVar("_V")
 
 _MESSAGES = TypeAdapter(list[Message])
 _MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
@@ -455,7 +456,8 @@ class SQLCheckpointer:
             )
         messages: list[Message] = []
         trace: list[Move] = []
-        for version, _, _, messages_from, new_messages, trace_from, new_moves in rows:
+        saves: list[tuple[float, int]] = []  # each row's time and the moves it holds
+        for version, saved, _, messages_from, new_messages, trace_from, new_moves in rows:
             try:
                 if messages_from > len(messages) or trace_from > len(trace):
                     raise ValueError("it continues rows that are missing")
@@ -463,6 +465,7 @@ class SQLCheckpointer:
                 trace = trace[:trace_from] + _MOVES.validate_json(new_moves)
             except (ValidationError, ValueError, TypeError) as exc:
                 raise _corrupt(run_id, version, exc) from None
+            saves.append((float(saved), len(trace)))
         version, saved_at, body = rows[-1][0], rows[-1][1], rows[-1][2]
         try:
             state = RunState.model_validate_json(body)
@@ -472,7 +475,7 @@ class SQLCheckpointer:
         state.trace = trace
         if outputs or state.tool_outputs:
             state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
-        return Checkpoint(run_id, version, state, float(saved_at))
+        return Checkpoint(run_id, version, state, float(saved_at), move_times(saves))
 
     def _outputs(self, cur: Cursor, run_id: str) -> dict[str, str]:
         """The run's stored outputs by id, those kept in the journal read from there."""
@@ -573,20 +576,31 @@ def _json(
 
 
 def _summaries(rows: list[Any]) -> Iterator[RunSummary]:
+    """The runs rows as summaries; a row holding a value this version does not know (a state a
+    newer fsm_agent wrote, say) is listed with that field ``None`` and a ``problem``, so one
+    such run does not hide the others."""
     for run_id, version, state, stop, steps, updated_at in rows:
-        try:
-            yield RunSummary(
-                run_id,
-                int(version),
-                State(state),
-                StopReason(stop) if stop is not None else None,
-                int(steps),
-                float(updated_at),
-            )
-        except ValueError as exc:
-            raise CorruptCheckpointError(
-                f"the runs row of {run_id!r} does not decode: {exc}"
-            ) from None
+        problems: list[str] = []
+        yield RunSummary(
+            str(run_id),
+            _decoded(int, version, "checkpoint version", problems) or 0,
+            _decoded(State, state, "state", problems),
+            None if stop is None else _decoded(StopReason, stop, "stop reason", problems),
+            _decoded(int, steps, "steps", problems) or 0,
+            _decoded(float, updated_at, "update time", problems) or 0.0,
+            "; ".join(problems) or None,
+        )
+
+
+def _decoded(kind: Callable[[Any], _V], value: object, name: str, problems: list[str]) -> _V | None:
+    """``kind(value)``, or ``None`` with a line in ``problems`` when it does not decode."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        problems.append(
+            f"unknown {name} {value!r} (written by a newer fsm_agent, or changed by hand)"
+        )
+        return None
 
 
 def _corrupt(run_id: str, version: int, exc: BaseException) -> CorruptCheckpointError:

@@ -1,20 +1,49 @@
 // The fsm_agent inspector's pages. All data is put into the page with textContent (never as
-// markup): model output and tool results are untrusted. The diagram is this server's own SVG.
+// markup): model output and tool results are untrusted. The diagrams are this server's own SVG.
 "use strict";
 
 const TOKEN_KEY = "fsm-agent-inspector-token";
-const TERMINAL = new Set(["done", "aborted"]);
+const RESTING = new Set(["done", "aborted", "suspended"]);
 
-function accessToken() {
+// -- the access token --------------------------------------------------------------------------
+// Taken from the address's #token= fragment (then removed from the address, so a copied link
+// carries none), kept in this browser's storage for this server; asked for when the server
+// refuses the one held, so a shared link opens once the token is given.
+
+function takeToken() {
   const found = location.hash.match(/token=([^&]+)/);
   if (found) {
-    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1]));
+    localStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1]));
     history.replaceState(null, "", location.pathname + location.search);
   }
-  return sessionStorage.getItem(TOKEN_KEY) || "";
 }
 
-const TOKEN = accessToken();
+takeToken();
+
+let tokenAsked = null; // the promise of a token the form will give, while it is shown
+
+function askToken() {
+  if (!tokenAsked) {
+    const form = document.getElementById("token-form");
+    const input = document.getElementById("token-input");
+    form.hidden = false;
+    input.focus();
+    tokenAsked = new Promise((resolve) => {
+      form.addEventListener(
+        "submit",
+        (event) => {
+          event.preventDefault();
+          localStorage.setItem(TOKEN_KEY, input.value.trim());
+          form.hidden = true;
+          tokenAsked = null;
+          resolve();
+        },
+        { once: true },
+      );
+    });
+  }
+  return tokenAsked;
+}
 
 function notice(text) {
   const box = document.getElementById("notice");
@@ -23,19 +52,30 @@ function notice(text) {
 }
 
 async function api(path, options = {}) {
-  const headers = Object.assign({ Authorization: "Bearer " + TOKEN }, options.headers || {});
-  const response = await fetch(path, Object.assign({}, options, { headers }));
-  if (!response.ok) {
-    let message = response.status + " " + response.statusText;
-    try {
-      message = (await response.json()).error || message;
-    } catch (ignored) {
-      // not JSON: keep the status line
+  for (;;) {
+    const token = localStorage.getItem(TOKEN_KEY);
+    const headers = Object.assign({}, options.headers || {});
+    if (token) headers.Authorization = "Bearer " + token;
+    const response = await fetch(path, Object.assign({}, options, { headers }));
+    if (response.status === 401) {
+      notice(token ? "The access token was refused: give the current one." : "");
+      await askToken();
+      continue;
     }
-    throw new Error(message);
+    if (!response.ok) {
+      let message = response.status + " " + response.statusText;
+      try {
+        message = (await response.json()).error || message;
+      } catch (ignored) {
+        // not JSON: keep the status line
+      }
+      throw new Error(message);
+    }
+    return response;
   }
-  return response;
 }
+
+// -- small helpers -----------------------------------------------------------------------------
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -52,15 +92,37 @@ function cell(text, className) {
   return el("td", className ? { text: String(text), className } : { text: String(text) });
 }
 
-function badge(state) {
-  return el("span", { className: "badge " + state, text: state, "data-state": state });
+function badge(state, title) {
+  const shown = state || "unknown";
+  const attrs = { className: "badge " + shown, text: shown, "data-state": shown };
+  if (title) attrs.title = title;
+  return el("span", attrs);
 }
 
-function age(seconds) {
-  if (seconds < 60) return Math.round(seconds) + " s";
-  if (seconds < 3600) return Math.round(seconds / 60) + " min";
-  if (seconds < 86400) return Math.round(seconds / 3600) + " h";
-  return Math.round(seconds / 86400) + " d";
+function pad(number, width = 2) {
+  return String(number).padStart(width, "0");
+}
+
+// A time of day, with the date when it is not today (the browser's time zone).
+function when(seconds, withMillis = false) {
+  if (seconds === null || seconds === undefined) return "–";
+  const date = new Date(seconds * 1000);
+  let text = pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
+  if (withMillis) text += "." + pad(date.getMilliseconds(), 3);
+  if (date.toDateString() !== new Date().toDateString()) {
+    text = date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) + " " + text;
+  }
+  return text;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 0.01) return (seconds * 1000).toFixed(1) + " ms";
+  if (seconds < 1) return Math.round(seconds * 1000) + " ms";
+  if (seconds < 60) return seconds.toFixed(seconds < 10 ? 1 : 0) + " s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+  if (seconds < 86400) return Math.floor(seconds / 3600) + " h " + Math.round((seconds % 3600) / 60) + " min";
+  return Math.floor(seconds / 86400) + " d " + Math.round((seconds % 86400) / 3600) + " h";
 }
 
 function usageText(usage) {
@@ -74,9 +136,147 @@ function json(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+function stateLinks(states, current) {
+  const box = document.getElementById("state-links");
+  const links = states.map((name) =>
+    el("a", { href: "/states/" + encodeURIComponent(name), text: name, className: name === current ? "here" : "" }),
+  );
+  box.replaceChildren(box.firstElementChild, ...links.flatMap((link, i) => (i ? [" · ", link] : [" ", link])));
+}
+
+// -- zoom, pan and fit for any SVG with a viewBox ----------------------------------------------
+
+class Viewer {
+  constructor(box) {
+    this.box = box;
+    this.svg = null;
+    this.full = null; // the picture's own viewBox
+    this.view = null; // the part shown, or null to fit
+    this.dragged = false;
+    box.addEventListener("wheel", (event) => this.wheel(event), { passive: false });
+    box.addEventListener("pointerdown", (event) => this.press(event));
+    document.getElementById("zoom-in").addEventListener("click", () => this.zoom(1.4));
+    document.getElementById("zoom-out").addEventListener("click", () => this.zoom(1 / 1.4));
+    document.getElementById("fit").addEventListener("click", () => this.fit());
+  }
+
+  show(svg) {
+    const box = svg.viewBox.baseVal;
+    const width = parseFloat(svg.getAttribute("width")) || 800;
+    const height = parseFloat(svg.getAttribute("height")) || 600;
+    this.full = box && box.width ? { x: box.x, y: box.y, w: box.width, h: box.height } : { x: 0, y: 0, w: width, h: height };
+    svg.removeAttribute("width");
+    svg.removeAttribute("height");
+    svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+    this.box.replaceChildren(svg);
+    this.svg = svg;
+    this.apply();
+  }
+
+  apply() {
+    const v = this.view || this.full;
+    this.svg.setAttribute("viewBox", [v.x, v.y, v.w, v.h].join(" "));
+    this.box.dataset.zoomed = this.view ? "yes" : "no";
+  }
+
+  fit() {
+    if (!this.svg) return;
+    this.view = null;
+    this.apply();
+  }
+
+  // Zoom by factor around a point given in the picture's coordinates (default: the centre).
+  zoom(factor, x, y) {
+    if (!this.svg) return;
+    const v = this.view || this.full;
+    const cx = x === undefined ? v.x + v.w / 2 : x;
+    const cy = y === undefined ? v.y + v.h / 2 : y;
+    const w = Math.min(this.full.w * 4, Math.max(this.full.w / 40, v.w / factor));
+    const h = (v.h * w) / v.w;
+    this.view = { x: cx - ((cx - v.x) * w) / v.w, y: cy - ((cy - v.y) * h) / v.h, w, h };
+    this.apply();
+  }
+
+  // The picture's units per screen pixel (the larger of the two: "meet" fits the larger).
+  scale() {
+    const v = this.view || this.full;
+    return Math.max(v.w / this.box.clientWidth, v.h / this.box.clientHeight);
+  }
+
+  wheel(event) {
+    if (!this.svg) return;
+    event.preventDefault();
+    const point = this.svg.createSVGPoint();
+    point.x = event.clientX;
+    point.y = event.clientY;
+    const at = point.matrixTransform(this.svg.getScreenCTM().inverse());
+    this.zoom(event.deltaY < 0 ? 1.2 : 1 / 1.2, at.x, at.y);
+  }
+
+  press(event) {
+    if (!this.svg || event.button !== 0) return;
+    const start = { x: event.clientX, y: event.clientY };
+    const from = Object.assign({}, this.view || this.full);
+    const scale = this.scale();
+    this.dragged = false;
+    const move = (e) => {
+      const dx = e.clientX - start.x;
+      const dy = e.clientY - start.y;
+      if (Math.abs(dx) + Math.abs(dy) > 4) this.dragged = true;
+      if (!this.dragged) return;
+      this.view = { x: from.x - dx * scale, y: from.y - dy * scale, w: from.w, h: from.h };
+      this.apply();
+    };
+    const release = () => {
+      window.removeEventListener("pointermove", move);
+      window.removeEventListener("pointerup", release);
+    };
+    window.addEventListener("pointermove", move);
+    window.addEventListener("pointerup", release);
+  }
+}
+
+// A click on a state (not the end of a drag) opens its rows: through the link the picture
+// carries, else by the node's title.
+function linkStates(viewer) {
+  viewer.box.addEventListener("click", (event) => {
+    if (viewer.dragged) {
+      event.preventDefault();
+      return;
+    }
+    if (event.target.closest("a")) return;
+    const name = stateOf(event.target.closest("g.node"));
+    if (name) location.href = "/states/" + encodeURIComponent(name);
+  });
+}
+
+// The state a diagram's node stands for: its id (state-NAME, or to-NAME for a destination in a
+// state's detail), else its title.
+function stateOf(node) {
+  if (!node) return null;
+  const found = node.id.match(/^(?:state|to)-(.+)$/);
+  if (found) return found[1];
+  const title = node.querySelector("title");
+  return title ? title.textContent : null;
+}
+
+async function loadSvg(path) {
+  const response = await api(path);
+  const parsed = new DOMParser().parseFromString(await response.text(), "image/svg+xml");
+  return document.importNode(parsed.documentElement, true);
+}
+
 // -- the run list ------------------------------------------------------------------------------
 
 let knownStates = false;
+
+function taskCell(run) {
+  const link = el("a", { href: "/runs/" + encodeURIComponent(run.run_id), className: "task-link" });
+  link.textContent = run.task || (run.problem ? "(cannot be read)" : "(no task)");
+  const box = el("td", { className: "task-cell" }, link, el("div", { className: "run-id muted", text: run.run_id }));
+  if (run.problem) box.append(el("div", { className: "problem", text: run.problem }));
+  return box;
+}
 
 async function loadRuns() {
   const state = document.getElementById("state-filter").value;
@@ -84,30 +284,32 @@ async function loadRuns() {
   const query = new URLSearchParams({ state, q: search });
   const data = await (await api("/api/runs?" + query)).json();
   document.getElementById("store").textContent = data.store;
+  document.getElementById("access").textContent = data.public_read ? "· reading needs no token" : "";
   if (!knownStates) {
     const select = document.getElementById("state-filter");
-    for (const name of data.states) select.append(el("option", { value: name, text: name }));
+    for (const name of [...data.states, "unknown"]) select.append(el("option", { value: name, text: name }));
     knownStates = true;
   }
   const body = document.querySelector("#runs tbody");
   const rows = data.runs.map((run) => {
-    const link = el("a", { href: "/runs/" + encodeURIComponent(run.run_id), text: run.run_id });
     const usage = run.usage;
     return el(
       "tr",
-      { "data-run-id": run.run_id },
-      el("td", {}, link),
-      el("td", {}, badge(run.state)),
+      { "data-run-id": run.run_id, className: run.problem ? "unreadable" : "" },
+      taskCell(run),
+      el("td", {}, badge(run.state, run.problem)),
       cell(run.stop_reason || "–"),
       cell(run.steps, "num"),
-      cell(usage ? usage.requests : "?", "num"),
+      cell(run.model || "–", "model"),
+      cell(when(run.started_at), "started"),
+      cell(duration(run.duration_s), "num duration"),
       cell(usage ? usage.input_tokens + " / " + usage.output_tokens : "?", "num"),
-      cell(run.waiting || "", "num"),
-      cell(age(run.age_s), "num"),
+      cell(run.state === "suspended" ? "waiting for a human (" + run.waiting + ")" : run.ending || "–", "answer"),
     );
   });
   body.replaceChildren(...rows);
   document.getElementById("empty").hidden = rows.length > 0;
+  document.getElementById("count").textContent = rows.length + (rows.length === 1 ? " run" : " runs");
 }
 
 function indexPage() {
@@ -126,6 +328,7 @@ let shownVersion = null;
 let shownDiagram = null;
 let lastDetail = null;
 let answered = false; // an answer was sent and its run has not moved on yet
+let runViewer = null;
 
 function counterText(counters) {
   return Object.entries(counters)
@@ -136,19 +339,13 @@ function counterText(counters) {
 
 function highlight(state) {
   for (const node of document.querySelectorAll("#diagram g.node")) {
-    const title = node.querySelector("title");
-    node.classList.toggle("current", Boolean(title) && title.textContent === state);
+    node.classList.toggle("current", stateOf(node) === state);
   }
 }
 
 async function loadDiagram(detail) {
   if (shownDiagram === detail.version) return;
-  const response = await api("/api/runs/" + encodeURIComponent(RUN_ID) + "/diagram.svg");
-  const parsed = new DOMParser().parseFromString(await response.text(), "image/svg+xml");
-  const svg = document.importNode(parsed.documentElement, true);
-  svg.removeAttribute("width");
-  svg.removeAttribute("height");
-  document.getElementById("diagram").replaceChildren(svg);
+  runViewer.show(await loadSvg("/api/runs/" + encodeURIComponent(RUN_ID) + "/diagram.svg"));
   shownDiagram = detail.version;
   highlight(detail.state);
 }
@@ -168,39 +365,46 @@ async function answer(callId, decision, text) {
   }
 }
 
+function questionBox(q, disabled) {
+  const call = el(
+    "div",
+    { className: "call" },
+    el("div", {}, el("strong", { text: q.tool }), " ", el("span", { className: "muted", text: q.call_id })),
+    el("pre", { text: json(q.arguments) }),
+  );
+  if (q.question) call.append(el("p", { className: "asked", text: q.question }));
+  const reply = el("input", { type: "text", placeholder: q.kind === "question" ? "your answer" : "reason (for a denial)" });
+  const buttons = q.kind === "question"
+    ? [el("button", { type: "button", className: "answer", text: "Answer" })]
+    : [
+        el("button", { type: "button", className: "approve", text: "Approve" }),
+        el("button", { type: "button", className: "deny", text: "Deny" }),
+      ];
+  for (const button of buttons) {
+    button.disabled = disabled;
+    const decision = button.className === "approve" ? "allow" : button.className;
+    button.addEventListener("click", () => {
+      for (const other of buttons) other.disabled = true;
+      answer(q.call_id, decision, reply.value || null);
+    });
+  }
+  reply.disabled = disabled;
+  call.append(el("div", { className: "decide" }, reply, " ", ...buttons));
+  const said = el(
+    "div",
+    { className: "model-said" },
+    el("div", { className: "label", text: "The model wrote, with this call" }),
+    el("pre", { text: q.asked_by || "(no text: the call alone)" }),
+  );
+  return el("div", { className: "question", "data-call-id": q.call_id }, said, call);
+}
+
 function renderQuestions(detail) {
   const section = document.getElementById("questions-section");
   section.hidden = detail.questions.length === 0;
   document.getElementById("read-only").hidden = detail.can_answer || detail.questions.length === 0;
   const disabled = !detail.can_answer || detail.resuming;
-  const boxes = detail.questions.map((q) => {
-    const box = el(
-      "div",
-      { className: "question", "data-call-id": q.call_id },
-      el("div", {}, el("strong", { text: q.tool }), " ", el("span", { className: "muted", text: q.call_id })),
-      el("pre", { text: json(q.arguments) }),
-    );
-    if (q.question) box.append(el("p", { text: q.question }));
-    const reply = el("input", { type: "text", placeholder: q.kind === "question" ? "your answer" : "reason (for a denial)" });
-    const buttons = q.kind === "question"
-      ? [el("button", { type: "button", className: "answer", text: "Answer" })]
-      : [
-          el("button", { type: "button", className: "approve", text: "Approve" }),
-          el("button", { type: "button", className: "deny", text: "Deny" }),
-        ];
-    for (const button of buttons) {
-      button.disabled = disabled;
-      const decision = button.className === "approve" ? "allow" : button.className;
-      button.addEventListener("click", () => {
-        for (const other of buttons) other.disabled = true;
-        answer(q.call_id, decision, reply.value || null);
-      });
-    }
-    reply.disabled = disabled;
-    box.append(el("div", {}, reply, " ", ...buttons));
-    return box;
-  });
-  document.getElementById("questions").replaceChildren(...boxes);
+  document.getElementById("questions").replaceChildren(...detail.questions.map((q) => questionBox(q, disabled)));
 }
 
 function renderMessages(detail) {
@@ -225,27 +429,51 @@ function renderMessages(detail) {
   document.getElementById("messages").replaceChildren(...items);
 }
 
+const ENDINGS = {
+  done: "Finished",
+  aborted: "Stopped",
+  suspended: "Waiting for a human",
+};
+
+function renderSummary(detail) {
+  document.getElementById("task").textContent = detail.task || "(no task)";
+  document.getElementById("model").textContent = detail.model || "model unknown";
+  document.getElementById("started").textContent = when(detail.started_at);
+  const moving = !RESTING.has(detail.state) && detail.started_at !== null;
+  document.getElementById("duration-label").textContent = moving ? "running for" : "ran";
+  document.getElementById("duration").textContent = moving
+    ? duration(Math.max(0, Date.now() / 1000 - detail.started_at))
+    : duration(detail.duration_s);
+  const box = document.getElementById("ending");
+  box.className = "ending " + detail.state;
+  document.getElementById("state-badge").replaceChildren(badge(detail.state));
+  document.getElementById("ending-title").textContent = ENDINGS[detail.state] || "Running: now in " + detail.state;
+  document.getElementById("stop-reason").textContent = detail.stop_reason ? "(" + detail.stop_reason + ")" : "";
+  document.getElementById("output").textContent = detail.output || "";
+  document.getElementById("output").hidden = detail.output === null;
+  document.getElementById("error").textContent = detail.error || "";
+  document.getElementById("error").hidden = detail.error === null;
+}
+
 function renderRun(detail) {
-  document.title = "fsm_agent inspector: " + detail.run_id;
+  document.title = "fsm_agent inspector: " + (detail.task || detail.run_id);
   document.getElementById("run-id").textContent = detail.run_id;
   document.getElementById("current-state").textContent = detail.state;
   document.body.dataset.state = detail.state;
-  document.getElementById("stop-reason").textContent = detail.stop_reason || "–";
   document.getElementById("steps").textContent = detail.counters.steps;
   document.getElementById("model-calls").textContent = detail.model_calls;
   document.getElementById("tool-runs").textContent = detail.tool_executions;
   document.getElementById("usage").textContent = usageText(detail.usage);
   document.getElementById("version").textContent = detail.version;
-  const ended = detail.output !== null || detail.error !== null;
-  document.getElementById("ending").hidden = !ended;
-  document.getElementById("output").textContent = detail.output || "";
-  document.getElementById("error").textContent = detail.error || "";
+  renderSummary(detail);
   document.querySelector("#moves tbody").replaceChildren(
     ...detail.moves.map((m) =>
       el(
         "tr",
         { "data-move": String(m.n) },
         cell(m.n, "num"),
+        cell(when(m.at, true), "time"),
+        cell(m.took_s === null ? "–" : duration(m.took_s), "num took"),
         cell(m.source),
         cell(m.outcome),
         cell(m.dest),
@@ -272,6 +500,13 @@ function renderRun(detail) {
   highlight(detail.state);
 }
 
+function liveText(detail) {
+  if (detail.resuming) return "resuming: following live";
+  if (detail.state === "suspended") return "waiting for a human";
+  if (RESTING.has(detail.state)) return "at rest";
+  return "following live";
+}
+
 async function followRun() {
   let delay = 500;
   try {
@@ -283,12 +518,14 @@ async function followRun() {
       lastDetail = detail;
     }
     await loadDiagram(detail);
-    const resting = TERMINAL.has(detail.state) && !detail.resuming;
-    document.getElementById("live").textContent = resting ? "at rest" : "following live";
+    const resting = RESTING.has(detail.state) && !detail.resuming;
+    document.getElementById("live").textContent = liveText(detail);
     if (detail.resume_error) {
       notice("The resume failed: " + detail.resume_error);
     } else if (answered && !detail.resuming && detail.state !== "suspended") {
       answered = false;
+      notice("");
+    } else if (!answered) {
       notice("");
     }
     delay = resting ? 3000 : 500;
@@ -299,5 +536,41 @@ async function followRun() {
   setTimeout(followRun, delay);
 }
 
-if (document.body.dataset.page === "index") indexPage();
-else followRun();
+function runPage(states) {
+  runViewer = new Viewer(document.getElementById("diagram"));
+  linkStates(runViewer);
+  stateLinks(states, null);
+  followRun();
+}
+
+// -- one state's rows --------------------------------------------------------------------------
+
+async function statePage(states) {
+  const name = decodeURIComponent(location.pathname.replace(/^\/states\//, ""));
+  document.title = "fsm_agent inspector: state " + name;
+  document.getElementById("state-name").textContent = name;
+  stateLinks(states, name);
+  const viewer = new Viewer(document.getElementById("diagram"));
+  linkStates(viewer);
+  try {
+    viewer.show(await loadSvg("/api/states/" + encodeURIComponent(name) + ".svg"));
+  } catch (error) {
+    notice(error.message);
+  }
+}
+
+async function start() {
+  const page = document.body.dataset.page;
+  if (page === "index") return indexPage();
+  let states = [];
+  try {
+    const known = await (await api("/api/states")).json();
+    states = known.states.filter((name) => !known.terminal.includes(name));
+  } catch (error) {
+    notice(error.message);
+  }
+  if (page === "state") return statePage(states);
+  return runPage(states);
+}
+
+start();
