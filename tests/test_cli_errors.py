@@ -364,13 +364,14 @@ def test_fuzz_refuses_a_time_limit_that_is_not_a_positive_number(
     assert "argument --max-seconds: must be a finite number greater than 0" in line
 
 
-def test_fuzz_with_a_time_limit_shorter_than_an_example_still_runs_one(
+def test_fuzz_with_a_time_limit_shorter_than_an_example_is_no_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A limit that runs out before the first example ends still runs one: an OK never stands
-    on zero examples."""
+    """A limit that runs out before the first example ends is kept: the session ends there,
+    and an OK never stands on zero examples (NO RESULT, exit 1)."""
     code, out, err = cli(
         capsys, monkeypatch, tmp_path, "fuzz", "--max-seconds", "1e-9", "--seed", "1"
     )
-    assert code == 0, err
-    assert "fuzz: OK" in out and "examples run:         1 in" in out
+    assert code == 1, err
+    assert "fuzz: NO RESULT" in out and "examples run:         0 in" in out
+    assert "no example finished within the time limit" in out

@@ -4,6 +4,7 @@ workers gone) with generous bounds, and kills whatever it started on its way out
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -89,12 +90,8 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     yield run
     for process in started:
-        with_workers = [process.pid, *workers_of(process.pid)]
-        for pid in with_workers:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        with contextlib.suppress(ProcessLookupError):  # its group: it and its workers
+            os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
 
 
