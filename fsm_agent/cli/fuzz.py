@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..targets import load_factory
-from .args import finite_positive_float, load_phases, positive_int
+from .args import UsageError, finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
@@ -126,8 +126,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         try:
             factory = load_factory(args.target)
         except ValueError as exc:
-            print(f"fsm-agent fuzz: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
     last = [0.0]
 
     def progress(p: FuzzProgress) -> None:
@@ -171,9 +170,6 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 attacks=attacks,
             )
     except Exception as exc:  # the factory could not build an agent, or a process failed
-        print(
-            f"fsm-agent fuzz: cannot fuzz the target: {type(exc).__name__}: {exc}", file=sys.stderr
-        )
-        return 2
+        raise UsageError(f"cannot fuzz the target: {type(exc).__name__}: {exc}") from None
     print(report.format())
     return 0 if report.ok else 1
