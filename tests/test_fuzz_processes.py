@@ -69,10 +69,16 @@ def workers_of(parent: int) -> list[int]:
     return found
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Starts ``python -m fsm_agent ARGS`` in a session of its own (importing the tests'
-    modules); kills the whole session when the test ends, whatever happened."""
+    modules) with Ctrl-C's default action (a suite started in the background of a shell
+    without job control ignores SIGINT, and so would the command, as Unix wants); kills the
+    whole session when the test ends, whatever happened."""
     started: list[subprocess.Popen[str]] = []
 
     def run(*args: str) -> subprocess.Popen[str]:
@@ -84,6 +90,7 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
             text=True,
             start_new_session=True,
             env=env,
+            preexec_fn=_default_sigint,
         )
         started.append(process)
         return process
