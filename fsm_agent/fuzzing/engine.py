@@ -187,9 +187,14 @@ class Engine:
 
     def close(self) -> None:
         """Close the event loop (first cancelling what a cut example left on it)."""
-        if self._leftovers:
-            _cancel_leftovers(self.loop)
+        self._clear()
         self.loop.close()
+
+    def _clear(self) -> None:
+        """Cancel what a cut example left on the loop, so nothing of it runs on."""
+        if self._leftovers:
+            self._leftovers = False
+            _cancel_leftovers(self.loop)
 
     def case(self, data: bytes) -> FuzzCase | SeamCase:
         """The case ``data`` decodes to."""
@@ -199,6 +204,7 @@ class Engine:
     def _check(self, case: FuzzCase | SeamCase, end: float | None = None) -> tuple[int, int]:
         """Play ``case`` and check it: (invariants checked, the path's hash). Raises
         :class:`Cut` when ``time.time()`` reaches ``end`` before the case ends."""
+        self._clear()
         timer, self._stopped = None, False
         if end is not None:
             timer = self.loop.call_later(max(0.0, end - time.time()), self._stop)

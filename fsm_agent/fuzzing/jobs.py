@@ -151,7 +151,7 @@ def _terminate_stops_workers() -> Iterator[None]:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Terminated
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL  # None: not set from Python
     if previous is signal.SIG_IGN:  # the caller chose to ignore it: so do we
         yield
         return
