@@ -3,8 +3,9 @@
 Neither this module nor the fuzzer imports hypothesis (the ``[testing]`` extra, needed only by
 the strategies for your own property tests): ``fsm-agent fuzz`` works without it.
 
-Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test);
-2 a usage error (a bad target, an unknown profile, a factory that does not build an agent).
+Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test), or no
+example finished within ``--max-seconds``; 2 a usage error (a bad target, an unknown profile, a
+factory that does not build an agent).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-seconds",
         metavar="S",
         type=finite_positive_float,
-        help="stop after S seconds, once at least one example ran (default: profile's)",
+        help="a time budget: at S seconds the example in progress is cut and reported as cut "
+        "(default: profile's)",
     )
     parser.add_argument(
         "--mode",
