@@ -299,7 +299,7 @@ def test_cli_counts_the_calls_of_a_fallback_chain(
     assert "longest path: 13 model calls" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # its search is test_default_policy_is_proven's, --explore's output the test above's
+@pytest.mark.slow  # the search is test_default_policy_is_proven's, the output the test above's
 def test_cli_proves_the_default_policy(capsys: pytest.CaptureFixture[str]) -> None:
     """`check --explore` exits 0 on the default policy and prints the verdict, states, bounds
     and path after the parametric proof."""
