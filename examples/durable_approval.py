@@ -36,11 +36,15 @@ def make_agent(model: Model, db: Path) -> Agent:
 
 
 async def main(decision: str) -> None:
+    # A scripted model cannot read the tool result, so its last answer is written for the
+    # decision the human will make; a real model answers from the result it is sent.
+    answer_text = (
+        "Done: the refund is settled."
+        if decision == "approve"
+        else "I did not make the refund: it was refused (refunds need a receipt)."
+    )
     model = ScriptedModel(
-        [
-            tool_call("refund", {"order": "A-17", "amount": 25.0}),
-            text("Done: the refund is settled."),
-        ]
+        [tool_call("refund", {"order": "A-17", "amount": 25.0}), text(answer_text)]
     )
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "runs.db"

@@ -5,10 +5,10 @@ code); the model moves forward with the generated ``move_to_phase`` tool.
 Offline it runs on a scripted model. With ``PLAN_ACT_CHECK_MODEL=provider:model`` (and that
 provider's server, e.g. ``OPENAI_BASE_URL`` of a local llama.cpp server) it runs on a real one.
 
-Check and draw the phases with the loop::
+Check and draw the phases with the loop, from the repository's root::
 
-    fsm-agent check --phases plan_act_check:PHASES --phase-turns 12
-    fsm-agent diagram --phases plan_act_check:PHASES --format mermaid
+    fsm-agent check --phases examples.plan_act_check:PHASES --phase-turns 12
+    fsm-agent diagram --phases examples.plan_act_check:PHASES --format mermaid
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ def backoff_delay(
         if not math.isfinite(retry_after) or retry_after > retry.max_delay_s:
             return None
         return max(0.0, retry_after)
-    delay: float = min(retry.max_delay_s, retry.base_delay_s * 2.0 ** (attempt - 1))
+    # 2.0 ** 1024 overflows; by 2 ** 1000 any base delay is long past max_delay_s already.
+    delay: float = min(retry.max_delay_s, retry.base_delay_s * 2.0 ** min(attempt - 1, 1000))
     if retry.jitter:
         delay *= 1 + retry.jitter * (2 * rng.random() - 1)
     return min(retry.max_delay_s, max(0.0, delay))

@@ -66,7 +66,8 @@ def fuzz_agent(
     ``make_agent(model)`` builds your agent (tools, hooks, verifier, policy) around the model
     it is given. Generated scripts run on the real kernel and every run invariant is
     checked after every run (see :mod:`fsm_agent.fuzzing`). Raises ``AssertionError`` with
-    the shrunk case, as a ready-to-paste test, on a violation. ``examples`` defaults to the
+    the shrunk case, as a ready-to-paste test, on a violation (or when ``max_seconds`` cut the
+    first example: no example finished). ``examples`` defaults to the
     loaded hypothesis profile's ``max_examples``; ``seed`` to 0 when that profile is
     derandomized (as hypothesis's ``ci`` profile is), else random: this helper follows your
     suite's hypothesis profile, so it needs the ``[testing]`` extra.
@@ -88,6 +89,6 @@ def fuzz_agent(
         seed=seed,
         max_seconds=max_seconds,
     )
-    if report.failure is not None:
+    if not report.ok:  # a violation, or no example finished within max_seconds
         raise AssertionError(report.format())
     return report

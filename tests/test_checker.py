@@ -55,12 +55,12 @@ def _only(report: CheckReport, kind: FailureKind) -> list[Failure]:
 # --- sound policies are proven -----------------------------------------------------------------
 
 
-def test_default_policy_is_proven_in_seconds() -> None:
-    """The default policy terminates, stays within its bound, and the bound is reached."""
+def test_default_policy_is_proven() -> None:
+    """The default policy terminates, stays within its bound, and the bound is reached (how
+    long the search takes is measured in benchmarks/, not asserted here)."""
     report = check()
     assert report.verdict is CheckVerdict.PROVEN, report.format()
     assert report.complete
-    assert report.elapsed_s < 10
     assert report.longest_path_model_calls == report.bounds.max_model_calls == 1201
     assert report.disabled_states == (S.VERIFYING,)
     assert StopReason.MAX_STEPS in report.stop_reasons
@@ -299,6 +299,7 @@ def test_cli_counts_the_calls_of_a_fallback_chain(
     assert "longest path: 13 model calls" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the search is test_default_policy_is_proven's, the output the test above's
 def test_cli_proves_the_default_policy(capsys: pytest.CaptureFixture[str]) -> None:
     """`check --explore` exits 0 on the default policy and prints the verdict, states, bounds
     and path after the parametric proof."""

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -142,11 +141,9 @@ def test_write_all_check_reports_stale_files(tmp_path: Path) -> None:
 
 
 def test_demo_runs_offline_fast_and_draws_its_run(tmp_path: Path) -> None:
-    """``demo`` finishes in under 5 s, traces its moves and effects, records JSONL and writes
-    the machine with its run drawn on it; ``diagram --trace`` reads the recording."""
-    began = time.monotonic()
+    """``demo`` runs offline, traces its moves and effects, records JSONL and writes the
+    machine with its run drawn on it; ``diagram --trace`` reads the recording."""
     result = fsm_agent("demo", "--record", "run.jsonl", cwd=tmp_path)
-    assert time.monotonic() - began < 5
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for expected in (

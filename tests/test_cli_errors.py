@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import sys
 from collections.abc import Callable
 from importlib.metadata import version
@@ -367,13 +368,57 @@ def test_fuzz_refuses_a_time_limit_that_is_not_a_positive_number(
     assert "argument --max-seconds: must be a finite number greater than 0" in line
 
 
-def test_fuzz_with_a_time_limit_shorter_than_an_example_still_runs_one(
+def test_fuzz_with_a_time_limit_shorter_than_an_example_is_no_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A limit that runs out before the first example ends still runs one: an OK never stands
-    on zero examples."""
+    """A limit that runs out before the first example ends is kept: the session ends there,
+    and an OK never stands on zero examples (NO RESULT, exit 1)."""
     code, out, err = cli(
         capsys, monkeypatch, tmp_path, "fuzz", "--max-seconds", "1e-9", "--seed", "1"
     )
-    assert code == 0, err
-    assert "fuzz: OK" in out and "examples run:         1 in" in out
+    assert code == 1, err
+    assert "fuzz: NO RESULT" in out and "examples run:         0 in" in out
+    assert "no example finished within the time limit" in out
+
+
+def test_fuzz_an_unimportable_target_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fuzz nomod:f`` says ``error:`` like every other command's usage error."""
+    line = usage_error(cli(capsys, monkeypatch, tmp_path, "fuzz", "no_such_module_x:f"))
+    assert line.startswith("fsm-agent fuzz: error: cannot import 'no_such_module_x'"), line
+
+
+def test_an_unknown_option_points_to_its_command_s_help(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fuzz --agent x`` is the fuzz command's error, pointing to ``fsm-agent fuzz --help``."""
+    line = usage_error(cli(capsys, monkeypatch, tmp_path, "fuzz", "--agent", "x"))
+    assert line == (
+        "fsm-agent fuzz: error: unrecognized arguments: --agent (see 'fsm-agent fuzz --help')"
+    )
+
+
+def test_a_refused_connection_is_retried_briefly_and_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fsm-agent run`` against a port nobody listens on: two retries (not five, about 30 s),
+    then the error once, exit 1."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nobody listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out, err = cli(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        "run",
+        "hi",
+        "--model",
+        "openai:gpt-4o-mini",
+        "--base-url",
+        f"http://127.0.0.1:{port}/v1",
+    )
+    assert code == 1, err
+    everything = out + err
+    assert everything.count("All connection attempts failed (") == 1, everything
+    assert "retry 2 after" in out and "retry 3 after" not in out

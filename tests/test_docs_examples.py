@@ -3,7 +3,11 @@ written: scripted models, or an OpenAI-compatible server on 127.0.0.1 named by t
 
 from __future__ import annotations
 
+import ast
 import runpy
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +95,36 @@ def test_provider_example_talks_to_the_configured_server(
     runpy.run_path(str(ROOT / "examples" / "provider_from_env.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert f"[openai:local-model] completed: {LOCAL_ANSWER}" in out
+
+
+def _header_commands(path: Path) -> list[str]:
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return [line.strip() for line in doc.splitlines() if line.strip().startswith("fsm-agent ")]
+
+
+def test_the_phases_example_header_commands_run_from_the_repository_root() -> None:
+    """The commands in ``plan_act_check.py``'s header work as written, from the root (in a
+    fresh process: nothing but the current directory makes the example importable)."""
+    commands = _header_commands(ROOT / "examples" / "plan_act_check.py")
+    assert len(commands) == 2
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "fsm_agent", *shlex.split(command)[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stderr)
+
+
+def test_a_denied_refund_is_not_reported_as_settled(
+    sandbox: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``durable_approval.py deny``: no refund is made, and the answer does not claim one."""
+    monkeypatch.setattr(sys, "argv", ["durable_approval.py", "deny"])
+    runpy.run_path(str(ROOT / "examples" / "durable_approval.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "refunds made: []" in out
+    assert "settled" not in out and "did not make the refund" in out

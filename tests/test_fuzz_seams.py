@@ -225,22 +225,21 @@ def test_seams_catch_a_run_that_never_returns(monkeypatch: pytest.MonkeyPatch) -
 
 # -- the mode on the real kernel ------------------------------------------------------------------
 def test_a_short_seams_run_on_outside_attacks_finds_nothing() -> None:
-    """The attacks the kernel holds today (the others are open kernel bugs, below)."""
+    """The attacks the kernel holds today (the others are open kernel bugs, below): a fixed
+    set of examples, not a time limit, so a loaded machine runs the same ones."""
     report = fuzz(
-        mode="seams",
-        attacks=("listener", "gates", "verifier", "store"),
-        examples=3_000,
-        max_seconds=3,
-        seed=0,
+        mode="seams", attacks=("listener", "gates", "verifier", "store"), examples=150, seed=0
     )
     assert report.ok, report.format()
-    assert report.examples > 50
+    assert report.examples == 150
 
 
 def test_a_short_seams_run_on_every_attack_finds_nothing() -> None:
-    """Every attack family at once, a few seconds on the real clock: no seam invariant breaks."""
-    report = fuzz(mode="seams", examples=3_000, max_seconds=3, seed=0)
+    """Every attack family at once, on the real clock: no seam invariant breaks in 150
+    examples (a fixed set, whatever the machine's load)."""
+    report = fuzz(mode="seams", examples=150, seed=0)
     assert report.ok, report.format()
+    assert report.examples == 150
 
 
 # -- found by the seams mode ----------------------------------------------------------------------

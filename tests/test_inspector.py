@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -425,46 +424,40 @@ def test_the_command_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class _Served:
     """``fsm-agent inspect`` running in a subprocess: ``base`` and ``auth`` reach its API."""
 
     def __init__(self, *args: str, cwd: Path | None = None) -> None:
-        port = _free_port()
-        self.base = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fsm_agent", "inspect", *args, "--port", str(port)],
+            [sys.executable, "-m", "fsm_agent", "inspect", *args, "--port", "0"],
             stderr=subprocess.PIPE,
             text=True,
             cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        assert self.process.stderr is not None
-        line = self.process.stderr.readline()
-        found = re.search(rf"http://127\.0\.0\.1:{port}/#token=(\S+)", line)
-        assert found is not None, line
-        self.auth = {"Authorization": f"Bearer {found.group(1)}"}
-        for _ in range(200):
-            try:
-                httpx.get(f"{self.base}/static/style.css")
-                return
-            except httpx.ConnectError:
-                time.sleep(0.05)
+        try:  # the address is printed once it listens, with the free port it picked
+            assert self.process.stderr is not None
+            line = self.process.stderr.readline()
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/#token=(\S+)", line)
+            assert found is not None, line
+        except BaseException:
+            self.close()
+            raise
+        self.base = f"http://127.0.0.1:{found.group(1)}"
+        self.auth = {"Authorization": f"Bearer {found.group(2)}"}
 
     def get(self, path: str) -> Any:
         """The JSON of an authorised GET."""
         return httpx.get(self.base + path, headers=self.auth).json()
 
     def close(self) -> None:
-        """Stop the command."""
+        """Stop the command (killed if it does not stop within a minute)."""
         self.process.terminate()
-        self.process.wait(timeout=10)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         if self.process.stderr is not None:
             self.process.stderr.close()
 

@@ -174,13 +174,13 @@ def test_a_stdio_server_killed_mid_call_gives_an_error_and_the_next_call_reconne
     )
 
     async def main() -> tuple[Any, int]:
-        async with stdio(timeout_s=20) as server:
+        async with stdio(timeout_s=60) as server:
             result = await Agent(model, tools=server.tools).run("Go.")
             return result, server.reconnects
 
     started = time.monotonic()
     result, reconnects = run(main())
-    assert time.monotonic() - started < 15  # the death is noticed, not waited out
+    assert time.monotonic() - started < 30  # the death is noticed, not waited out
     (died, e1), (pid, e2), (same, e3) = results(result)
     assert e1 and "went away during the call to 'die'" in died
     assert "may or may not have taken effect" in died
@@ -338,12 +338,12 @@ def test_an_http_server_killed_mid_call_gives_an_error_result(
     model = ScriptedModel([tool_call("die", {}), tool_call("add", {"a": 1, "b": 1}), text("?")])
 
     async def main() -> Any:
-        async with MCPServerHTTP(http_server.url, mode=mode, timeout_s=10) as server:
+        async with MCPServerHTTP(http_server.url, mode=mode, timeout_s=60) as server:
             return await Agent(model, tools=server.tools).run("Go.")
 
     started = time.monotonic()
     result = run(main())
-    assert time.monotonic() - started < 9
+    assert time.monotonic() - started < 30  # the death is noticed, not waited out
     (died, e1), (gone, e2) = results(result)
     assert e1 and e2 and "may or may not have taken effect" in died
     assert "cannot connect to MCP server" in gone
@@ -516,7 +516,7 @@ def test_a_server_that_never_answers_the_handshake_is_given_up_at_the_connect_ti
     started = time.monotonic()
     with pytest.raises(MCPServerError, match="did not connect and list its tools within 1 s"):
         run(main())
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 30  # given up, not waited out (the server sleeps 60 s)
 
 
 def test_a_recorded_run_with_mcp_tools_replays_with_no_server(tmp_path: Path) -> None:

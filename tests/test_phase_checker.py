@@ -4,7 +4,6 @@ and checked with the loop."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -81,12 +80,12 @@ def test_a_guard_that_opens_in_time_is_not_a_defect() -> None:
 
 def test_checking_is_fast_under_the_default_step_bound() -> None:
     """Guards that read neither the turns of a visit nor the visits leave them out of the
-    search: the default policy's 200 turns are checked in well under a second."""
-    started = time.perf_counter()
+    search: the default policy's 200 turns are checked over a few hundred states, about four
+    per turn (counted, not timed: the count does not depend on the machine's load)."""
     report = check_phases(plan_act_check(), 200)
     assert report.complete
     assert report.ok
-    assert time.perf_counter() - started < 1.0
+    assert report.states < 2_000
 
 
 def test_a_guard_reading_the_visits_is_searched_with_them() -> None:

@@ -83,6 +83,14 @@ def test_backoff_doubles_with_jitter_and_caps() -> None:
     )
 
 
+def test_backoff_stays_capped_after_a_thousand_retries() -> None:
+    """Retry number 1,025 and later (a budget of up to a million retries is valid) wait
+    max_delay_s: the doubling no longer overflows a float."""
+    retry = RetryPolicy(max_retries=10**6, base_delay_s=1, max_delay_s=10, jitter=0)
+    rng = random.Random(0)
+    assert [backoff_delay(retry, n, None, rng) for n in (1025, 10**6)] == [10.0, 10.0]
+
+
 def test_retry_after_wins_and_too_long_gives_up() -> None:
     """A server Retry-After is used as is; one above max_delay_s (or not finite) gives up."""
     retry = RetryPolicy(max_delay_s=30)

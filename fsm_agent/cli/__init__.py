@@ -136,7 +136,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     for command in commands:
         child = sub.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(child)
-        child.set_defaults(handler=command.handler)
+        child.set_defaults(handler=command.handler, command_parser=child)
     return parser
 
 
@@ -147,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # the command's parser says so, pointing to the command's own --help
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     prog = f"{PROG} {args.command}"
     try:
         code: int = args.handler(args)

@@ -3,8 +3,9 @@
 Neither this module nor the fuzzer imports hypothesis (the ``[testing]`` extra, needed only by
 the strategies for your own property tests): ``fsm-agent fuzz`` works without it.
 
-Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test);
-2 a usage error (a bad target, an unknown profile, a factory that does not build an agent).
+Exit codes: 0 no violation; 1 a violation (the shrunk case is printed as a pytest test), or no
+example finished within ``--max-seconds``; 2 a usage error (a bad target, an unknown profile, a
+factory that does not build an agent).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..targets import load_factory
-from .args import finite_positive_float, load_phases, positive_int
+from .args import UsageError, finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:
     from ..fuzzing import FuzzProgress
@@ -60,7 +61,8 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-seconds",
         metavar="S",
         type=finite_positive_float,
-        help="stop after S seconds, once at least one example ran (default: profile's)",
+        help="a time budget: at S seconds the example in progress is cut and reported as cut "
+        "(default: profile's)",
     )
     parser.add_argument(
         "--mode",
@@ -126,8 +128,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         try:
             factory = load_factory(args.target)
         except ValueError as exc:
-            print(f"fsm-agent fuzz: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
     last = [0.0]
 
     def progress(p: FuzzProgress) -> None:
@@ -171,9 +172,6 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 attacks=attacks,
             )
     except Exception as exc:  # the factory could not build an agent, or a process failed
-        print(
-            f"fsm-agent fuzz: cannot fuzz the target: {type(exc).__name__}: {exc}", file=sys.stderr
-        )
-        return 2
+        raise UsageError(f"cannot fuzz the target: {type(exc).__name__}: {exc}") from None
     print(report.format())
     return 0 if report.ok else 1

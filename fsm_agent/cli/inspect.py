@@ -1,15 +1,59 @@
 """``fsm-agent inspect``: serve the live inspector over a checkpoint store (the ``[inspector]``
-extra). Read-only unless ``--agent`` names the agent that resumes the store's runs."""
+extra). Read-only unless ``--agent`` names the agent that resumes the store's runs.
+
+The store may come from the environment (:data:`STORE_ENV`), so that a database password never
+appears in the process list. A start-up failure is one line and exit code 2; a missing extra is
+exit code 1, as for every command."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+import sys
 from typing import Any
 
-from ..errors import CheckpointError, MissingExtraError
-from .args import UsageError, existing_store, mask_url, nonempty_text, positive_int
+from ..errors import CheckpointError
+from .args import UsageError, existing_store, mask_url
 
-__all__ = ["add_arguments", "handle"]
+__all__ = ["MIN_TOKEN_LENGTH", "STORE_ENV", "access_token", "add_arguments", "handle", "port"]
+
+STORE_ENV = "FSM_AGENT_STORE"
+"""The environment variable read for the store when ``STORE`` is left out."""
+
+MIN_TOKEN_LENGTH = 16
+"""The shortest ``--token`` accepted."""
+
+
+def access_token(text: str) -> str:
+    """An access token of at least :data:`MIN_TOKEN_LENGTH` characters, none of them spaces."""
+    if len(text) < MIN_TOKEN_LENGTH or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_TOKEN_LENGTH} characters without spaces (got "
+            f"{len(text)}); generate one with: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(24))', or leave --token out for a fresh one"
+        )
+    return text
+
+
+def port(text: str) -> int:
+    """A TCP port: a whole number from 0 (a free one, picked at start) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, not {text!r}") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {value}")
+    return value
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "store",
         metavar="STORE",
+        nargs="?",
         type=existing_store,
-        help="the checkpoint store: a SQLite path, sqlite:///PATH or postgresql://…",
+        help="the checkpoint store: a SQLite path, sqlite:///PATH or postgresql://… "
+        f"(default: the environment variable {STORE_ENV}, which keeps a password out of ps)",
     )
     parser.add_argument(
         "--host",
@@ -26,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the address to listen on (default: %(default)s, this machine only)",
     )
     parser.add_argument(
-        "--port", type=positive_int, default=8765, help="the port (default: %(default)s)"
+        "--port", type=port, default=8765, help="the port, 0 for a free one (default: %(default)s)"
     )
     parser.add_argument(
         "--agent",
@@ -36,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token",
-        type=nonempty_text,
-        help="the access token the page needs (default: a fresh random one, printed at start)",
+        type=access_token,
+        help=f"the access token the page needs, at least {MIN_TOKEN_LENGTH} characters "
+        "(default: a fresh random one, printed at start)",
     )
     parser.add_argument(
         "--public-read",
@@ -66,24 +113,50 @@ def _agent(target: str) -> Any:
     return made
 
 
+def _store(given: str | None) -> str:
+    if given is not None:
+        return given
+    from_env = os.environ.get(STORE_ENV, "")
+    if not from_env:
+        raise UsageError(f"no store: give STORE, or set the environment variable {STORE_ENV}")
+    try:
+        return existing_store(from_env)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{STORE_ENV}: {exc}") from None
+
+
 def handle(args: argparse.Namespace) -> int:
     """Serve the inspector until interrupted."""
-    try:
-        from ..inspector import serve
-    except MissingExtraError as exc:
-        raise UsageError(str(exc)) from None
+    from ..inspector import serve  # without the extra: MissingExtraError, exit code 1
+    from ..inspector.server import printer
+
+    store = _store(args.store)
     agent = _agent(args.agent) if args.agent else None
+    show = printer(sys.stderr)
+
+    def announce(url: str) -> None:  # once it listens: a failure to is one line, no warning
+        if not _loopback(args.host):
+            print(
+                f"fsm-agent inspect: warning: serving on {args.host} over plain HTTP: the token "
+                "and the runs cross the network unencrypted; put a TLS proxy or an SSH tunnel "
+                "in front",
+                file=sys.stderr,
+            )
+        show(url)
+
     try:
         serve(
-            args.store,
+            store,
             agent=agent,
             host=args.host,
             port=args.port,
             token=args.token,
             public_read=args.public_read,
+            announce=announce,
         )
     except CheckpointError as exc:
-        raise UsageError(mask_url(args.store, f"cannot open {args.store!r}: {exc}")) from None
+        raise UsageError(mask_url(store, f"cannot open {store!r}: {exc}")) from None
     except OSError as exc:  # the port is taken, or the address is not this machine's
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+        why = (exc.strerror or str(exc)).split(" (while attempting")[0]  # asyncio's addition
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {why}") from None
     return 0

@@ -1,4 +1,6 @@
-"""``fsm-agent runs``: list the runs of a checkpoint store, show one, or abandon one."""
+"""``fsm-agent runs``: list the runs of a checkpoint store, show one, or abandon one. What a run
+holds (its output, its error) is printed through the library's one redaction, as the inspector
+shows it: a key an answer quoted is not printed."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from ..errors import CheckpointError, ConfigurationError, ResumeError
 from ..kernel.agent import Agent
 from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, open_checkpointer
+from ..redaction import redact, secret_values
 from .args import UsageError, existing_store, mask_url, nonnegative_int
 
 __all__ = ["add_arguments", "handle"]
@@ -87,7 +90,11 @@ class _NoModel:
 
 def _abandon(store: Checkpointer, run_id: str, reason: str) -> None:
     result = asyncio.run(Agent(_NoModel(), checkpointer=store).abandon(run_id, reason=reason))
-    print(f"run {run_id} abandoned: {result.state.value} ({result.stop_reason}); {result.error}")
+    print(
+        redact(
+            f"run {run_id} abandoned: {result.state.value} ({result.stop_reason}); {result.error}"
+        )
+    )
 
 
 def _list(store: Checkpointer) -> None:
@@ -116,35 +123,40 @@ def _list(store: Checkpointer) -> None:
 
 
 def _show(store: Checkpointer, run_id: str, last: int) -> None:
+    secrets = secret_values()
+
+    def show(line: str) -> None:  # every line: outputs, errors, even ids are the run's data
+        print(redact(line, secrets))
+
     checkpoint = store.load(run_id)
     rs = checkpoint.state
-    print(f"run        {rs.run_id}")
-    print(f"state      {rs.state.value}")
-    print(f"stop       {rs.stop_reason.value if rs.stop_reason else '-'}")
-    print(f"checkpoint {checkpoint.version} at {_when(checkpoint.saved_at)}")
+    show(f"run        {rs.run_id}")
+    show(f"state      {rs.state.value}")
+    show(f"stop       {rs.stop_reason.value if rs.stop_reason else '-'}")
+    show(f"checkpoint {checkpoint.version} at {_when(checkpoint.saved_at)}")
     counters = ", ".join(f"{name}={value}" for name, value in rs.counters._asdict().items())
-    print(f"counters   {counters}")
-    print(f"calls      model={rs.model_calls} tools={rs.tool_executions}")
+    show(f"counters   {counters}")
+    show(f"calls      model={rs.model_calls} tools={rs.tool_executions}")
     usage = rs.usage
-    print(
+    show(
         f"usage      requests={usage.requests} input={usage.input_tokens} "
         f"output={usage.output_tokens}"
     )
-    print(f"messages   {len(rs.messages)}")
+    show(f"messages   {len(rs.messages)}")
     if rs.output is not None:
-        print(f"output     {rs.output}")
+        show(f"output     {rs.output}")
     if rs.error is not None:
-        print(f"error      {rs.error}")
+        show(f"error      {rs.error}")
     for request in rs.human_requests:
-        print(f"waiting    {request.kind} for {request.call.name} ({request.call.id})")
+        show(f"waiting    {request.kind} for {request.call.name} ({request.call.id})")
     if last:
-        print(f"last moves ({min(last, len(rs.trace))} of {len(rs.trace)}):")
+        show(f"last moves ({min(last, len(rs.trace))} of {len(rs.trace)}):")
         for move in rs.trace[-last:]:
             stop = f"  [{move.stop.value}]" if move.stop is not None else ""
-            print(f"  {move.source.value} --{move.outcome.value}--> {move.dest.value}{stop}")
+            show(f"  {move.source.value} --{move.outcome.value}--> {move.dest.value}{stop}")
         effects = list(store.effects(run_id).values())
         if effects:
-            print(f"last calls ({min(last, len(effects))} of {len(effects)}):")
+            show(f"last calls ({min(last, len(effects))} of {len(effects)}):")
             for record in effects[-last:]:
                 status = "intent only (outcome unknown)" if record.result is None else "recorded"
-                print(f"  {run_id}/{record.key}: {status}")
+                show(f"  {run_id}/{record.key}: {status}")

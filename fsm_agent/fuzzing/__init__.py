@@ -192,11 +192,12 @@ class FuzzReport:
     slowest_s: float
     slowest_case: FuzzCase | SeamCase | None
     failure: FuzzFailure | None
+    cut: int = 0  # examples the time limit stopped before their end: neither passed nor failed
 
     @property
     def ok(self) -> bool:
-        """No violation was found."""
-        return self.failure is None
+        """No violation was found, in at least one example that ran to its end."""
+        return self.failure is None and self.examples > 0
 
     @property
     def examples_per_s(self) -> float:
@@ -205,11 +206,20 @@ class FuzzReport:
 
     def format(self) -> str:
         """The summary as text; on a violation, the error and the reproducing test."""
-        verdict = "OK" if self.failure is None else "VIOLATION"
+        verdict = "VIOLATION" if self.failure is not None else "OK" if self.ok else "NO RESULT"
         lines = [
             f"fuzz: {verdict} (seed {self.seed})",
             f"  examples run:         {self.examples:,} in {self.elapsed_s:.1f} s "
             f"({self.examples_per_s:,.0f}/s)",
+        ]
+        if self.cut:
+            lines.append(
+                f"  cut by the time limit: {self.cut:,} example(s) in progress (neither passed "
+                "nor failed)"
+            )
+        if not self.examples and self.failure is None:
+            lines.append("  no example finished within the time limit: give it more seconds")
+        lines += [
             f"  distinct paths:       {self.distinct_paths:,}",
             f"  invariants checked:   {self.invariants_checked:,}",
             f"  slowest example:      {self.slowest_s * 1000:.1f} ms",
@@ -252,8 +262,10 @@ def fuzz(
     mode: ModeName = "runs",
     attacks: Iterable[Attack | str] = ALL_ATTACKS,
 ) -> FuzzReport:
-    """Run up to ``examples`` generated cases (fewer if ``max_seconds`` runs out first, but at
-    least one) and stop at the first violation, shrunk. ``target`` (``"module:factory"``) names
+    """Run up to ``examples`` generated cases, fewer if ``max_seconds`` runs out first, and
+    stop at the first violation, shrunk. ``max_seconds`` is a budget for the whole session:
+    the example in progress when it ends is cut (counted in :attr:`FuzzReport.cut`, neither a
+    pass nor a violation), and shrinking stops there too. ``target`` (``"module:factory"``) names
     ``make_agent`` in the reproducing test; by default it is taken from the factory.
 
     ``mode="seams"`` attacks the seams instead: each case runs on the real clock with a short
@@ -275,7 +287,7 @@ def fuzz(
     engine = Engine(make_agent, base, mode, frozenset(Attack(a) for a in attacks))
     try:
         session = engine.run(range(examples), end, report_progress)
-        found = None if session.found is None else engine.shrink(session.found)
+        found = None if session.found is None else engine.shrink(session.found, end)
     finally:
         engine.close()
     slowest = None if session.slowest_data is None else engine.case(session.slowest_data)
@@ -288,6 +300,7 @@ def fuzz(
         slowest_s=session.slowest_s,
         slowest_case=slowest,
         failure=None if found is None else fuzz_failure(found, make_agent, target),
+        cut=session.cut,
     )
 
 

@@ -4,6 +4,11 @@ checked against every invariant; the first failing one shrunk.
 Example ``index`` of the session with ``seed`` is always the same byte string (drawn by its own
 ``random.Random``), so a session split over processes runs the same examples as one process,
 and a seed reproduces its report. Nothing here imports hypothesis.
+
+A time limit is a budget, not a hint: the example in progress when it ends is cut (its event
+loop is stopped at that instant), counted apart as cut, neither a pass nor a violation, and
+shrinking stops there too. An example is cut where it awaits: code that blocks the event loop
+without awaiting (a synchronous ``time.sleep`` in a tool) is cut when it next awaits.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from .decoding import CASE_SIZE, Choices, read_case
 from .invariants import InvariantViolation, RunRecord, check_invariants
 from .seam_checks import RunCrashed, SeamViolation, check_seam_record
 from .seams import ALL_ATTACKS, Attack, SeamCase, SeamRecord, read_seam_case, run_seam_case
-from .shrink import shrink
+from .shrink import MAX_SECONDS, shrink
 
 __all__ = [
     "BATCH",
     "MODES",
+    "Cut",
     "Engine",
     "Found",
     "Mode",
@@ -129,6 +135,7 @@ class Session:
     slowest_s: float = 0.0
     slowest_data: bytes | None = None
     found: Found | None = None
+    cut: int = 0  # examples the time limit stopped before their end (0 or 1)
 
 
 def _found(index: int, data: bytes, case: FuzzCase | SeamCase, exc: Exception) -> Found:
@@ -166,6 +173,8 @@ class Engine:
         self.mode = MODES[mode]
         self.attacks = attacks
         self.use(make_agent)
+        self._stopped = False  # the time limit stopped the loop during the current example
+        self._leftovers = False  # a cut example left tasks on the loop
         # A plain loop, not asyncio.Runner: in 3.11 its SIGINT check formats the repr of every
         # run's result (milliseconds per example).
         self.loop = asyncio.new_event_loop()
@@ -177,18 +186,43 @@ class Engine:
         self.definitions = definitions_of(make_agent)
 
     def close(self) -> None:
-        """Close the event loop."""
+        """Close the event loop (first cancelling what a cut example left on it)."""
+        self._clear()
         self.loop.close()
+
+    def _clear(self) -> None:
+        """Cancel what a cut example left on the loop, so nothing of it runs on."""
+        if self._leftovers:
+            self._leftovers = False
+            _cancel_leftovers(self.loop)
 
     def case(self, data: bytes) -> FuzzCase | SeamCase:
         """The case ``data`` decodes to."""
         case: FuzzCase | SeamCase = self.mode.read(Choices(data), self.definitions, self.attacks)
         return case
 
-    def _check(self, case: FuzzCase | SeamCase) -> tuple[int, int]:
-        """Play ``case`` and check it: (invariants checked, the path's hash)."""
-        record = self.mode.play(case, self.make_agent, self.loop)
+    def _check(self, case: FuzzCase | SeamCase, end: float | None = None) -> tuple[int, int]:
+        """Play ``case`` and check it: (invariants checked, the path's hash). Raises
+        :class:`Cut` when ``time.time()`` reaches ``end`` before the case ends."""
+        self._clear()
+        timer, self._stopped = None, False
+        if end is not None:
+            timer = self.loop.call_later(max(0.0, end - time.time()), self._stop)
+        try:
+            record = self.mode.play(case, self.make_agent, self.loop)
+        except RuntimeError:  # "Event loop stopped before Future completed", if we stopped it
+            if self._stopped:
+                self._leftovers = True
+                raise Cut from None
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return self.mode.check(record), self.mode.path(record)
+
+    def _stop(self) -> None:
+        self._stopped = True
+        self.loop.stop()
 
     def run(
         self,
@@ -197,18 +231,22 @@ class Engine:
         progress: Callable[[Session], None] | None = None,
     ) -> Session:
         """Run the examples at ``indices`` until one fails (recorded unshrunk in ``found``),
-        they run out, or ``time.time()`` passes ``end`` (checked after each example, so the
-        first always runs); ``progress`` sees the session every :data:`BATCH` examples and at
+        they run out, or ``time.time()`` reaches ``end``: the example in progress then is cut
+        (counted in ``cut``, not in ``examples``), so the session ends at ``end`` even when no
+        example finished; ``progress`` sees the session every :data:`BATCH` examples and at
         the end."""
         session = Session()
         for index in indices:
-            if end is not None and session.examples and time.time() >= end:
-                break  # after the first example: a report never stands on none
+            if end is not None and time.time() >= end:
+                break
             data = example_bytes(self.seed, index)
             case = self.case(data)
             began = time.perf_counter()
             try:
-                checked, path = self._check(case)
+                checked, path = self._check(case, end)
+            except Cut:
+                session.cut += 1
+                break
             except Exception as exc:  # a broken invariant, or a crash of the run
                 session.examples += 1  # it ran: the report counts it
                 session.found = _found(index, data, case, exc)
@@ -225,18 +263,21 @@ class Engine:
             progress(session)
         return session
 
-    def shrink(self, found: Found) -> Found:
+    def shrink(self, found: Found, end: float | None = None) -> Found:
         """The smallest example found that fails like ``found``: the same invariant, or for a
-        crash the same exception type (see :mod:`.shrink`). A mode on the real clock tries
-        each candidate up to ``mode.tries`` times: a timing-dependent failure that did not
-        happen once may happen the next time."""
+        crash the same exception type (see :mod:`.shrink`), found before ``time.time()``
+        reaches ``end``. A mode on the real clock tries each candidate up to ``mode.tries``
+        times: a timing-dependent failure that did not happen once may happen the next time."""
         smallest = [found]
+        budget = MAX_SECONDS if end is None else min(MAX_SECONDS, end - time.time())
 
         def fails(data: bytes) -> bool:
             case = self.case(data)
             for _ in range(self.mode.tries):
                 try:
-                    self._check(case)
+                    self._check(case, end)
+                except Cut:
+                    return False  # the time is up: shrink() stops at its own budget next
                 except Exception as exc:
                     candidate = _found(found.index, data, case, exc)
                     if candidate.kind == found.kind:
@@ -244,5 +285,20 @@ class Engine:
                         return True
             return False
 
-        shrink(found.data, fails)
+        shrink(found.data, fails, max_seconds=budget)
         return smallest[0]
+
+
+class Cut(Exception):
+    """The time limit ended the example in progress before it ended by itself."""
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a cut example left on ``loop`` and give them a moment to unwind (a
+    task that ignores its cancellation is left behind, not waited for)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
+    loop.run_until_complete(loop.shutdown_asyncgens())

@@ -31,8 +31,8 @@ except ImportError as exc:
         "fsm_agent.inspector", extra="inspector", module="starlette and uvicorn"
     ) from exc
 
+from ..redaction import REDACTED, redact
 from .app import Inspector
 from .server import DEFAULT_PORT, build, serve, serve_async
-from .views import REDACTED, redact
 
 __all__ = ["DEFAULT_PORT", "REDACTED", "Inspector", "build", "redact", "serve", "serve_async"]

@@ -5,8 +5,6 @@ path over the machine and each state's detail. Every string that leaves here has
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
@@ -19,6 +17,7 @@ from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import TERMINAL, Counters, State
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
+from ..redaction import redact, secret_values
 from ..run_state import RunState
 
 __all__ = [
@@ -30,35 +29,6 @@ __all__ = [
     "state_svg",
     "task_of",
 ]
-
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-_SECRET_SHAPES = re.compile(
-    r"(?:\bsk-[A-Za-z0-9_\-]{8,})"  # OpenAI- and Anthropic-style keys
-    r"|(?:\bAIza[0-9A-Za-z_\-]{20,})"  # Google API keys
-    r"|(?:\b(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{8,})"  # authorization header values
-    r"|(?:(?<=://)[^/@\s:]+:[^/@\s]+(?=@))",  # user:password in a URL
-    re.IGNORECASE,
-)
-REDACTED = "[redacted]"
-"""What stands in for a secret the inspector found in a value it shows."""
-
-
-def _environment_secrets() -> list[str]:
-    """Values of this process's environment variables whose names say they are secrets."""
-    return sorted(
-        (v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8),
-        key=len,
-        reverse=True,
-    )
-
-
-def redact(text: str, secrets: Iterable[str] | None = None) -> str:
-    """``text`` with API keys and other credentials replaced by ``[redacted]``: the values of
-    environment variables named like secrets (``*_API_KEY``, ``*_TOKEN``, …) and text shaped
-    like a key, an authorization header or a URL's password."""
-    for secret in _environment_secrets() if secrets is None else secrets:
-        text = text.replace(secret, REDACTED)
-    return _SECRET_SHAPES.sub(REDACTED, text)
 
 
 def _clean(value: Any, secrets: list[str]) -> Any:
@@ -127,7 +97,7 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
         "waiting": len(rs.human_requests) if rs is not None else 0,
         "problem": summary.problem,
     }
-    cleaned: dict[str, JsonValue] = _clean(row, _environment_secrets())
+    cleaned: dict[str, JsonValue] = _clean(row, secret_values())
     return cleaned
 
 
@@ -295,5 +265,5 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "suspended": rs.state is State.SUSPENDED,
         "can_answer": can_answer and rs.state is State.SUSPENDED,
     }
-    cleaned: dict[str, JsonValue] = _clean(detail, _environment_secrets())
+    cleaned: dict[str, JsonValue] = _clean(detail, secret_values())
     return cleaned

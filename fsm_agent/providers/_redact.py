@@ -1,5 +1,7 @@
-"""The one redaction step: every error text and body a provider produces passes through here
-before it is cut to size, stored, logged or emitted.
+"""The providers' redaction step: every error text and body a provider produces passes through
+here before it is cut to size, stored, logged or emitted. It is the library's one redaction
+(:func:`fsm_agent.redaction.redact`: the provider's own key, secrets from the environment, and
+text shaped like a credential), with the providers' mask.
 
 Masking before cutting matters: a key cut in half by a length limit no longer matches the
 secret, and all but its last characters would survive a mask applied afterwards.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
+from .. import redaction
 from ..errors import ModelError
 
 __all__ = ["BODY_LIMIT", "MASK", "MESSAGE_LIMIT", "clip", "redact", "scrub_error"]
@@ -24,11 +27,11 @@ BODY_LIMIT = 65_536
 
 
 def redact(text: str, secret: SecretStr | None) -> str:
-    """``text`` with every occurrence of the secret value masked."""
-    if secret is None:
-        return text
-    value = secret.get_secret_value()
-    return text.replace(value, MASK) if value else text
+    """``text`` with the secret's value, and anything else that looks like a credential, masked."""
+    known = redaction.secret_values()
+    if secret is not None:
+        known.insert(0, secret.get_secret_value())
+    return redaction.redact(text, known, mask=MASK)
 
 
 def clip(text: str, secret: SecretStr | None, limit: int) -> str:
