@@ -26,7 +26,11 @@ from .machine.table import State
 from .messages import OutputSchema
 from .run_state import RunState
 
-__all__ = ["OutputSpec", "output_spec"]
+__all__ = ["ANSWER_TOOL", "OutputSpec", "output_spec"]
+
+ANSWER_TOOL = "final_answer"
+"""The name of the tool whose arguments are the final answer, where a provider asks for the
+answer as a tool call."""
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _MAX_ERRORS = 5

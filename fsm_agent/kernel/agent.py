@@ -39,14 +39,13 @@ from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model, ModelChain
-from ..output import output_spec
+from ..output import ANSWER_TOOL, output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
 from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..phases import Phases
 from ..policy import Policy, limits_of
-from ..providers._output import ANSWER_TOOL
 from ..run_state import RunState, build_run_validators
 from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool

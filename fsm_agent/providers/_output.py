@@ -23,11 +23,9 @@ from ..messages import (
     ToolCallDelta,
     ToolDefinition,
 )
+from ..output import ANSWER_TOOL
 
 __all__ = ["ANSWER_TOOL", "AnswerDeltas", "answer_parts", "answer_tool"]
-
-ANSWER_TOOL = "final_answer"
-"""The name of the tool whose arguments are the final answer."""
 
 
 def answer_tool(output: OutputSchema) -> ToolDefinition:
