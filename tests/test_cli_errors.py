@@ -381,6 +381,19 @@ def test_fuzz_with_a_time_limit_shorter_than_an_example_is_no_result(
     assert "no example finished within the time limit" in out
 
 
+def test_fuzz_max_seconds_alone_runs_until_the_time_is_spent() -> None:
+    """``fuzz --max-seconds 600`` (docs/testing.md's ten-minute run) used to stop at the dev
+    profile's 300 examples after a few seconds; alone it is the session's length, and
+    ``--examples`` still bounds it when given."""
+    from fsm_agent.cli.fuzz import session_examples
+    from fsm_agent.fuzzing import PROFILES
+
+    dev = PROFILES["dev"]
+    assert session_examples(None, 600.0, dev) == PROFILES["fuzz"].examples
+    assert session_examples(50, 600.0, dev) == 50
+    assert session_examples(None, None, dev) == dev.examples
+
+
 def test_fuzz_an_unimportable_target_is_one_error_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

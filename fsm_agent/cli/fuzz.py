@@ -20,7 +20,7 @@ from ..targets import load_factory
 from .args import UsageError, finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:
-    from ..fuzzing import FuzzProgress
+    from ..fuzzing import FuzzProfile, FuzzProgress
 
 __all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
 
@@ -61,8 +61,8 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-seconds",
         metavar="S",
         type=finite_positive_float,
-        help="a time budget: at S seconds the example in progress is cut and reported as cut "
-        "(default: profile's)",
+        help="a time budget: at S seconds the example in progress is cut and reported as cut; "
+        "without --examples the session runs until then (default: profile's)",
     )
     parser.add_argument(
         "--mode",
@@ -111,6 +111,18 @@ def _fuzz_phases(args: argparse.Namespace, default_seed: int) -> int:
     return 1 if report.violations else 0
 
 
+def session_examples(examples: int | None, max_seconds: float | None, profile: FuzzProfile) -> int:
+    """How many examples a session may run: ``--examples`` when given; with ``--max-seconds``
+    alone, as many as the time allows (the long profile's count); else the profile's."""
+    from ..fuzzing import PROFILES
+
+    if examples is not None:
+        return examples
+    if max_seconds is not None:
+        return max(profile.examples, PROFILES["fuzz"].examples)
+    return profile.examples
+
+
 def run_fuzz_command(args: argparse.Namespace) -> int:
     """Run ``fsm-agent fuzz``: progress on stderr while it runs, the summary on stdout."""
     from .. import fuzzing
@@ -144,7 +156,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    examples = args.examples or profile.examples
+    examples = session_examples(args.examples, args.max_seconds, profile)
     attacks = tuple(args.attack or ATTACK_NAMES)
     seed = args.seed if args.seed is not None else profile.seed
     max_seconds = args.max_seconds if args.max_seconds is not None else profile.max_seconds
