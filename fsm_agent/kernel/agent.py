@@ -51,6 +51,7 @@ from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
+from .composition import AgentTool
 from .context import LoopSettings
 from .driver import drive
 from .limits import usage_limited
@@ -273,6 +274,15 @@ class Agent(Generic[DepsT, OutputT]):
         if runtime is not None:
             clone.runtime = runtime
         return clone
+
+    def as_tool(self, *, name: str, description: str, timeout_s: float | None = None) -> AgentTool:
+        """This agent as a tool another agent's model can call with a task: the call runs this
+        agent on the task, under the calling run's usage limits, deadline and cancellation, and
+        its output (typed, for an ``output_type``) is the call's result. A stop without an
+        answer (its step limit, an abort) is an error result the caller's model reads. The
+        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
+        the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
+        return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
 
     async def run(
         self,
