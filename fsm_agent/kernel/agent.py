@@ -36,6 +36,7 @@ from ..errors import (
 from ..events import Event
 from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
+from ..machine.bounds import Bounds
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model, ModelChain
@@ -51,7 +52,7 @@ from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
-from .composition import AgentTool
+from .composition import AgentTool, agent_bounds
 from .context import LoopSettings
 from .driver import drive
 from .limits import usage_limited
@@ -283,6 +284,13 @@ class Agent(Generic[DepsT, OutputT]):
         call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
         the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
         return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
+
+    def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:
+        """The most a run of this agent can use (model calls, tool executions, seconds), each
+        with its derivation, its children's worst cases included (agents it uses as tools, see
+        ``docs/composition.md``); one model call takes at most ``model_timeout_s`` seconds
+        (``None``: not known, so the work gives no time bound)."""
+        return agent_bounds(self, model_timeout_s=model_timeout_s)
 
     async def run(
         self,

@@ -33,6 +33,7 @@ from pydantic import Field
 
 from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
+from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
 from ..messages import Message, Usage
 from ..policy import UsageLimits
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     from .agent import Agent
 
-__all__ = ["AgentTool", "ChildRunContext", "parent_run"]
+__all__ = ["AgentTool", "ChildRunContext", "agent_bounds", "parent_run"]
 
 _CANCEL, _DEADLINE = Outcome.CANCEL, Outcome.DEADLINE
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
@@ -311,3 +312,20 @@ class AgentTool(Tool):
 
     def __repr__(self) -> str:
         return f"AgentTool({self.name!r})"
+
+
+def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
+    """The worst case of a run of ``agent``, its children's included (each computed the same
+    way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
+    children = [
+        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
+        for found in agent.tools.values()
+        if isinstance(found, AgentTool)
+    ]
+    return bounds(
+        agent.policy,
+        verification=agent.verifier is not None or agent.output_spec is not None,
+        model_timeout_s=model_timeout_s,
+        models=len(agent.models),
+        children=children,
+    )
