@@ -55,6 +55,7 @@ from .checks import check_done_tool, check_user_code
 from .composition import AgentTool, agent_bounds
 from .context import LoopSettings
 from .driver import drive
+from .fork import RunEdit, fork_run
 from .limits import usage_limited
 from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions
@@ -375,6 +376,40 @@ class Agent(Generic[DepsT, OutputT]):
         that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
         wrote the run meanwhile (it is still running: cancel it there first)."""
         return await abandon_run(self, run_id, reason)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        edit: RunEdit | None = None,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+        allow_changed_definition: bool = False,
+    ) -> RunResult[OutputT]:
+        """Start a new run from the state stored after move ``at`` of ``run_id`` (``None``: its
+        latest checkpoint), changed by ``edit`` (given the state, it changes it in place or
+        returns the one to use), and run it as ``resume`` would. The original run is left as
+        it was; the fork's state says where it came from (``forked_from``, ``forked_at``) and
+        it is checkpointed like any run of this agent. A fork of a move that waits for a human
+        is returned suspended: resume it with the decisions. Raises
+        :class:`~fsm_agent.InvalidInputError`, storing nothing, for a move not saved, a move
+        that ended the run, or an edit that leaves an invalid state."""
+        store = self.checkpointer
+        if store is None:
+            raise ConfigurationError(
+                "fork starts from a run's saved moves: it needs an agent with a checkpointer "
+                "(the store that holds the run)"
+            )
+        state = await fork_run(store, run_id, self.runtime.new_id(), at=at, edit=edit)
+        if state.state is State.SUSPENDED and state.resume_token is not None:
+            return RunResult.of(state, None, self.output_spec)
+        return await self.resume(
+            state.run_id,
+            handle=handle,
+            deps=deps,
+            allow_changed_definition=allow_changed_definition,
+        )
 
     async def resume_stream(
         self,
