@@ -383,3 +383,23 @@ def test_an_agent_tool_needs_a_description() -> None:
     child, _ = researcher([])
     with pytest.raises(ConfigurationError, match="description"):
         child.as_tool(name="research", description=" ")
+
+
+def test_a_listener_that_leaves_during_the_child_ends_both_runs() -> None:
+    """Closing the parent's stream at one of the child's events unwinds the child and the
+    parent where they stand: no error, and neither makes another model call."""
+    child, child_model = researcher([tool_call("lookup", {"query": "q"})] * 5)
+    parent, parent_model, _ = make_agent(
+        [tool_call("research", {"task": "dig"}), text("no")],
+        tools=[child.as_tool(name="research", description="Research a question.")],
+    )
+
+    async def main() -> None:
+        events = parent.run_stream("Go.")
+        async for event in events:
+            if isinstance(event, ChildEvent) and isinstance(event.event, ToolCallEvent):
+                break
+        await events.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+    assert child_model.calls == 1 and parent_model.calls == 1
