@@ -403,3 +403,64 @@ def test_a_listener_that_leaves_during_the_child_ends_both_runs() -> None:
 
     asyncio.run(main())
     assert child_model.calls == 1 and parent_model.calls == 1
+
+
+def test_a_childs_invocation_span_is_under_the_parents_tool_span() -> None:
+    """Observed by the same OpenTelemetry hooks, the child's invoke_agent span is a child of
+    the parent's execute_tool span for the call, in the parent's trace."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fsm_agent.observability import OpenTelemetryHooks, trace_id_of
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    hooks = OpenTelemetryHooks(tracer_provider=provider)
+    child, _ = researcher([text("x is 42")], hooks=[hooks])
+    parent, _, _ = make_agent(
+        [tool_call("research", {"task": "find x"}), text("done")],
+        tools=[child.as_tool(name="research", description="Research a question.")],
+        hooks=[hooks],
+    )
+    result = parent.run_sync("Go.")
+    spans = exporter.get_finished_spans()
+    (tool_span,) = [s for s in spans if s.name == "execute_tool research"]
+    invocations = [s for s in spans if s.name.startswith("invoke_agent")]
+    (child_span,) = [
+        s
+        for s in invocations
+        if s.parent is not None
+        and s.parent.span_id
+        == (
+            tool_span.context.span_id  # type: ignore[union-attr]
+        )
+    ]
+    assert child_span.attributes is not None
+    assert child_span.attributes["fsm_agent.run_id"] != result.run_id
+    assert {s.context.trace_id for s in spans} == {trace_id_of(result.run_id)}  # type: ignore[union-attr]
+
+
+def test_a_child_observed_alone_is_a_trace_of_its_own() -> None:
+    """Hooks on the child only: its span cannot nest under an unseen call, and it keeps the
+    trace its own run id gives."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fsm_agent.observability import OpenTelemetryHooks, trace_id_of
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    child, _ = researcher([text("x is 42")], hooks=[OpenTelemetryHooks(tracer_provider=provider)])
+    parent, _, _ = make_agent(
+        [tool_call("research", {"task": "find x"}), text("done")],
+        tools=[child.as_tool(name="research", description="Research a question.")],
+    )
+    parent.run_sync("Go.")
+    (child_span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke")]
+    assert child_span.attributes is not None
+    child_run = str(child_span.attributes["fsm_agent.run_id"])
+    assert child_span.context.trace_id == trace_id_of(child_run)  # type: ignore[union-attr]

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from .agent import Agent
 
-__all__ = ["AgentTool", "ChildRunContext", "agent_bounds", "parent_run"]
+__all__ = ["AgentTool", "ChildRunContext", "agent_bounds", "parent_call", "parent_run"]
 
 _CANCEL, _DEADLINE = Outcome.CANCEL, Outcome.DEADLINE
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
@@ -63,6 +63,16 @@ _LIMIT_FIELDS = (
 TASK_DESCRIPTION = (
     "The task for this agent, stated in full: it sees nothing else of this conversation."
 )
+
+
+_CALLS: dict[str, tuple[str, str]] = {}
+"""The parent run id and call id of each child run while it runs, by the child's run id."""
+
+
+def parent_call(run_id: str) -> tuple[str, str] | None:
+    """The run id and call id of the parent's call that runs the child run ``run_id``, while it
+    runs (``None`` for a run that is not a child): how observers nest a child under its call."""
+    return _CALLS.get(run_id)
 
 
 def parent_run(context: ToolContext[Any]) -> RunContext | None:
@@ -248,9 +258,11 @@ async def _run_child(
     ctx.deps = child.deps
     ctx.input = Message.user(task)
     ctx.handle._attach(ctx)
+    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id)
     try:
         await drive(ctx)
     finally:
+        del _CALLS[rs.run_id]
         if grant is not None:
             grants.remove(grant)
         # What the child used is the parent's too, however it ended.
