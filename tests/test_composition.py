@@ -368,7 +368,8 @@ def test_an_agent_tool_outside_a_run_is_an_error_result() -> None:
 
 
 def test_a_child_with_a_checkpointer_is_refused(tmp_path: Any) -> None:
-    """A child is not checkpointed on its own: as_tool refuses one with a checkpointer."""
+    """A child is saved in its parent's store, never one of its own: as_tool refuses a child
+    with a checkpointer."""
     child = Agent(
         ScriptedModel([]),
         checkpointer=SQLiteCheckpointer(str(tmp_path / "runs.db")),

@@ -11,6 +11,9 @@ The child shares what bounds the parent's run:
 - **cancellation**: a cancel (or the deadline) of the parent is the child's too, seen at its next
   move; an effect of the child in flight is cut short with the parent's.
 
+Under a parent with a checkpointer the child is saved in the parent's store as a run of its
+own, and resumed with the parent after a crash (see :mod:`fsm_agent.kernel.durable_child`).
+
 A stop of the child's own (its ``max_steps``, an abort, a usage limit) is not a crash of the
 parent: the call's result is an :class:`~fsm_agent.AgentToolError` the parent's model reads,
 with the child's last answer when it has one.
@@ -36,11 +39,13 @@ from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
 from ..messages import Message, Usage
+from ..persistence.storable import storable_message
 from ..policy import UsageLimits
 from ..run_state import RunState
 from ..tools import Tool, ToolContext
 from .context import Emitted, RunContext
 from .driver import drive
+from .durable_child import child_run_id, open_child
 from .run import RunHandle, RunResult
 
 if TYPE_CHECKING:
@@ -251,12 +256,24 @@ async def _run_child(
         grants.append(grant)
     top = type(parent) is RunContext
     inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
-    rs = RunState.start(child.runtime.new_id())
+    log = None
+    if parent.durable is not None:  # saved in the parent's store, to be resumed with it
+        run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
+        child, rs, log = await open_child(agent, child, parent, run_id)
+        if log is None:  # it had come to rest before the parent's crash
+            _charge(parent, rs)
+            return _answer(name, RunResult.of(rs, None, child.output_spec))
+    else:
+        rs = RunState.start(child.runtime.new_id())
     ctx = ChildRunContext(
         child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
     )
     ctx.deps = child.deps
-    ctx.input = Message.user(task)
+    ctx.durable = log
+    if rs.state is State.IDLE:
+        ctx.input = Message.user(task) if log is None else storable_message(Message.user(task))
+    elif rs.trace:
+        ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
     ctx.handle._attach(ctx)
     _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id)
     try:
@@ -265,12 +282,16 @@ async def _run_child(
         del _CALLS[rs.run_id]
         if grant is not None:
             grants.remove(grant)
-        # What the child used is the parent's too, however it ended.
-        parent.rs.usage = parent.rs.usage + rs.usage
-        parent.rs.model_calls += rs.model_calls
+        _charge(parent, rs)
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return _answer(name, result)
+
+
+def _charge(parent: RunContext, rs: RunState) -> None:
+    """Add what the child used to its parent's usage, however it ended."""
+    parent.rs.usage = parent.rs.usage + rs.usage
+    parent.rs.model_calls += rs.model_calls
 
 
 def _answer(name: str, result: RunResult[Any]) -> object:
@@ -302,8 +323,8 @@ class AgentTool(Tool):
     ) -> None:
         if agent.checkpointer is not None:
             raise ConfigurationError(
-                f"agent tool {name!r}: an agent used as a tool runs inside its parent's run "
-                "and is not checkpointed on its own; build it without a checkpointer"
+                f"agent tool {name!r}: an agent used as a tool is saved in its parent's store "
+                "when the parent has a checkpointer; build it without one"
             )
         if not isinstance(description, str) or not description.strip():
             raise ConfigurationError(
@@ -319,7 +340,11 @@ class AgentTool(Tool):
         ) -> object:
             return await _run_child(agent, name, task, context)
 
-        super().__init__(delegate, name=name, description=description, timeout_s=timeout_s)
+        # Idempotent: run again after a crash, the call resumes the child a durable parent
+        # saved (see kernel.durable_child) instead of starting it over.
+        super().__init__(
+            delegate, name=name, description=description, timeout_s=timeout_s, idempotent=True
+        )
         self.agent = agent
 
     def __repr__(self) -> str:
