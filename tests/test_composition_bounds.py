@@ -221,3 +221,26 @@ def test_check_prints_the_composed_bound_of_the_example() -> None:
         "(9 of its own + 2 tool executions × 7 (the worst of the child 'research') = 23)"
     ) in out
     assert "the child 'research', called at most 2 times in a run:" in out
+
+
+def _fuzzed_pair(model: Any) -> Agent[Any, Any]:
+    """A parent and a child on one fuzzed model: the child's generated turns make it loop,
+    fail, abort or answer, as the parent's do."""
+    lookup = Counted()
+    child = Agent(model, tools=[lookup.tool], policy=Policy(max_steps=2, max_tool_calls=1))
+    return Agent(
+        model,
+        tools=[lookup.tool, child.as_tool(name="research", description="Research.")],
+        policy=Policy(max_steps=3, max_tool_calls=3, parallel_tool_calls=False),
+    )
+
+
+def test_the_fuzzer_finds_no_violation_in_a_composition() -> None:
+    """Under the fuzzer, children that never stop, abort or run out of budget leave every run
+    invariant intact: the composed bound holds (invariant 2) and the usage, the children's
+    included, adds up (invariant 7)."""
+    from fsm_agent.fuzzing import fuzz
+
+    report = fuzz(_fuzzed_pair, examples=150, seed=0)
+    assert report.failure is None, report.format()
+    assert report.examples == 150

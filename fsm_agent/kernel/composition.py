@@ -53,7 +53,14 @@ if TYPE_CHECKING:
 
     from .agent import Agent
 
-__all__ = ["AgentTool", "ChildRunContext", "agent_bounds", "parent_call", "parent_run"]
+__all__ = [
+    "AgentTool",
+    "ChildRunContext",
+    "agent_bounds",
+    "children_bounds",
+    "parent_call",
+    "parent_run",
+]
 
 _CANCEL, _DEADLINE = Outcome.CANCEL, Outcome.DEADLINE
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
@@ -354,15 +361,21 @@ class AgentTool(Tool):
 def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
     """The worst case of a run of ``agent``, its children's included (each computed the same
     way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
-    children = [
-        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
-        for found in agent.tools.values()
-        if isinstance(found, AgentTool)
-    ]
     return bounds(
         agent.policy,
         verification=agent.verifier is not None or agent.output_spec is not None,
         model_timeout_s=model_timeout_s,
         models=len(agent.models),
-        children=children,
+        children=children_bounds(agent, model_timeout_s=model_timeout_s),
     )
+
+
+def children_bounds(
+    agent: Agent[Any, Any], *, model_timeout_s: float | None = None
+) -> list[ChildBounds]:
+    """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
+    return [
+        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
+        for found in agent.tools.values()
+        if isinstance(found, AgentTool)
+    ]
