@@ -38,6 +38,7 @@ from .compaction import (
     estimate_tokens,
 )
 from .errors import (
+    AgentToolError,
     AuthenticationError,
     CheckpointConflictError,
     CheckpointError,
@@ -158,6 +159,7 @@ _LAZY = {
 __all__ = [
     "Agent",
     "AgentMachine",
+    "AgentToolError",
     "AnthropicModel",
     "Approval",
     "AuthenticationError",

@@ -21,6 +21,8 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   └── MalformedResponseError the model returned something that is not a valid response
     ├── ToolExecutionError         tools failed and the run aborted on it (``tool_failure_mode=
     │                              "fail"``, or failed tool turns reached an error limit)
+    ├── AgentToolError             an agent used as a tool stopped without an answer (a result
+    │                              its parent's model reads)
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
@@ -45,6 +47,7 @@ from this tree.
 from __future__ import annotations
 
 __all__ = [
+    "AgentToolError",
     "AuthenticationError",
     "CheckpointConflictError",
     "CheckpointError",
@@ -208,6 +211,18 @@ class ToolExecutionError(FsmAgentError):
         super().__init__(message)
         self.tool_name = tool_name
         self.call_id = call_id
+
+
+class AgentToolError(FsmAgentError):
+    """An agent used as a tool (``Agent.as_tool``) stopped without finishing its task (its step
+    limit, an abort, a usage limit), or was not run because the parent's limits are spent. The
+    call's result carries the message, which the parent's model can act on; ``result`` is the
+    child's :class:`~fsm_agent.RunResult` when it ran."""
+
+    def __init__(self, message: str, *, tool_name: str, result: object = None) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.result = result
 
 
 class MCPServerError(FsmAgentError):

@@ -19,6 +19,7 @@ __all__ = [
     "TERMINAL_EVENT_TYPES",
     "AbortedEvent",
     "AttemptDiscardedEvent",
+    "ChildEvent",
     "CompactedEvent",
     "Event",
     "FinalEvent",
@@ -280,6 +281,19 @@ class SuspendedEvent(_Event):
     questions: dict[str, str] = Field(default_factory=dict)
 
 
+class ChildEvent(_Event):
+    """An event of a child run: an agent used as a tool (``Agent.as_tool``) by the call
+    ``call_id`` of run ``run_id``. ``event`` keeps the child's own run id; ``depth`` is 1 for a
+    child of the listened run, 2 for a grandchild (whose parent, ``run_id``, is a child)."""
+
+    type: Literal["child"] = "child"
+    call_id: str
+    tool_name: str
+    child_run_id: str
+    depth: int
+    event: Event
+
+
 Event: TypeAlias = Annotated[
     StateChangedEvent
     | ModelRequestEvent
@@ -305,9 +319,11 @@ Event: TypeAlias = Annotated[
     | AbortedEvent
     | SuspendedEvent
     | LoopDetectedEvent
-    | PhaseChangedEvent,
+    | PhaseChangedEvent
+    | ChildEvent,
     Field(discriminator="type"),
 ]
+
 
 TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
 

@@ -10,7 +10,10 @@ following the GenAI semantic conventions:
 - an ``execute_tool`` span per tool call, siblings under the invocation span.
 
 Every invocation of one run shares one trace: its trace id is derived from the run id, so a run
-resumed after a crash, in another process, continues the trace the first process started.
+resumed after a crash, in another process, continues the trace the first process started. A
+child run (an agent used as a tool, ``Agent.as_tool``) observed by the same hook object as its
+parent is in its parent's trace instead: its ``invoke_agent`` span is a child of the parent's
+``execute_tool`` span for the call that runs it.
 
 Message content (prompts, answers, tool arguments and results) is recorded only with
 ``capture_content=True``. Nothing here reads a provider's client, so no API key or header can
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import MissingExtraError
+from .kernel.composition import parent_call
 from .machine.table import Counters, State
 from .messages import TextPart, ToolCall, ToolResult
 
@@ -108,15 +112,17 @@ class OpenTelemetryHooks:
             self._end_open(stale, "the invocation ended without returning")
             _fail(stale.span, "interrupted", "the invocation ended without returning")
             stale.span.end()
-        digest = _digest(run_id)
-        parent = trace.NonRecordingSpan(
-            trace.SpanContext(
-                trace_id=trace_id_of(run_id),
-                span_id=int.from_bytes(digest[16:24], "big") or 1,
-                is_remote=True,
-                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        parent = self._caller_span(run_id)
+        if parent is None:
+            digest = _digest(run_id)
+            parent = trace.NonRecordingSpan(
+                trace.SpanContext(
+                    trace_id=trace_id_of(run_id),
+                    span_id=int.from_bytes(digest[16:24], "big") or 1,
+                    is_remote=True,
+                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                )
             )
-        )
         caller = trace.get_current_span().get_span_context()
         links = [trace.Link(caller, {"fsm_agent.link": "caller"})] if caller.is_valid else []
         resumed = bool(run_state.trace)
@@ -139,6 +145,15 @@ class OpenTelemetryHooks:
         # start here, and after_tool (or the move out of dispatching) ends them.
         for request in run_state.human_requests:
             self._start_tool(invocation, request.call)
+
+    def _caller_span(self, run_id: str) -> Span | None:
+        """The ``execute_tool`` span of the parent's call that runs ``run_id``, when it is a
+        child run (an agent used as a tool) whose parent these hooks also observe."""
+        called = parent_call(run_id)
+        if called is None:
+            return None
+        invocation = self._runs.get(called[0])
+        return None if invocation is None else invocation.tools.get(called[1])
 
     def after_run(self, *, run_state: RunState, **future_kwargs: Any) -> None:
         """Close the invocation span with the run's ending, usage and counters."""

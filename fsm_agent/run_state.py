@@ -166,6 +166,9 @@ class RunState(BaseModel):
     phase: str | None = None
     phase_since: int = 0
     phase_trace: tuple[PhaseChange, ...] = ()
+    # A fork (``Agent.fork``): the run and the move (its trace's length) it started from.
+    forked_from: str | None = None
+    forked_at: int | None = None
 
     @classmethod
     def start(cls, run_id: str) -> RunState:

@@ -18,11 +18,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from ..diagrams.trace import TraceError
 from ..errors import ConfigurationError, FsmAgentError
+from ..kernel.agent import Agent
 from ..phases import Phases
 from ..policy import Policy
 
@@ -72,19 +74,33 @@ def read_policy(path: str | os.PathLike[str]) -> Policy:
 def load_phases(spec: str) -> Phases:
     """The :class:`~fsm_agent.phases.Phases` named ``module:attribute`` (the module is
     imported, so it runs: name only your own code)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise UsageError(f"--phases takes MODULE:ATTRIBUTE (e.g. myagent:PHASES), got {spec!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        value = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--phases {spec}: {exc}") from None
-    finally:
-        sys.path.remove(os.getcwd())
+    value = _load("--phases", spec, "myagent:PHASES")
     if not isinstance(value, Phases):
         raise UsageError(f"--phases {spec} is a {type(value).__name__}, not a fsm_agent.Phases")
     return value
+
+
+def load_agent(spec: str) -> Agent[Any, Any]:
+    """The :class:`~fsm_agent.Agent` named ``module:attribute`` (the module is imported, so it
+    runs: name only your own code)."""
+    value = _load("--agent", spec, "myagent:agent")
+    if not isinstance(value, Agent):
+        raise UsageError(f"--agent {spec} is a {type(value).__name__}, not a fsm_agent.Agent")
+    return value
+
+
+def _load(option: str, spec: str, example: str) -> object:
+    """The value ``module:attribute`` names, importing the module from the working directory."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"{option} takes MODULE:ATTRIBUTE (e.g. {example}), got {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"{option} {spec}: {exc}") from None
+    finally:
+        sys.path.remove(os.getcwd())
 
 
 def positive_int(text: str) -> int:

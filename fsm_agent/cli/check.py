@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from ..machine.bounds import bounds
+from ..kernel.agent import Agent
+from ..kernel.composition import AgentTool
+from ..machine.bounds import Bounds, bounds
 from ..machine.checker import DEFAULT_MAX_STATES, check
 from ..machine.checker.phases import check_phases
 from ..machine.formulas import FORMULAS, evaluate_all
 from ..machine.guards import Limits
 from ..machine.proof import Proof, prove
 from ..policy import Policy, limits_of
-from .args import UsageError, finite_positive_float, load_phases, positive_int, read_policy
+from .args import (
+    UsageError,
+    finite_positive_float,
+    load_agent,
+    load_phases,
+    positive_int,
+    read_policy,
+)
 
 __all__ = ["add_check_arguments", "run_check_command"]
 
@@ -22,6 +32,12 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``fsm-agent check`` to ``parser``."""
     parser.add_argument(
         "--policy", metavar="FILE", help="a Policy as JSON (default: the default policy)"
+    )
+    parser.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="check an Agent: its policy, verifier, output type and model chain, and the agents "
+        "it uses as tools, whose worst cases its bounds include (instead of --policy)",
     )
     parser.add_argument(
         "--verifier", action="store_true", help="check with a verifier (or require_done_tool)"
@@ -90,6 +106,16 @@ def run_check_command(args: argparse.Namespace) -> int:
     policy. Exit 0 when proven, 1 on a violation or an inconclusive search, 2 when the policy
     file cannot be read."""
     policy = Policy() if args.policy is None else read_policy(args.policy)
+    agent = None
+    if args.agent is not None:
+        if args.policy is not None:
+            raise UsageError("--agent checks the agent's own policy: leave out --policy")
+        agent = load_agent(args.agent)
+        policy = agent.policy
+        # The agent's own settings stand for the flags that describe an agent.
+        args.verifier = args.verifier or agent.verifier is not None
+        args.output_type = args.output_type or agent.output_spec is not None
+        args.models = len(agent.models)
     if args.phases is not None:
         return _check_phases(args, policy)
     proof = prove()
@@ -101,7 +127,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     )
     why = _why_explore(args, proof, limits)
     if why is None:
-        print(_parametric(proof, policy, args))
+        print(_parametric(proof, policy, args, agent))
         return 0
     report = check(
         policy,
@@ -123,7 +149,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         }
         print(json.dumps(data, indent=2))
     else:
-        print(_parametric(proof, policy, args, verdict=False))
+        print(_parametric(proof, policy, args, agent, verdict=False))
         print(f"exploring every abstract state: {why}")
         print(report.format())
     return 0 if report.proven else 1
@@ -163,15 +189,25 @@ def _why_explore(args: argparse.Namespace, proof: Proof, limits: Limits) -> str 
 
 
 def _parametric(
-    proof: Proof, policy: Policy, args: argparse.Namespace, *, verdict: bool = True
+    proof: Proof,
+    policy: Policy,
+    args: argparse.Namespace,
+    agent: Agent[Any, Any] | None = None,
+    *,
+    verdict: bool = True,
 ) -> str:
-    """The parametric verdict, the formulas, and their values for ``policy``."""
-    computed = bounds(
+    """The parametric verdict, the formulas, and their values for ``policy``; for an
+    ``agent`` with children, its bounds with theirs and each child's."""
+    own = bounds(
         policy,
         verification=args.verifier or args.output_type,
         model_timeout_s=args.model_timeout,
         models=args.models,
     )
+    computed, children = own, []
+    if agent is not None:
+        computed = agent.bounds(model_timeout_s=args.model_timeout)
+        children = _children(agent, args.model_timeout)
     head = "PROVEN for every policy that sets " + " and ".join(b.value for b in proof.relies_on)
     if not proof.terminates:
         head = "NOT PROVEN"
@@ -187,7 +223,27 @@ def _parametric(
                 FORMULAS.items(), evaluate_all(policy, models=args.models).values(), strict=True
             )
         ),
-        "  for this policy, with the derivations:",
+        "  for this agent and its children, with the derivations:"
+        if children
+        else "  for this policy, with the derivations:",
         *(f"    {line}" for line in computed.lines()),
     ]
+    if children:
+        lines += ["  its own run, children left out:", *(f"    {line}" for line in own.lines())]
+    for name, times, child in children:
+        lines.append(f"  the child {name!r}, called at most {_show(times)} times in a run:")
+        lines += [f"    {line}" for line in child.lines()]
     return "\n".join(lines)
+
+
+def _children(
+    agent: Agent[Any, Any], model_timeout_s: float | None
+) -> list[tuple[str, int | None, Bounds]]:
+    """Each agent ``agent`` uses as a tool: its name, the most times a run calls it, and its
+    worst case (its own children's included)."""
+    times = agent.policy.max_tool_calls
+    return [
+        (tool.name, times, tool.agent.bounds(model_timeout_s=model_timeout_s))
+        for tool in agent.tools.values()
+        if isinstance(tool, AgentTool)
+    ]

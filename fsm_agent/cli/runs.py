@@ -1,6 +1,6 @@
-"""``fsm-agent runs``: list the runs of a checkpoint store, show one, or abandon one. What a run
-holds (its output, its error) is printed through the library's one redaction, as the inspector
-shows it: a key an answer quoted is not printed."""
+"""``fsm-agent runs``: list the runs of a checkpoint store, show one, abandon one, or fork one.
+What a run holds (its output, its error) is printed through the library's one redaction, as the
+inspector shows it: a key an answer quoted is not printed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 
-from ..errors import CheckpointError, ConfigurationError, ResumeError
+from ..errors import CheckpointError, ConfigurationError, InvalidInputError, ResumeError
 from ..kernel.agent import Agent
+from ..kernel.fork import fork_run
+from ..kernel.run import new_run_id
 from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, open_checkpointer
 from ..redaction import redact, secret_values
@@ -23,10 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``fsm-agent runs``."""
     parser.add_argument(
         "action",
-        choices=("list", "show", "abandon"),
-        help="list the runs, show one, or abandon one (it ends for good: no resume)",
+        choices=("list", "show", "abandon", "fork"),
+        help="list the runs, show one, abandon one (it ends for good: no resume), or fork one "
+        "(a new run from one of its saved moves, to resume with the agent)",
     )
-    parser.add_argument("run_id", nargs="?", help="with show and abandon: the run")
+    parser.add_argument("run_id", nargs="?", help="with show, abandon and fork: the run")
+    parser.add_argument(
+        "--at",
+        type=nonnegative_int,
+        metavar="MOVE",
+        help="with fork: the move to start from (the state saved after it; default: the latest)",
+    )
     parser.add_argument(
         "--reason",
         default="abandoned by an operator",
@@ -55,7 +64,7 @@ def _when(timestamp: float) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     """List the runs of a store, or show one."""
-    if args.action in ("show", "abandon") and not args.run_id:
+    if args.action in ("show", "abandon", "fork") and not args.run_id:
         raise UsageError(f"runs {args.action} needs a RUN_ID")
     if args.action == "list" and args.run_id:
         raise UsageError("runs list takes no RUN_ID")
@@ -68,9 +77,11 @@ def handle(args: argparse.Namespace) -> int:
             _list(store)
         elif args.action == "show":
             _show(store, args.run_id, args.last)
+        elif args.action == "fork":
+            _fork(store, args.run_id, args.at)
         else:
             _abandon(store, args.run_id, args.reason)
-    except ResumeError as exc:  # an unknown run, or one that ended
+    except (ResumeError, InvalidInputError) as exc:  # an unknown run, one that ended, no move
         raise UsageError(str(exc)) from None
     finally:
         store.close()
@@ -94,6 +105,14 @@ def _abandon(store: Checkpointer, run_id: str, reason: str) -> None:
         redact(
             f"run {run_id} abandoned: {result.state.value} ({result.stop_reason}); {result.error}"
         )
+    )
+
+
+def _fork(store: Checkpointer, run_id: str, at: int | None) -> None:
+    state = asyncio.run(fork_run(store, run_id, new_run_id(), at=at))
+    print(
+        f"run {state.run_id} forked from {run_id} at move {state.forked_at} "
+        f"({state.state.value}); continue it with agent.resume({state.run_id!r})"
     )
 
 

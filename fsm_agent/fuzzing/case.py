@@ -23,6 +23,7 @@ from ..errors import MCPServerError
 from ..events import Event, StateChangedEvent
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
+from ..kernel.composition import children_bounds
 from ..kernel.states import Verdict
 from ..machine.bounds import bounds
 from ..machine.table import TERMINAL, State
@@ -459,6 +460,7 @@ def _run_once(
         agent.policy,
         verification=agent.limits.verification or agent.limits.output_validation,
         models=len(agent.models),
+        children=children_bounds(agent),  # agents it uses as tools share the fuzzed model
     )
     calls, turns = computed.max_model_calls, computed.max_tool_turns
     cap = (

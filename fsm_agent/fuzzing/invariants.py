@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..events import Event, StateChangedEvent, UsageEvent
+from ..events import ChildEvent, Event, StateChangedEvent, UsageEvent
 from ..kernel.agent import RunResult
 from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.bounds import Bounds, bounds
@@ -300,6 +300,8 @@ def _check_usage(record: RunRecord) -> None:
     reported = Usage()
     from_model = Usage()
     for event in record.events:
+        while isinstance(event, ChildEvent):  # a child's usage is its parent's too
+            event = event.event
         if isinstance(event, UsageEvent):
             reported = reported + event.call
             if event.call.requests:  # the kernel counts a request for every model call

@@ -36,6 +36,7 @@ from ..errors import (
 from ..events import Event
 from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
+from ..machine.bounds import Bounds
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
 from ..models import Model, ModelChain
@@ -51,8 +52,10 @@ from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
 from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
+from .composition import AgentTool, agent_bounds
 from .context import LoopSettings
 from .driver import drive
+from .fork import RunEdit, fork_run
 from .limits import usage_limited
 from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions
@@ -280,6 +283,22 @@ class Agent(Generic[DepsT, OutputT]):
             clone.runtime = runtime
         return clone
 
+    def as_tool(self, *, name: str, description: str, timeout_s: float | None = None) -> AgentTool:
+        """This agent as a tool another agent's model can call with a task: the call runs this
+        agent on the task, under the calling run's usage limits, deadline and cancellation, and
+        its output (typed, for an ``output_type``) is the call's result. A stop without an
+        answer (its step limit, an abort) is an error result the caller's model reads. The
+        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
+        the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
+        return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
+
+    def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:
+        """The most a run of this agent can use (model calls, tool executions, seconds), each
+        with its derivation, its children's worst cases included (agents it uses as tools, see
+        ``docs/composition.md``); one model call takes at most ``model_timeout_s`` seconds
+        (``None``: not known, so the work gives no time bound)."""
+        return agent_bounds(self, model_timeout_s=model_timeout_s)
+
     async def run(
         self,
         prompt: str | Message,
@@ -363,6 +382,40 @@ class Agent(Generic[DepsT, OutputT]):
         that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
         wrote the run meanwhile (it is still running: cancel it there first)."""
         return await abandon_run(self, run_id, reason)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        edit: RunEdit | None = None,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+        allow_changed_definition: bool = False,
+    ) -> RunResult[OutputT]:
+        """Start a new run from the state stored after move ``at`` of ``run_id`` (``None``: its
+        latest checkpoint), changed by ``edit`` (given the state, it changes it in place or
+        returns the one to use), and run it as ``resume`` would. The original run is left as
+        it was; the fork's state says where it came from (``forked_from``, ``forked_at``) and
+        it is checkpointed like any run of this agent. A fork of a move that waits for a human
+        is returned suspended: resume it with the decisions. Raises
+        :class:`~fsm_agent.InvalidInputError`, storing nothing, for a move not saved, a move
+        that ended the run, or an edit that leaves an invalid state."""
+        store = self.checkpointer
+        if store is None:
+            raise ConfigurationError(
+                "fork starts from a run's saved moves: it needs an agent with a checkpointer "
+                "(the store that holds the run)"
+            )
+        state = await fork_run(store, run_id, self.runtime.new_id(), at=at, edit=edit)
+        if state.state is State.SUSPENDED and state.resume_token is not None:
+            return RunResult.of(state, None, self.output_spec)
+        return await self.resume(
+            state.run_id,
+            handle=handle,
+            deps=deps,
+            allow_changed_definition=allow_changed_definition,
+        )
 
     async def resume_stream(
         self,

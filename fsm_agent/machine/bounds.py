@@ -26,15 +26,23 @@ The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the che
 - With ``max_steps=None`` only ``usage_limits.max_requests`` bounds the calls (counting every
   attempt, failed or not, as a request); a wall-clock limit alone ends a run in time but does not
   bound its work.
+
+An agent with children (agents used as tools, ``Agent.as_tool``; ``bounds(..., children=...)``)
+adds their worst cases: each tool execution of the parent may be a call of its costliest child,
+so ``max_tool_calls`` executions add that many times the child's worst case, of model calls, tool
+executions and seconds alike. A child's model calls count against the parent's usage limits, so
+``usage_limits.max_requests`` still caps the model calls of the whole composition, and the
+parent's ``max_wall_clock_s`` its time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..policy import CompactionStrategyName, Policy, RetryPolicy
 
-__all__ = ["Bounds", "bounds"]
+__all__ = ["Bounds", "ChildBounds", "bounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,14 @@ class Bounds:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class ChildBounds:
+    """The worst case of a child agent, under the tool name its parent calls it by."""
+
+    name: str
+    bounds: Bounds
+
+
 def _show(value: float | None) -> str:
     if value is None:
         return "unbounded"
@@ -77,10 +93,27 @@ def bounds(
     verification: bool = False,
     model_timeout_s: float | None = None,
     models: int = 1,
+    children: Sequence[ChildBounds] = (),
 ) -> Bounds:
     """The worst case of a run under ``policy`` (with a verifier or the done-tool requirement
     when ``verification``, and a fallback chain of ``models`` models), where one model call takes
-    at most ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound)."""
+    at most ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound).
+    ``children`` are the worst cases of the agents it uses as tools, each added as many times as
+    the parent can execute a tool."""
+    own = _bounds(policy, verification, model_timeout_s, models)
+    if not children:
+        return own
+    work = own
+    if policy.max_wall_clock_s is not None:  # the work alone, before the limit caps it
+        unlimited = policy.model_copy(update={"max_wall_clock_s": None})
+        work = _bounds(unlimited, verification, model_timeout_s, models)
+    return _compose(own, work, policy, children)
+
+
+def _bounds(
+    policy: Policy, verification: bool, model_timeout_s: float | None, models: int
+) -> Bounds:
+    """The worst case of one agent's own run, children left out."""
     retry = policy.retry
     errors = policy.max_total_errors
     switches = max(0, models - 1)
@@ -161,6 +194,77 @@ def bounds(
         max_wall_clock_s=wall,
         wall_clock_derivation=wall_text,
     )
+
+
+def _compose(own: Bounds, work: Bounds, policy: Policy, children: Sequence[ChildBounds]) -> Bounds:
+    """The worst case of an agent whose own is ``own`` under ``policy`` (``work``: the same
+    without its wall-clock limit) when it uses ``children`` as tools: each of its tool
+    executions may be a call of its costliest child."""
+    times = own.max_tool_executions
+    calls, calls_text = _added(
+        own.max_model_calls, own.model_calls_derivation, children, "max_model_calls", times
+    )
+    requests = policy.usage_limits.max_requests
+    if requests is not None and (calls is None or requests < calls):
+        calls_text = (
+            f"usage_limits.max_requests={requests}, shared with the children ({calls_text})"
+        )
+        calls = requests
+    executions, executions_text = _added(
+        own.max_tool_executions,
+        own.tool_executions_derivation,
+        children,
+        "max_tool_executions",
+        times,
+    )
+    wall, wall_text = _added(
+        work.max_wall_clock_s, work.wall_clock_derivation, children, "max_wall_clock_s", times
+    )
+    limit = policy.max_wall_clock_s
+    if limit is not None and (wall is None or limit <= wall):
+        wall_text = f"max_wall_clock_s={limit:g}, shared with the children ({wall_text})"
+        wall = limit
+    return Bounds(
+        max_model_calls=None if calls is None else int(calls),
+        model_calls_derivation=calls_text,
+        max_tool_turns=own.max_tool_turns,
+        tool_turns_derivation=own.tool_turns_derivation,
+        max_tool_executions=None if executions is None else int(executions),
+        tool_executions_derivation=executions_text,
+        max_wall_clock_s=None if wall is None else float(wall),
+        wall_clock_derivation=wall_text,
+    )
+
+
+def _added(
+    own: float | None,
+    own_text: str,
+    children: Sequence[ChildBounds],
+    metric: str,
+    times: int | None,
+) -> tuple[float | None, str]:
+    """One bound of the parent, ``own``, plus ``times`` the costliest child's, with the
+    derivation."""
+    worst = max(children, key=lambda c: _key(getattr(c.bounds, metric)))
+    child: float | None = getattr(worst.bounds, metric)
+    if own is None:
+        return None, own_text
+    if times is None:
+        return None, (
+            "unbounded: the children may be called any number of times (set Policy.max_tool_calls)"
+        )
+    if child is None:
+        return None, f"unbounded: the child {worst.name!r} is unbounded"
+    total = own + times * child
+    return total, (
+        f"{_show(own)} of its own + {times} tool executions × {_show(child)} (the worst of "
+        f"the child {worst.name!r}) = {_show(total)}"
+    )
+
+
+def _key(value: float | None) -> float:
+    """Orders bounds with ``None`` (unbounded) above every number."""
+    return float("inf") if value is None else value
 
 
 def _summaries_per_turn(policy: Policy) -> int:

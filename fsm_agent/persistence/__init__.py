@@ -126,9 +126,10 @@ class Checkpointer(Protocol):
     an ``io_threads()`` method returning a
     :class:`~fsm_agent.persistence.store_threads.StoreThreads` (``None`` for a store without
     I/O, called in place), else one thread per run. A store may also offer ``forget(run_id)``
-    (drop what it keeps in memory for a run; called when the run's task ends) and
+    (drop what it keeps in memory for a run; called when the run's task ends),
     ``prepare_save``/``write_prepared`` (encode on the loop's thread, write on the store's), as
-    the SQL stores do."""
+    the SQL stores do, and ``checkpoints(run_id)`` (every checkpoint of a run, oldest first: what
+    ``Agent.fork`` needs), as every store of this package does."""
 
     def save(self, state: RunState, *, version: int) -> None:
         """Store ``state`` as checkpoint ``version`` of its run."""
@@ -258,6 +259,17 @@ class InMemoryCheckpointer:
             )
             effects[key] = EffectRecord(key, kind, result)
 
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """Every checkpoint of ``run_id``, oldest first (what a fork starts from)."""
+        with self._lock:
+            rows = list(self._checkpoints.get(run_id, ()))
+        if not rows:
+            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+        return [
+            Checkpoint(run_id, version, RunState.model_validate_json(text), saved_at)
+            for version, (saved_at, text, _) in enumerate(rows, start=1)
+        ]
+
     def effects(self, run_id: str) -> dict[str, EffectRecord]:
         """The journaled calls of ``run_id`` by key."""
         with self._lock:
@@ -366,6 +378,10 @@ class CrashingCheckpointer:
     def effects(self, run_id: str) -> dict[str, EffectRecord]:
         """The inner store's journal."""
         return self.inner.effects(run_id)
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The inner store's checkpoints of ``run_id``, oldest first."""
+        return self.inner.checkpoints(run_id)  # type: ignore[attr-defined,no-any-return]
 
     def runs(self) -> list[RunSummary]:
         """The inner store's runs."""

@@ -503,6 +503,43 @@ class SQLCheckpointer:
             outputs[output_id] = content
         return outputs
 
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """Every checkpoint of ``run_id``, oldest first, each rebuilt from its rows and those
+        before it (what a fork starts from)."""
+        with self._reading() as cur:
+            cur.execute(
+                self._sql(
+                    "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
+                    "FROM {t}checkpoints WHERE run_id = ? ORDER BY version"
+                ),
+                (run_id,),
+            )
+            rows = cur.fetchall()
+            cur.execute(
+                self._sql("SELECT output_id, text FROM {t}outputs WHERE run_id = ?"), (run_id,)
+            )
+            outputs = dict(cur.fetchall())
+        if not rows:
+            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+        found: list[Checkpoint] = []
+        messages: list[Message] = []
+        trace: list[Move] = []
+        for version, saved_at, body, messages_from, new_messages, trace_from, new_moves in rows:
+            try:
+                if messages_from > len(messages) or trace_from > len(trace):
+                    raise ValueError("it continues rows that are missing")
+                messages = messages[:messages_from] + _MESSAGES.validate_json(new_messages)
+                trace = trace[:trace_from] + _MOVES.validate_json(new_moves)
+                state = RunState.model_validate_json(body)
+            except (ValidationError, ValueError, TypeError) as exc:
+                raise _corrupt(run_id, version, exc) from None
+            state.messages = list(messages)
+            state.trace = list(trace)
+            if outputs:
+                state.tool_outputs = {**state.tool_outputs, **outputs}
+            found.append(Checkpoint(run_id, version, state, float(saved_at)))
+        return found
+
     # -- effects --------------------------------------------------------------------------------
     def record_intent(
         self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int

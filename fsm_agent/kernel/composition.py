@@ -1,0 +1,381 @@
+"""An agent as a tool: the parent's model calls it with a task, the child runs its own machine,
+and the child's output is the call's result.
+
+The child shares what bounds the parent's run:
+
+- **usage limits**: the child runs under the smaller of its own limits and what the parent has
+  left (its ``max_requests``, token and cost caps, less what the children running beside it
+  were granted), and when it ends its usage and model calls are added to the parent's, so the
+  parent's limits hold over the whole composition;
+- **the deadline**: the child's wall-clock limit is at most the parent's time left;
+- **cancellation**: a cancel (or the deadline) of the parent is the child's too, seen at its next
+  move; an effect of the child in flight is cut short with the parent's.
+
+Under a parent with a checkpointer the child is saved in the parent's store as a run of its
+own, and resumed with the parent after a crash (see :mod:`fsm_agent.kernel.durable_child`).
+
+A stop of the child's own (its ``max_steps``, an abort, a usage limit) is not a crash of the
+parent: the call's result is an :class:`~fsm_agent.AgentToolError` the parent's model reads,
+with the child's last answer when it has one.
+
+When the parent is listened to (``run_stream``), each event of the child reaches the parent's
+listener as a :class:`~fsm_agent.events.ChildEvent`: the parent's call id, the child's run id and
+its depth. Nothing here runs for an agent without children: the kernel passes its tools nothing
+new, and a child finds its parent's run through the tool context it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
+
+from ..errors import AgentToolError, ConfigurationError
+from ..events import ChildEvent, Event
+from ..machine.bounds import Bounds, ChildBounds, bounds
+from ..machine.table import Outcome, State, StopReason
+from ..messages import Message, Usage
+from ..persistence.storable import storable_message
+from ..policy import UsageLimits
+from ..run_state import RunState
+from ..tools import Tool, ToolContext
+from .context import Emitted, RunContext
+from .driver import drive
+from .durable_child import child_run_id, open_child
+from .run import RunHandle, RunResult
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Generator
+
+    from .agent import Agent
+
+__all__ = [
+    "AgentTool",
+    "ChildRunContext",
+    "agent_bounds",
+    "children_bounds",
+    "parent_call",
+    "parent_run",
+]
+
+_CANCEL, _DEADLINE = Outcome.CANCEL, Outcome.DEADLINE
+_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
+_LIMIT_FIELDS = (
+    "max_requests",
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_total_tokens",
+    "max_cost_usd",
+)
+
+TASK_DESCRIPTION = (
+    "The task for this agent, stated in full: it sees nothing else of this conversation."
+)
+
+
+_CALLS: dict[str, tuple[str, str]] = {}
+"""The parent run id and call id of each child run while it runs, by the child's run id."""
+
+
+def parent_call(run_id: str) -> tuple[str, str] | None:
+    """The run id and call id of the parent's call that runs the child run ``run_id``, while it
+    runs (``None`` for a run that is not a child): how observers nest a child under its call."""
+    return _CALLS.get(run_id)
+
+
+def parent_run(context: ToolContext[Any]) -> RunContext | None:
+    """The run that gave a tool ``context``, or ``None`` outside a run (a tool called by hand).
+
+    The kernel hands each tool its run's cancel check, a method of the run's context: reading
+    the run from it keeps the tool contexts of agents without children as they are."""
+    owner = getattr(context.cancel_requested, "__self__", None)
+    return owner if isinstance(owner, RunContext) else None
+
+
+class ChildRunContext(RunContext):
+    """The context of a child run: it inherits its parent's cancel and deadline, and hands its
+    events to its parent's listener wrapped in :class:`~fsm_agent.events.ChildEvent`.
+
+    ``inline`` says the child runs in the task stepping its parent's listened run (the calls of
+    a turn run one by one): its events are yielded on the spot. Otherwise (concurrent calls)
+    they wait in the parent's pending events until the turn's calls end."""
+
+    def __init__(
+        self,
+        agent: Agent[Any, Any],
+        state: RunState,
+        *,
+        parent: RunContext,
+        call_id: str,
+        tool_name: str,
+        inline: bool,
+    ) -> None:
+        self.parent = parent
+        self._own_interrupt: Outcome | None = None
+        super().__init__(agent, state, listening=parent.listening, handle=RunHandle())
+        self.call_id = call_id
+        self.tool_name = tool_name
+        self.depth: int = getattr(parent, "depth", 0) + 1
+        self.inline = inline
+
+    @property
+    def interrupt(self) -> Outcome | None:
+        """The child's own interrupt, else its parent's cancel or deadline."""
+        own = self._own_interrupt
+        if own is None:
+            inherited = self.parent.interrupt
+            if inherited is _CANCEL or inherited is _DEADLINE:
+                return inherited
+        return own
+
+    @interrupt.setter
+    def interrupt(self, value: Outcome | None) -> None:
+        self._own_interrupt = value
+
+    def emit(self, event: Event) -> Awaitable[None]:
+        """Hand ``event`` to the parent's listener as a :class:`ChildEvent` (an event a
+        grandchild sent up is already one, and goes on as it is)."""
+        if not self.listening:
+            return super().emit(event)
+        if not isinstance(event, ChildEvent):
+            event = ChildEvent(
+                run_id=self.parent.rs.run_id,
+                call_id=self.call_id,
+                tool_name=self.tool_name,
+                child_run_id=self.rs.run_id,
+                depth=self.depth,
+                event=event,
+            )
+        if self.inline:
+            return Emitted(event)
+        self.parent.pending_events.append(event)
+        return _SETTLED
+
+
+class _Settled:
+    """An awaitable that completes at once (an event left with the parent's pending ones)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Emitted, None, None]:
+        return
+        yield
+
+
+_SETTLED = _Settled()
+
+
+@dataclass(slots=True)
+class _Grant:
+    """The share of a parent's usage limits one running child was given."""
+
+    limits: dict[str, float]
+
+
+_GRANTS: weakref.WeakKeyDictionary[RunContext, list[_Grant]] = weakref.WeakKeyDictionary()
+"""The grants of the children running under each parent run (concurrent calls share the
+parent's budget: each is given what the others were not)."""
+
+
+def _used(usage: Usage, model_calls: int) -> dict[str, float]:
+    return {
+        "max_requests": model_calls,
+        "max_input_tokens": usage.input_tokens,
+        "max_output_tokens": usage.output_tokens,
+        "max_total_tokens": usage.total_tokens,
+        "max_cost_usd": usage.cost_usd,
+    }
+
+
+def _shared_limits(
+    own: UsageLimits, parent: RunContext, grants: list[_Grant]
+) -> tuple[UsageLimits, _Grant, str | None]:
+    """The child's usage limits under ``parent``'s: each the smaller of the child's own and
+    what the parent has left; the grant taken from the parent; and, when the parent has
+    nothing left of a limit, which one."""
+    theirs = parent.agent.policy.usage_limits
+    used = _used(parent.rs.usage, parent.rs.model_calls)
+    values: dict[str, Any] = {}
+    granted: dict[str, float] = {}
+    for name in _LIMIT_FIELDS:
+        mine = getattr(own, name)
+        limit = getattr(theirs, name)
+        if limit is None:
+            values[name] = mine
+            continue
+        left = limit - used[name] - sum(g.limits.get(name, 0) for g in grants)
+        if left <= 0:
+            return own, _Grant({}), name
+        share = left if mine is None else min(mine, left)
+        if name != "max_cost_usd":
+            share = int(share)
+        values[name] = granted[name] = share
+    return own.model_copy(update=values), _Grant(granted), None
+
+
+def _bounded(
+    agent: Agent[Any, Any], parent: RunContext, grants: list[_Grant]
+) -> tuple[Agent[Any, Any], _Grant | None, str | None]:
+    """``agent`` under the limits its parent shares with it: a copy with a narrower policy when
+    the parent has usage limits or a deadline, else ``agent`` itself."""
+    policy = agent.policy
+    update: dict[str, Any] = {}
+    grant = None
+    if parent.agent.usage_limited:
+        limits, grant, spent = _shared_limits(policy.usage_limits, parent, grants)
+        if spent is not None:
+            return agent, None, f"the run's usage limit usage_limits.{spent} is reached"
+        update["usage_limits"] = limits
+    if parent.deadline is not None:
+        left = parent.deadline - parent.agent.runtime.clock()
+        if left <= 0:
+            return agent, None, "the run's wall-clock limit has passed"
+        own = policy.max_wall_clock_s
+        update["max_wall_clock_s"] = left if own is None else min(own, left)
+    if not update:
+        return agent, None, None
+    bounded = copy.copy(agent)
+    bounded.policy = policy.model_copy(update=update)
+    return bounded, grant, None
+
+
+async def _run_child(
+    agent: Agent[Any, Any], name: str, task: str, context: ToolContext[Any]
+) -> object:
+    """Run ``agent`` on ``task`` as the call ``context`` describes; its output, or
+    :class:`AgentToolError` when it stopped without one."""
+    parent = parent_run(context)
+    if parent is None:
+        raise AgentToolError(
+            f"the agent tool {name!r} runs inside an agent's run only (it shares the run's "
+            "limits); pass it to an Agent's tools",
+            tool_name=name,
+        )
+    grants = _GRANTS.setdefault(parent, [])
+    child, grant, refused = _bounded(agent, parent, grants)
+    if refused is not None:
+        raise AgentToolError(f"agent {name!r} was not run: {refused}", tool_name=name)
+    if grant is not None:
+        grants.append(grant)
+    top = type(parent) is RunContext
+    inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
+    log = None
+    if parent.durable is not None:  # saved in the parent's store, to be resumed with it
+        run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
+        child, rs, log = await open_child(agent, child, parent, run_id)
+        if log is None:  # it had come to rest before the parent's crash
+            _charge(parent, rs)
+            return _answer(name, RunResult.of(rs, None, child.output_spec))
+    else:
+        rs = RunState.start(child.runtime.new_id())
+    ctx = ChildRunContext(
+        child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
+    )
+    ctx.deps = child.deps
+    ctx.durable = log
+    if rs.state is State.IDLE:
+        ctx.input = Message.user(task) if log is None else storable_message(Message.user(task))
+    elif rs.trace:
+        ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
+    ctx.handle._attach(ctx)
+    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id)
+    try:
+        await drive(ctx)
+    finally:
+        del _CALLS[rs.run_id]
+        if grant is not None:
+            grants.remove(grant)
+        _charge(parent, rs)
+    result = ctx.handle.result
+    assert result is not None, "the driver records the result when the run rests"
+    return _answer(name, result)
+
+
+def _charge(parent: RunContext, rs: RunState) -> None:
+    """Add what the child used to its parent's usage, however it ended."""
+    parent.rs.usage = parent.rs.usage + rs.usage
+    parent.rs.model_calls += rs.model_calls
+
+
+def _answer(name: str, result: RunResult[Any]) -> object:
+    """The child's output, or the error its stop is to the parent's model."""
+    if result.state is State.DONE and result.stop_reason in _ANSWERED:
+        return result.output
+    why = result.stop_reason.value
+    if result.state is State.SUSPENDED:
+        why = "it waits for a human, which an agent used as a tool cannot ask"
+    message = f"agent {name!r} stopped without finishing its task ({why})"
+    if result.error is not None:
+        message += f": {result.error}"
+    if result.output_text:
+        message += f". Its last answer: {result.output_text}"
+    raise AgentToolError(message, tool_name=name, result=result)
+
+
+class AgentTool(Tool):
+    """An agent used as a tool (build one with :meth:`fsm_agent.Agent.as_tool`): its one
+    argument is the task, its result the child's output. ``agent`` is the child."""
+
+    def __init__(
+        self,
+        agent: Agent[Any, Any],
+        *,
+        name: str,
+        description: str,
+        timeout_s: float | None = None,
+    ) -> None:
+        if agent.checkpointer is not None:
+            raise ConfigurationError(
+                f"agent tool {name!r}: an agent used as a tool is saved in its parent's store "
+                "when the parent has a checkpointer; build it without one"
+            )
+        if not isinstance(description, str) or not description.strip():
+            raise ConfigurationError(
+                f"agent tool {name!r} needs a description: the parent's model reads it to "
+                "decide when to hand a task to this agent"
+            )
+        if timeout_s is None:
+            timeout_s = agent.policy.max_wall_clock_s
+
+        async def delegate(
+            task: Annotated[str, Field(description=TASK_DESCRIPTION)],
+            context: ToolContext[Any],
+        ) -> object:
+            return await _run_child(agent, name, task, context)
+
+        # Idempotent: run again after a crash, the call resumes the child a durable parent
+        # saved (see kernel.durable_child) instead of starting it over.
+        super().__init__(
+            delegate, name=name, description=description, timeout_s=timeout_s, idempotent=True
+        )
+        self.agent = agent
+
+    def __repr__(self) -> str:
+        return f"AgentTool({self.name!r})"
+
+
+def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
+    """The worst case of a run of ``agent``, its children's included (each computed the same
+    way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
+    return bounds(
+        agent.policy,
+        verification=agent.verifier is not None or agent.output_spec is not None,
+        model_timeout_s=model_timeout_s,
+        models=len(agent.models),
+        children=children_bounds(agent, model_timeout_s=model_timeout_s),
+    )
+
+
+def children_bounds(
+    agent: Agent[Any, Any], *, model_timeout_s: float | None = None
+) -> list[ChildBounds]:
+    """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
+    return [
+        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
+        for found in agent.tools.values()
+        if isinstance(found, AgentTool)
+    ]
