@@ -463,8 +463,11 @@ class AnthropicModel(ProviderBase):
                 choice = {**(choice or {}), "type": "any"}
             if choice is not None:
                 body["tool_choice"] = choice
-        if request.temperature is not None and budget is None:
-            body["temperature"] = request.temperature
+        if budget is None:  # extended thinking takes neither
+            if request.temperature is not None:
+                body["temperature"] = request.temperature
+            if request.top_p is not None:
+                body["top_p"] = request.top_p
         if request.stop_sequences:
             body["stop_sequences"] = list(request.stop_sequences)
         if budget is not None:
