@@ -415,7 +415,7 @@ class AnthropicModel(ProviderBase):
     Anthropic endpoint. ``max_tokens`` (required by the API) defaults to 4096 when the request
     gives none. ``reasoning_budget_tokens`` (or ``reasoning_effort``) turns extended thinking on.
     ``prompt_cache`` (default on) marks cache breakpoints on the tools, the system prompt and the
-    history (see :mod:`fsm_agent.providers._anthropic_cache`); ``seed`` is not sent (the API
+    history (see ``docs/providers.md``); ``seed`` is not sent (the API
     has none).
     """
 
