@@ -19,6 +19,8 @@ from fsm_agent import (
     Model,
     ModelChain,
     ModelError,
+    ModelRequest,
+    ModelSettings,
     ModelTimeoutError,
     Move,
     Policy,
@@ -98,6 +100,16 @@ def defaults() -> None:
     assert_type(Agent(ScriptedModel([text("hi")]), deps=3), Agent[int])
     # A script's arguments may be any JSON mapping, not only a dict[str, JsonValue].
     ScriptedModel([tool_calls(("echo", {"text": "hi"})), tool_call("echo", {"n": "1"})])
+
+
+def model_settings() -> None:
+    # Settings on the agent and on a run; a hook's apply gives back a request.
+    settings = ModelSettings(max_tokens=100, stop_sequences=["END"], tool_choice="lookup")
+    agent = Agent(ScriptedModel([text("hi")]), model_settings=settings)
+    assert_type(agent.run_sync("hi", model_settings=ModelSettings(seed=1)), RunResult)
+    request = ModelSettings(temperature=0.0).apply(ModelRequest(messages=()))
+    assert_type(request, ModelRequest)
+    assert_type(ModelSettings.of(request).merged(settings), ModelSettings)
 
 
 def fallback_chain() -> None:
