@@ -128,6 +128,7 @@ if TYPE_CHECKING:
         FallbackModel,
         GeminiModel,
         OpenAIChatModel,
+        OpenAIResponsesModel,
         infer_model,
     )
     from .replay import ReplayReport
@@ -146,6 +147,7 @@ _LAZY = {
     "FallbackModel": "providers",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
+    "OpenAIResponsesModel": "providers",
     "PostgresCheckpointer": "persistence.postgres",
     "RenderingUnavailableError": "diagrams",
     "ReplayReport": "replay",
@@ -215,6 +217,7 @@ __all__ = [
     "Move",
     "MovePhase",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "Outcome",
     "OutputValidationError",
     "Phase",

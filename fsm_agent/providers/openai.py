@@ -47,6 +47,7 @@ from ._assembly import (
     build_response,
     canonical_json,
     finish_tool_call,
+    json_value,
     object_arguments,
     text_field,
     text_part,
@@ -298,7 +299,7 @@ class _StreamAssembler:
             slot.arguments = [piece]
         extra = fragment.get("extra_content")
         if isinstance(extra, dict):
-            slot.extra = _json_value(extra)
+            slot.extra = json_value(extra)
         return ToolCallDelta(index=slot.ordinal, id=new_id, name=new_name, arguments_fragment=piece)
 
     def response(self) -> ModelResponse:
@@ -327,17 +328,6 @@ class _StreamAssembler:
             self.response_id,
             self.served_model or self.model,
         )
-
-
-def _json_value(value: object) -> JsonValue:
-    """Round-trip a decoded JSON value into pydantic's JsonValue type."""
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 def _answers_by_tool(request: ModelRequest) -> bool:
@@ -491,7 +481,7 @@ class OpenAIChatModel(ProviderBase):
                     as_str(wire.get("id")),
                     as_str(function.get("name")) or "",
                     arguments if isinstance(arguments, str) else canonical_json(arguments or {}),
-                    {"extra_content": _json_value(extra)} if isinstance(extra, dict) else None,
+                    {"extra_content": json_value(extra)} if isinstance(extra, dict) else None,
                 )
             )
         reason = (
