@@ -444,10 +444,11 @@ def test_streaming_equals_complete(backend: Backend) -> None:
     def canonical(message: Message) -> list[Any]:
         # Raw argument text may differ in spacing and escapes (a JSON body carries an object,
         # a stream carries the model's text): compare the parsed arguments instead.
-        # A server that picks its own call ids picks new ones for every answer.
+        # A server that picks its own call ids picks new ones (and new item ids, kept in
+        # provider_data) for every answer.
         blank: dict[str, Any] = {"arguments_json": ""}
         if not backend.scripted_ids:
-            blank["id"] = ""
+            blank.update(id="", provider_data=None)
         return [p.model_copy(update=blank) if isinstance(p, ToolCall) else p for p in message.parts]
 
     assert canonical(streamed.message) == canonical(plain.message)
