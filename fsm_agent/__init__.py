@@ -93,6 +93,7 @@ from .messages import (
     ToolResult,
     Usage,
 )
+from .model_settings import ModelSettings
 from .models import Model, ModelChain, StreamingModel
 from .persistence import (
     Checkpoint,
@@ -213,6 +214,7 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "ModelTimeoutError",
     "Move",
     "MovePhase",

@@ -17,6 +17,7 @@ from .events import Event
 from .kernel.agent import Agent, RunHandle, RunResult
 from .machine.table import State
 from .messages import Message, validate_history
+from .model_settings import ModelSettings
 
 __all__ = ["Conversation"]
 
@@ -71,19 +72,35 @@ class Conversation(Generic[DepsT]):
         self._running = True
 
     async def run(
-        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+        self,
+        prompt: str | Message,
+        *,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """Run ``prompt`` after the conversation so far; the result's messages become it."""
         self._start()
         try:
-            result = await self.agent.run(prompt, history=self._messages, handle=handle, deps=deps)
+            result = await self.agent.run(
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                model_settings=model_settings,
+            )
         finally:
             self._running = False
         self.record(result)
         return result
 
     async def run_stream(
-        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+        self,
+        prompt: str | Message,
+        *,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> AsyncIterator[Event]:
         """:meth:`run`, yielding the run's events; the conversation moves on when the stream
         ends (a stream abandoned part-way leaves it where it was)."""
@@ -91,7 +108,11 @@ class Conversation(Generic[DepsT]):
         handle = handle or RunHandle()
         try:
             async for event in self.agent.run_stream(
-                prompt, history=self._messages, handle=handle, deps=deps
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                model_settings=model_settings,
             ):
                 yield event
         finally:
@@ -100,12 +121,23 @@ class Conversation(Generic[DepsT]):
             self.record(handle.result)
 
     def run_sync(
-        self, prompt: str | Message, *, handle: RunHandle | None = None, deps: DepsT | None = None
+        self,
+        prompt: str | Message,
+        *,
+        handle: RunHandle | None = None,
+        deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """:meth:`run` for code without an event loop."""
         self._start()
         try:
-            result = self.agent.run_sync(prompt, history=self._messages, handle=handle, deps=deps)
+            result = self.agent.run_sync(
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                model_settings=model_settings,
+            )
         finally:
             self._running = False
         self.record(result)

@@ -463,6 +463,8 @@ class ModelRequest(_Frozen):
 
     ``messages`` starts with the system message when there is one; providers that take
     instructions separately (Anthropic ``system``, Gemini ``systemInstruction``) lift it out.
+    The fields from ``tool_choice`` to ``reasoning_budget_tokens`` are the call's
+    :class:`~fsm_agent.ModelSettings` (``None``: the provider's default).
     """
 
     messages: tuple[Message, ...]
@@ -471,6 +473,8 @@ class ModelRequest(_Frozen):
     parallel_tool_calls: bool | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
     stop_sequences: tuple[str, ...] = ()
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     reasoning_budget_tokens: int | None = None

@@ -186,6 +186,7 @@ def schema_faults(request: Request) -> list[str]:
         ]
         if not has_tools and any(b.get("type") in ("tool_use", "tool_result") for b in blocks):
             faults.append("Requests which include tool_use or tool_result blocks must define tools")
+        faults += _cache_faults(body, blocks)
     elif (
         request.path.lower().endswith("generatecontent") and "toolConfig" in body and not has_tools
     ):
@@ -494,6 +495,24 @@ def openai_sse(turn: Turn) -> list[bytes]:
 
 def _anthropic_finish(turn: Turn) -> str:
     return turn.finish or ("tool_use" if turn.calls else "end_turn")
+
+
+def _cache_faults(body: dict[str, Any], blocks: list[dict[str, Any]]) -> list[str]:
+    """What Anthropic rejects in a request's cache breakpoints: more than four, one on a
+    thinking block, one on an empty text block."""
+    system = body.get("system")
+    marked = [
+        b
+        for b in [*body.get("tools", []), *(system if isinstance(system, list) else []), *blocks]
+        if "cache_control" in b
+    ]
+    faults = [f"A maximum of 4 blocks with cache_control may be provided. Found {len(marked)}."]
+    faults = faults if len(marked) > 4 else []
+    if any(b.get("type") in ("thinking", "redacted_thinking") for b in marked):
+        faults.append("thinking blocks cannot be marked with cache_control")
+    if any(b.get("type") == "text" and not b.get("text") for b in marked):
+        faults.append("cache_control cannot be set for empty text blocks")
+    return faults
 
 
 def _anthropic_content(turn: Turn) -> list[dict[str, Any]]:

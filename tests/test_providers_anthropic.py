@@ -175,7 +175,9 @@ def test_request_mapping() -> None:
         reasoning_budget_tokens=2048,
     )
     body = AnthropicModel("c", api_key="k").build_body(request, stream=False)
-    assert body["system"] == "be brief"
+    assert body["system"] == [
+        {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}
+    ]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     results = body["messages"][2]["content"]
     assert [(r["tool_use_id"], r.get("is_error", False)) for r in results] == [

@@ -160,7 +160,10 @@ def _responses_results(body: Any) -> list[tuple[str, str]]:
 
 def _anthropic_system(body: Any) -> str | None:
     assert all(m["role"] in ("user", "assistant") for m in body["messages"])
-    return body.get("system")
+    system = body.get("system")
+    if isinstance(system, list):  # text blocks (a cache breakpoint needs one)
+        return "".join(block["text"] for block in system)
+    return system
 
 
 def _anthropic_results(body: Any) -> list[tuple[str, str]]:

@@ -38,6 +38,7 @@ from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.table import LIMITS, TERMINAL, Counter, State
 from ..messages import Message, ToolDefinition, validate_history
+from ..model_settings import ModelSettings, merge_settings
 from ..models import Model, ModelChain
 from ..output import ANSWER_TOOL, output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
@@ -100,6 +101,10 @@ class Agent(Generic[DepsT, OutputT]):
     ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
     that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
     ``phases`` is the task's phase table (see ``docs/phases.md``).
+
+    ``model_settings`` (:class:`~fsm_agent.ModelSettings`) apply to every model call; a run's
+    own ``model_settings`` (``run``, ``run_stream``, ``run_sync``, ``resume``) override them
+    field by field for that invocation, and a ``before_model_call`` hook has the last word.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class Agent(Generic[DepsT, OutputT]):
         unknown_outcome: UnknownOutcome = "model",
         output_type: type[OutputT] | None = None,
         phases: Phases | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         complete = getattr(model, "complete", None)
         if not callable(complete) or not asyncio.iscoroutinefunction(complete):
@@ -152,6 +158,7 @@ class Agent(Generic[DepsT, OutputT]):
                 f"unknown_outcome must be 'model' or 'human', got {unknown_outcome!r}"
             )
         self.checkpointer = checkpointer
+        self.model_settings = merge_settings(model_settings)
         build_run_validators(durable=checkpointer is not None)
         self.unknown_outcome: UnknownOutcome = unknown_outcome
         self.output_type = cast("type[OutputT]", str if output_type is None else output_type)
@@ -287,9 +294,10 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end and return the :class:`RunResult` (events are not built)."""
-        ctx = self._context(prompt, history, handle, deps, listening=False)
+        ctx = self._context(prompt, history, handle, deps, model_settings, listening=False)
         await self._drive(ctx)
         return _result_of(ctx)
 
@@ -300,10 +308,11 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> AsyncIterator[Event]:
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
-        ctx = self._context(prompt, history, handle, deps, listening=True)
+        ctx = self._context(prompt, history, handle, deps, model_settings, listening=True)
         async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
@@ -315,13 +324,17 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
         if _loop_running():
             raise ConfigurationError(
                 "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
             )
-        return asyncio.run(self.run(prompt, history=history, handle=handle, deps=deps))
+        run = self.run(
+            prompt, history=history, handle=handle, deps=deps, model_settings=model_settings
+        )
+        return asyncio.run(run)
 
     async def resume(
         self,
@@ -332,6 +345,7 @@ class Agent(Generic[DepsT, OutputT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         allow_changed_definition: bool = False,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
         pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
@@ -348,7 +362,7 @@ class Agent(Generic[DepsT, OutputT]):
         policy differ from those of the agent that started the run (unless
         ``allow_changed_definition``)."""
         ctx = await self._resume_context(
-            resume, decisions, handle, deps, listening=False, allow_changed=allow_changed_definition
+            resume, decisions, handle, deps, model_settings, False, allow_changed_definition
         )
         await self._drive(ctx)
         return _result_of(ctx)
@@ -373,10 +387,11 @@ class Agent(Generic[DepsT, OutputT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         allow_changed_definition: bool = False,
+        model_settings: ModelSettings | None = None,
     ) -> AsyncIterator[Event]:
         """``resume``, yielding every event as it happens (like ``run_stream``)."""
         ctx = await self._resume_context(
-            resume, decisions, handle, deps, listening=True, allow_changed=allow_changed_definition
+            resume, decisions, handle, deps, model_settings, True, allow_changed_definition
         )
         async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
@@ -389,14 +404,17 @@ class Agent(Generic[DepsT, OutputT]):
         decisions: Mapping[str, HumanDecision] | None,
         handle: RunHandle | None,
         deps: DepsT | None,
-        *,
-        listening: bool,
+        model_settings: ModelSettings | None = None,
+        listening: bool = False,
         allow_changed: bool = False,
     ) -> RunContext:
+        settings = merge_settings(self.model_settings, model_settings)
         if self.checkpointer is not None:
-            return await self._durable_resume_context(
+            ctx = await self._durable_resume_context(
                 resume, decisions, handle, deps, listening, allow_changed
             )
+            ctx.model_settings = settings
+            return ctx
         if isinstance(resume, str):
             raise ResumeError(
                 f"resume needs the ResumeHandle of a result; resuming run {resume!r} by its id "
@@ -406,7 +424,9 @@ class Agent(Generic[DepsT, OutputT]):
         if handle._rs is not None and handle._rs is not getattr(resume, "run_state", None):
             raise InvalidInputError("a RunHandle controls one run; create a new one per run")
         rs = apply_decisions(resume, decisions if decisions is not None else {})
-        return self._new_context(rs, handle, deps, listening)
+        ctx = self._new_context(rs, handle, deps, listening)
+        ctx.model_settings = settings
+        return ctx
 
     async def _durable_resume_context(
         self,
@@ -493,9 +513,11 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message],
         handle: RunHandle | None,
         deps: DepsT | None,
+        model_settings: ModelSettings | None,
         *,
         listening: bool,
     ) -> RunContext:
+        settings = merge_settings(self.model_settings, model_settings)
         if isinstance(prompt, str):
             if not prompt or prompt.isspace():
                 raise InvalidInputError("the prompt is empty; pass the task as text")
@@ -523,6 +545,7 @@ class Agent(Generic[DepsT, OutputT]):
             )
         ctx = self._new_context(rs, handle or RunHandle(), deps, listening, log)
         ctx.input = message
+        ctx.model_settings = settings
         if history:
             ctx.history = list(history)
         return ctx

@@ -30,6 +30,7 @@ from ..policy import Policy, ToolFailureMode
 from ..run_state import RunState
 
 if TYPE_CHECKING:
+    from ..model_settings import ModelSettings
     from ..persistence.run_log import RunLog
     from .agent import Agent, RunHandle
 
@@ -158,6 +159,8 @@ class RunContext:
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
+        # The agent's and the run's model settings merged (None: neither sets any).
+        self.model_settings: ModelSettings | None = agent.model_settings
 
     # -- interrupts -------------------------------------------------------------------------
     def cancel_requested(self) -> bool:

@@ -35,6 +35,7 @@ from ..messages import (
     Usage,
     parse_arguments,
 )
+from ._anthropic_cache import mark_cache_breakpoints
 from ._assembly import (
     JSONObject,
     append_turn,
@@ -413,6 +414,9 @@ class AnthropicModel(ProviderBase):
     ``api_key`` defaults to ``ANTHROPIC_API_KEY``; ``base_url`` to ``ANTHROPIC_BASE_URL`` or the
     Anthropic endpoint. ``max_tokens`` (required by the API) defaults to 4096 when the request
     gives none. ``reasoning_budget_tokens`` (or ``reasoning_effort``) turns extended thinking on.
+    ``prompt_cache`` (default on) marks cache breakpoints on the tools, the system prompt and the
+    history (see :mod:`fsm_agent.providers._anthropic_cache`); ``seed`` is not sent (the API
+    has none).
     """
 
     provider = _PROVIDER
@@ -429,11 +433,13 @@ class AnthropicModel(ProviderBase):
         *,
         default_max_tokens: int = _DEFAULT_MAX_TOKENS,
         max_pause_continuations: int = 3,
+        prompt_cache: bool = True,
         **options: Unpack[ProviderOptions],
     ) -> None:
         super().__init__(model, **options)
         self._default_max_tokens = default_max_tokens
         self._max_pauses = max_pause_continuations
+        self._prompt_cache = prompt_cache
 
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
         """The Messages JSON body for ``request``."""
@@ -463,14 +469,19 @@ class AnthropicModel(ProviderBase):
                 choice = {**(choice or {}), "type": "any"}
             if choice is not None:
                 body["tool_choice"] = choice
-        if request.temperature is not None and budget is None:
-            body["temperature"] = request.temperature
+        if budget is None:  # extended thinking takes neither
+            if request.temperature is not None:
+                body["temperature"] = request.temperature
+            if request.top_p is not None:
+                body["top_p"] = request.top_p
         if request.stop_sequences:
             body["stop_sequences"] = list(request.stop_sequences)
         if budget is not None:
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if stream:
             body["stream"] = True
+        if self._prompt_cache:
+            mark_cache_breakpoints(body)
         return body
 
     def _too_many_pauses(self) -> ModelError:

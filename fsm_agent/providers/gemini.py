@@ -341,6 +341,10 @@ class GeminiModel(ProviderBase):
             generation["maxOutputTokens"] = request.max_tokens
         if request.temperature is not None:
             generation["temperature"] = request.temperature
+        if request.top_p is not None:
+            generation["topP"] = request.top_p
+        if request.seed is not None:
+            generation["seed"] = request.seed
         if request.stop_sequences:
             generation["stopSequences"] = list(request.stop_sequences)
         budget = thinking_budget(request, _EFFORT_BUDGET)

@@ -425,6 +425,10 @@ class OpenAIChatModel(ProviderBase):
             body[self._max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.seed is not None:
+            body["seed"] = request.seed
         if request.stop_sequences:
             body["stop"] = list(request.stop_sequences)
         if request.reasoning_effort is not None:

@@ -49,6 +49,7 @@ from ...messages import (
     Usage,
     trusted,
 )
+from ...model_settings import settings_request
 from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
@@ -204,21 +205,34 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             messages = phases.messages(rs)
         if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
             tools = (*tools, agent.pager.definition)
-        request = trusted(
-            ModelRequest,
-            {
-                "messages": messages,
-                "tools": tools,
-                "tool_choice": None,
-                "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
-                "max_tokens": None,
-                "temperature": None,
-                "stop_sequences": (),
-                "reasoning_effort": None,
-                "reasoning_budget_tokens": None,
-                "output": agent.output_schema,
-            },
-        )
+        model_settings = ctx.model_settings
+        if model_settings is None:
+            request = trusted(
+                ModelRequest,
+                {
+                    "messages": messages,
+                    "tools": tools,
+                    "tool_choice": None,
+                    "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
+                    "max_tokens": None,
+                    "temperature": None,
+                    "top_p": None,
+                    "seed": None,
+                    "stop_sequences": (),
+                    "reasoning_effort": None,
+                    "reasoning_budget_tokens": None,
+                    "output": agent.output_schema,
+                },
+            )
+        else:
+            request = settings_request(
+                model_settings,
+                messages,
+                tools,
+                parallel_tool_calls=settings.parallel_tool_calls,
+                first_turn=not rs.counters.steps,
+                output=agent.output_schema,
+            )
         try:
             if ctx.listening or agent.hooks.before_model_call:
                 answer = await call_model(

@@ -26,6 +26,7 @@ from ...events import AttemptDiscardedEvent, ModelResponseEvent, ReasoningEvent,
 from ...log import logger
 from ...machine.table import Outcome, StopReason
 from ...messages import Message, ModelRequest, ToolCall
+from ...model_settings import summary_settings
 from ..context import Interrupted, RunContext
 from ..limits import usage_exceeded
 from .calling import Answer, call_model, notify_answered
@@ -70,11 +71,7 @@ def _summary_request(ctx: RunContext) -> ModelRequest:
         tools=(),
         tool_choice="none",
         parallel_tool_calls=None,
-        max_tokens=None,
-        temperature=None,
-        stop_sequences=(),
-        reasoning_effort=None,
-        reasoning_budget_tokens=None,
+        **summary_settings(ctx.model_settings),  # sampling as set; no tool choice
     )
 
 
