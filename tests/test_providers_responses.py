@@ -135,25 +135,25 @@ def test_request_items_for_every_kind_of_message() -> None:
     assert "store" not in body and "include" not in body and "stream" not in body
 
 
-def test_stop_sequences_are_refused_before_any_request() -> None:
-    """The API has no stop sequences: a request with some is a non-retryable InvalidRequestError
-    that says what to do, and nothing is sent."""
-    sent: list[httpx.Request] = []
+def test_settings_the_api_lacks_are_not_sent() -> None:
+    """The API has no stop sequences and no seed: a request with them goes out without them
+    (so a fallback chain can share the settings), with ``top_p`` as it is."""
+    sent: list[Any] = []
 
     def endpoint(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
+        sent.append(json.loads(request.content))
         return httpx.Response(200, json=responses_json(Turn(text="x")))
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as client:
             model = OpenAIResponsesModel("m", base_url="http://api.test/v1", client=client)
-            request = ASK.model_copy(update={"stop_sequences": ("\n",)})
-            with pytest.raises(InvalidRequestError, match="OpenAIChatModel") as caught:
-                await model.complete(request)
-            assert not caught.value.retryable
+            request = ASK.model_copy(update={"stop_sequences": ("\n",), "seed": 7, "top_p": 0.5})
+            assert (await model.complete(request)).message.text == "x"
 
     run(scenario())
-    assert sent == []
+    [body] = sent
+    assert body["top_p"] == 0.5
+    assert not {"stop", "seed", "stop_sequences"} & set(body)
 
 
 def test_infer_model_builds_a_responses_model() -> None:

@@ -28,7 +28,7 @@ from typing import Literal, Unpack
 
 from pydantic import JsonValue
 
-from ..errors import InvalidRequestError, MalformedResponseError, ProviderServerError
+from ..errors import MalformedResponseError, ProviderServerError
 from ..messages import (
     FinishReason,
     ImagePart,
@@ -479,15 +479,9 @@ class OpenAIResponsesModel(ProviderBase):
 
         Typed output is a ``json_schema`` text format without tools, and the final answer tool
         with them (``tool_choice`` "required" unless the request sets one). The API has no stop
-        sequences: a request with some is refused with an :class:`InvalidRequestError`.
+        sequences and no seed: those settings are not sent (a fallback chain shares one request,
+        so refusing them would break it).
         """
-        if request.stop_sequences:
-            raise InvalidRequestError(
-                f"{_PROVIDER}: the Responses API has no stop sequences; leave stop_sequences "
-                "empty, or use OpenAIChatModel (Chat Completions) to stop on a sequence",
-                retryable=False,
-                provider=_PROVIDER,
-            )
         body: JSONObject = {"model": self._model, "input": _input_items(request)}
         system = request.system_prompt
         if system is not None:
@@ -521,6 +515,8 @@ class OpenAIResponsesModel(ProviderBase):
             body["max_output_tokens"] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
         reasoning: JSONObject = {}
         if request.reasoning_effort is not None:
             reasoning["effort"] = request.reasoning_effort
