@@ -213,6 +213,32 @@ def test_reasoning_items_are_kept_and_sent_back_before_their_calls(streaming: bo
     assert second.message.text == "It is a state machine."
 
 
+@paths
+def test_a_reasoning_item_goes_back_with_the_message_it_led_to(streaming: bool) -> None:
+    """A reasoning item followed by a message is sent back followed by that message, under its
+    item id, and with a ``summary`` even when the server sent none: the API refuses a reasoning
+    item without its following item, or without a summary."""
+    body = responses_json(Turn(text="Three.", reasoning="Count the r's.", signature="enc"))
+    del body["output"][0]["summary"]
+    if streaming:
+        reply = _sse_reply(sse({"type": "response.completed", "response": body}))
+    else:
+        reply = json_reply(body)
+    answer, _ = run(_ask(ASK, reply, streaming=streaming))
+    response = _response(answer, streaming)
+    follow = ModelRequest(messages=(*ASK.messages, response.message, Message.user("Sure?")))
+    sent = _model("http://127.0.0.1:1").build_body(follow, stream=False)["input"]
+    assert sent[1:3] == [
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "enc", "summary": []},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Three."}],
+            "id": "msg_1",
+        },
+    ]
+
+
 def test_store_off_asks_for_encrypted_reasoning() -> None:
     """With ``store=False`` the request says so and includes the encrypted reasoning, which a
     reasoning part keeps even when the model wrote no summary."""

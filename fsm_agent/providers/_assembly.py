@@ -39,6 +39,7 @@ __all__ = [
     "canonical_json",
     "decode_json",
     "finish_tool_call",
+    "image_url",
     "json_value",
     "new_call_id",
     "object_arguments",
@@ -185,6 +186,11 @@ def finish_tool_call(
             f"tool call {name!r} of the response cannot be kept: "
             f"{exc.errors(include_url=False)[0]['msg']}"
         ) from None
+
+
+def image_url(image: ImagePart) -> str:
+    """The image's URL, or its inline data as a ``data:`` URL."""
+    return image.url or f"data:{image.media_type};base64,{image.data or ''}"
 
 
 def json_value(value: object) -> JsonValue:

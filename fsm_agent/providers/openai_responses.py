@@ -58,13 +58,14 @@ from ._assembly import (
     build_response,
     canonical_json,
     finish_tool_call,
+    image_url,
     json_value,
     object_arguments,
     text_field,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
-from ._output import AnswerDeltas, answer_parts, answer_tool
+from ._output import AnswerDeltas, answer_parts, answer_tool, answers_by_tool
 from ._sse import SSEDecoder
 
 __all__ = ["OpenAIResponsesModel", "responses_finish_reason"]
@@ -130,10 +131,6 @@ def _usage(value: object) -> Usage | None:
 # --- request ----------------------------------------------------------------------------------
 
 
-def _image_url(image: ImagePart) -> str:
-    return image.url or f"data:{image.media_type};base64,{image.data or ''}"
-
-
 def _user_item(message: Message) -> JSONObject:
     if all(isinstance(p, TextPart) for p in message.parts):
         return {"role": "user", "content": message.text}
@@ -142,7 +139,7 @@ def _user_item(message: Message) -> JSONObject:
         if isinstance(part, TextPart):
             content.append({"type": "input_text", "text": part.text})
         elif isinstance(part, ImagePart):
-            content.append({"type": "input_image", "image_url": _image_url(part)})
+            content.append({"type": "input_image", "image_url": image_url(part)})
     return {"role": "user", "content": content}
 
 
@@ -165,12 +162,17 @@ def _assistant_items(message: Message) -> list[JSONObject]:
     (or without the item it came from) is not sent."""
     items: list[JSONObject] = []
     text: list[str] = []
+    message_id: JsonValue = None  # the id of the message that followed the last reasoning item
 
     def flush() -> None:
+        nonlocal message_id
         if text:
             content = [{"type": "output_text", "text": "\n".join(text)}]
             items.append({"type": "message", "role": "assistant", "content": content})
+            if isinstance(message_id, str):
+                items[-1]["id"] = message_id
             text.clear()
+        message_id = None
 
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -184,6 +186,7 @@ def _assistant_items(message: Message) -> list[JSONObject]:
             item = data.get("item")
             if data.get("provider") == _PROVIDER and isinstance(item, dict):
                 items.append(dict(item))
+                message_id = data.get("message_id")
     flush()
     return items
 
@@ -210,17 +213,19 @@ def _input_items(request: ModelRequest) -> list[JSONObject]:
 # --- response ---------------------------------------------------------------------------------
 
 
-def _reasoning_part(item: JSONObject) -> ReasoningPart:
-    """A reasoning item as a part: its summary (or reasoning) text, and the item itself to send
-    back."""
+def _reasoning_part(item: JSONObject, message_id: str | None = None) -> ReasoningPart:
+    """A reasoning item as a part: its summary (or reasoning) text, the item itself to send back
+    (``summary`` is required there, if only empty), and the id of the message it led to: the
+    API refuses a reasoning item sent back without the item that followed it."""
     texts = [as_str(as_obj(s).get("text")) or "" for s in as_list(item.get("summary"))]
     if not any(texts):
         texts = [as_str(as_obj(c).get("text")) or "" for c in as_list(item.get("content"))]
     kept = {k: json_value(v) for k, v in item.items() if k != "status"}
-    return ReasoningPart(
-        text="\n\n".join(t for t in texts if t),
-        provider_data={"provider": _PROVIDER, "item": kept},
-    )
+    kept.setdefault("summary", [])
+    data: dict[str, JsonValue] = {"provider": _PROVIDER, "item": kept}
+    if message_id:
+        data["message_id"] = message_id
+    return ReasoningPart(text="\n\n".join(t for t in texts if t), provider_data=data)
 
 
 def _message_text(item: JSONObject) -> tuple[str, bool]:
@@ -242,7 +247,7 @@ def _parts(items: list[JSONObject]) -> tuple[list[Part], bool]:
     """The parts of a response's output items, and whether the model refused."""
     parts: list[Part] = []
     refused = False
-    for item in items:
+    for index, item in enumerate(items):
         kind = item.get("type")
         if kind == "message":
             text, refusal = _message_text(item)
@@ -250,7 +255,9 @@ def _parts(items: list[JSONObject]) -> tuple[list[Part], bool]:
             if text:
                 parts.append(TextPart(text=text))
         elif kind == "reasoning":
-            parts.append(_reasoning_part(item))
+            after = items[index + 1] if index + 1 < len(items) else {}
+            message_id = as_str(after.get("id")) if after.get("type") == "message" else None
+            parts.append(_reasoning_part(item, message_id))
         elif kind == "function_call":
             arguments = item.get("arguments")
             item_id = as_str(item.get("id"))
@@ -437,12 +444,6 @@ class _StreamAssembler:
         return _build(final, items, self.model, answer_tool=self.answer_tool)
 
 
-def _answers_by_tool(request: ModelRequest) -> bool:
-    """Typed output goes out as the final answer tool when the request has tools: a text
-    format would hold every turn, tool turns included, to the schema."""
-    return request.output is not None and bool(request.tools)
-
-
 class OpenAIResponsesModel(ProviderBase):
     """A model on OpenAI's Responses API (``POST /v1/responses``).
 
@@ -544,7 +545,7 @@ class OpenAIResponsesModel(ProviderBase):
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         call = self._call("/responses")
         payload = await self._post(call, self.build_body(request, stream=False))
-        return self._response(payload, answer_tool=_answers_by_tool(request))
+        return self._response(payload, answer_tool=answers_by_tool(request))
 
     def _response(self, payload: JSONObject, *, answer_tool: bool = False) -> ModelResponse:
         """The response of a whole ``response`` object."""
@@ -553,7 +554,7 @@ class OpenAIResponsesModel(ProviderBase):
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta | ModelResponse]:
         call = self._call("/responses")
-        by_tool = _answers_by_tool(request)
+        by_tool = answers_by_tool(request)
         assembler = _StreamAssembler(self._model, answer_tool=by_tool)
         answer = AnswerDeltas() if by_tool else None
         async with open_stream(call, self.build_body(request, stream=True)) as reply:
