@@ -130,6 +130,7 @@ if TYPE_CHECKING:
         FallbackModel,
         GeminiModel,
         OpenAIChatModel,
+        OpenAIResponsesModel,
         infer_model,
     )
     from .replay import ReplayReport
@@ -148,6 +149,7 @@ _LAZY = {
     "FallbackModel": "providers",
     "GeminiModel": "providers",
     "OpenAIChatModel": "providers",
+    "OpenAIResponsesModel": "providers",
     "PostgresCheckpointer": "persistence.postgres",
     "RenderingUnavailableError": "diagrams",
     "ReplayReport": "replay",
@@ -219,6 +221,7 @@ __all__ = [
     "Move",
     "MovePhase",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "Outcome",
     "OutputValidationError",
     "Phase",

@@ -141,8 +141,10 @@ def schema_faults(request: Request) -> list[str]:
     The checks are the ones real servers enforce and that a lenient test server would let pass:
     OpenAI-style servers with a strict request schema (llama-cpp-python's, for one) require every
     message ``content`` to be a string (``""`` is fine, ``null`` and absence are not) and reject
-    ``tool_choice``/``parallel_tool_calls`` without ``tools``; Anthropic rejects ``tool_choice``
-    without ``tools`` and ``tool_use``/``tool_result`` blocks in a request that defines no tools;
+    ``tool_choice``/``parallel_tool_calls`` without ``tools`` (in Chat Completions and in
+    Responses, whose instructions go in ``instructions``, never in a system input item);
+    Anthropic rejects ``tool_choice`` without ``tools`` and ``tool_use``/``tool_result`` blocks
+    in a request that defines no tools;
     Gemini rejects a ``toolConfig`` without ``tools``.
     """
     if request.method != "POST" or not request.body:
@@ -161,6 +163,17 @@ def schema_faults(request: Request) -> list[str]:
             f"{k} without tools"
             for k in ("tool_choice", "parallel_tool_calls")
             if k in body and not has_tools
+        ]
+    elif request.path.endswith("/responses"):
+        faults += [
+            f"{k} without tools"
+            for k in ("tool_choice", "parallel_tool_calls")
+            if k in body and not has_tools
+        ]
+        faults += [
+            f"input[{i}] has role system"
+            for i, item in enumerate(body.get("input", []))
+            if item.get("role") == "system"
         ]
     elif request.path.endswith("/v1/messages"):
         if "tool_choice" in body and not has_tools:

@@ -1,12 +1,13 @@
 """End-to-end: the provider conformance suite against llmock, a third-party server that speaks the
-OpenAI, Anthropic and Gemini APIs.
+OpenAI (Chat Completions and Responses), Anthropic and Gemini APIs.
 
 Opt in with ``pytest -m e2e`` (``pip install -r benchmarks/requirements-e2e.txt`` installs
 llmock). The session starts ``llmock serve`` on 127.0.0.1 and every conformance test that llmock can
 script runs against it: each turn becomes one scripted ``reply`` behaviour, and the requests the
 provider sent are read back from llmock's journal. llmock picks its own call ids and estimates
 usage, so the usage claim is left out and ids are checked for presence and round trip only; it
-cannot be made to report the ``error`` or ``other`` finish reasons, which are skipped.
+cannot be made to report the ``error`` or ``other`` finish reasons, which are skipped (nor, on the
+Responses API, ``content_filter``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from fsm_agent.errors import (
     RateLimitError,
 )
 from fsm_agent.messages import FinishReason, Message, ModelRequest
-from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
+from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from provider_server import FAST, Turn, run
 from test_e2e_openai_server import _free_port, _stop, _wait_ready
 from test_providers_conformance import (
@@ -47,6 +48,8 @@ from test_providers_conformance import (
     _gemini_system,
     _openai_results,
     _openai_system,
+    _responses_results,
+    _responses_system,
     test_every_finish_reason,
     test_one_tool_call,
     test_parallel_tool_calls,
@@ -120,7 +123,14 @@ def _behaviour(turn: Turn, last: bool) -> dict[str, Any]:
 
 
 def _llmock_backend(
-    url: str, name: str, model: Any, system: Any, results: Any, *, sends_ids: bool = True
+    url: str,
+    name: str,
+    model: Any,
+    system: Any,
+    results: Any,
+    *,
+    sends_ids: bool = True,
+    finishes: dict[FinishReason, Turn] = FINISHES,
 ) -> Backend:
     @asynccontextmanager
     async def open_session(turns: Sequence[Turn]) -> AsyncIterator[Session]:
@@ -145,13 +155,13 @@ def _llmock_backend(
         open=open_session,
         system_prompt_of=system,
         tool_results_of=results,
-        finishes=FINISHES,
+        finishes=finishes,
         ids_from_server=sends_ids,
         scripted_ids=False,
     )
 
 
-@pytest.fixture(params=["openai", "anthropic", "gemini"])
+@pytest.fixture(params=["openai", "openai-responses", "anthropic", "gemini"])
 def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
     """Each provider against llmock, through the provider's own path on the server."""
     name: str = request.param
@@ -164,6 +174,19 @@ def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
             ),
             _openai_system,
             _openai_results,
+        )
+    if name == "openai-responses":
+        return _llmock_backend(
+            llmock_url,
+            name,
+            lambda url: OpenAIResponsesModel(
+                "gpt-e2e", base_url=f"{url}/v1", api_key=KEY, timeouts=FAST
+            ),
+            _responses_system,
+            _responses_results,
+            # llmock writes a content_filter finish as a completed response: the Responses
+            # format has no such status, only an incomplete response with that reason.
+            finishes={k: v for k, v in FINISHES.items() if k is not FinishReason.CONTENT_FILTER},
         )
     if name == "anthropic":
         return _llmock_backend(

@@ -30,7 +30,7 @@ from fsm_agent.messages import (
     ToolResult,
     Usage,
 )
-from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
+from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from provider_server import (
     FAST,
     ProviderServer,
@@ -48,6 +48,7 @@ from provider_server import (
     run,
     sse_reply,
 )
+from responses_wire import responses_json, responses_sse
 
 # The neutral finish reason → a turn that makes the backend report it.
 FinishScenarios = dict[FinishReason, Turn]
@@ -144,6 +145,19 @@ def _openai_results(body: Any) -> list[tuple[str, str]]:
     return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
 
 
+def _responses_system(body: Any) -> str | None:
+    assert all(i.get("role") != "system" for i in body["input"])
+    return body.get("instructions")
+
+
+def _responses_results(body: Any) -> list[tuple[str, str]]:
+    return [
+        (i["call_id"], i["output"])
+        for i in body["input"]
+        if i.get("type") == "function_call_output"
+    ]
+
+
 def _anthropic_system(body: Any) -> str | None:
     assert all(m["role"] in ("user", "assistant") for m in body["messages"])
     system = body.get("system")
@@ -198,6 +212,27 @@ BACKENDS: list[Backend] = [
             FinishReason.LENGTH: Turn(text="cut", finish="length"),
             FinishReason.CONTENT_FILTER: Turn(text="", finish="content_filter"),
             FinishReason.ERROR: Turn(text="", finish="tool_calls"),
+            FinishReason.OTHER: Turn(text="hm", finish="brand_new_reason"),
+        },
+    ),
+    Backend(
+        name="openai-responses",
+        open=_http_backend(
+            "openai-responses",
+            lambda url: OpenAIResponsesModel(
+                "gpt-test", base_url=url, api_key="sk-t", timeouts=FAST
+            ),
+            lambda r: bool(r.json.get("stream")),
+            responses_json,
+            responses_sse,
+        ),
+        system_prompt_of=_responses_system,
+        tool_results_of=_responses_results,
+        finishes={
+            FinishReason.STOP: Turn(text="done"),
+            FinishReason.TOOL_CALLS: Turn(calls=_CALL),
+            FinishReason.LENGTH: Turn(text="cut", finish="max_output_tokens"),
+            FinishReason.CONTENT_FILTER: Turn(text="", finish="content_filter"),
             FinishReason.OTHER: Turn(text="hm", finish="brand_new_reason"),
         },
     ),
@@ -412,10 +447,11 @@ def test_streaming_equals_complete(backend: Backend) -> None:
     def canonical(message: Message) -> list[Any]:
         # Raw argument text may differ in spacing and escapes (a JSON body carries an object,
         # a stream carries the model's text): compare the parsed arguments instead.
-        # A server that picks its own call ids picks new ones for every answer.
+        # A server that picks its own call ids picks new ones (and new item ids, kept in
+        # provider_data) for every answer.
         blank: dict[str, Any] = {"arguments_json": ""}
         if not backend.scripted_ids:
-            blank["id"] = ""
+            blank.update(id="", provider_data=None)
         return [p.model_copy(update=blank) if isinstance(p, ToolCall) else p for p in message.parts]
 
     assert canonical(streamed.message) == canonical(plain.message)

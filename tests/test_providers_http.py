@@ -31,6 +31,7 @@ from fsm_agent.providers import (
     AnthropicModel,
     GeminiModel,
     OpenAIChatModel,
+    OpenAIResponsesModel,
     infer_model,
     parse_retry_after,
 )
@@ -55,6 +56,7 @@ from provider_server import (
     sse,
     sse_reply,
 )
+from responses_wire import responses_events, responses_sse
 
 KEY = "sk-SECRET-0123456789abcdef"
 REQUEST = ModelRequest(messages=(Message.system("sys"), Message.user("hi")))
@@ -63,12 +65,16 @@ TURN = Turn(text="partial answer that never finishes", pieces=4)
 Maker = Callable[[str], Any]
 MAKERS: dict[str, Maker] = {
     "openai": lambda url: OpenAIChatModel("m", base_url=url, api_key=KEY, timeouts=FAST),
+    "openai-responses": lambda url: OpenAIResponsesModel(
+        "m", base_url=url, api_key=KEY, timeouts=FAST
+    ),
     "anthropic": lambda url: AnthropicModel("m", base_url=url, api_key=KEY, timeouts=FAST),
     "gemini": lambda url: GeminiModel("m", base_url=url, api_key=KEY, timeouts=FAST),
 }
 # A stream that has started (some deltas) but has not reached its terminal signal.
 PARTIAL: dict[str, list[bytes]] = {
     "openai": sse(*openai_events(TURN)[:3]),
+    "openai-responses": sse(*responses_events(TURN, stop=False)[:5]),
     "anthropic": sse(*anthropic_events(TURN, stop=False)[:4]),
     "gemini": sse(*gemini_events(TURN)[:-1], eol="\r\n"),
 }
@@ -224,6 +230,13 @@ def test_context_overflow_is_typed(provider: str) -> None:
     """A 400 saying the prompt is too long is a ContextWindowExceededError (compact, not retry)."""
     messages = {
         "openai": {"error": {"code": "context_length_exceeded", "message": "too long"}},
+        "openai-responses": {
+            "error": {
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+                "message": "Your input exceeds the context window of this model.",
+            }
+        },
         "anthropic": {"error": {"type": "invalid_request_error", "message": "prompt is too long"}},
         "gemini": {
             "error": {
@@ -385,6 +398,7 @@ def test_caller_cancellation_closes_the_response() -> None:
 FINISHED = Turn(text="a whole answer", pieces=3)
 WHOLE: dict[str, list[bytes]] = {
     "openai": openai_sse(FINISHED),
+    "openai-responses": responses_sse(FINISHED),
     "anthropic": anthropic_sse(FINISHED),
     "gemini": gemini_sse(FINISHED),
 }

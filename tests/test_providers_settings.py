@@ -12,7 +12,13 @@ import pytest
 
 from conftest_network import no_external_network  # noqa: F401
 from fsm_agent import Agent, ModelSettings, Policy, tool
-from fsm_agent.providers import AnthropicModel, FallbackModel, GeminiModel, OpenAIChatModel
+from fsm_agent.providers import (
+    AnthropicModel,
+    FallbackModel,
+    GeminiModel,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+)
 from fsm_agent.providers._anthropic_cache import mark_cache_breakpoints
 from fsm_agent.testing import ScriptedModel, fail, text
 from provider_server import (
@@ -25,6 +31,7 @@ from provider_server import (
     json_reply,
     openai_json,
 )
+from responses_wire import responses_json
 
 KEY = "sk-settings-0123456789abcdef"
 SETTINGS = ModelSettings(
@@ -34,17 +41,24 @@ EPHEMERAL = {"type": "ephemeral"}
 
 MAKERS: dict[str, Callable[[str], Any]] = {
     "openai": lambda url: OpenAIChatModel("m", base_url=url, api_key=KEY, timeouts=FAST),
+    "openai-responses": lambda url: OpenAIResponsesModel(
+        "m", base_url=url, api_key=KEY, timeouts=FAST
+    ),
     "anthropic": lambda url: AnthropicModel("m", base_url=url, api_key=KEY, timeouts=FAST),
     "gemini": lambda url: GeminiModel("m", base_url=url, api_key=KEY, timeouts=FAST),
 }
 WHOLE: dict[str, Callable[[Turn], Any]] = {
     "openai": openai_json,
+    "openai-responses": responses_json,
     "anthropic": anthropic_json,
     "gemini": gemini_json,
 }
 EXPECTED: dict[str, Callable[[Any], dict[str, Any]]] = {
     "openai": lambda body: {
         k: body.get(k) for k in ("max_tokens", "temperature", "top_p", "seed", "stop")
+    },
+    "openai-responses": lambda body: {
+        k: body.get(k) for k in ("max_output_tokens", "temperature", "top_p", "seed", "stop")
     },
     "anthropic": lambda body: {
         k: body.get(k) for k in ("max_tokens", "temperature", "top_p", "seed", "stop_sequences")
@@ -56,6 +70,14 @@ EXPECTED: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 SENT = {
     "openai": {"max_tokens": 321, "temperature": 0.25, "top_p": 0.75, "seed": 42, "stop": ["END"]},
+    # The Responses API has neither stop sequences nor a seed: both are left out.
+    "openai-responses": {
+        "max_output_tokens": 321,
+        "temperature": 0.25,
+        "top_p": 0.75,
+        "seed": None,
+        "stop": None,
+    },
     # Anthropic has no seed: it is left out, so a fallback chain can share the settings.
     "anthropic": {
         "max_tokens": 321,
@@ -101,7 +123,7 @@ def _run(
 @pytest.mark.parametrize("provider", list(MAKERS))
 def test_each_provider_sends_the_settings_in_its_own_terms(provider: str) -> None:
     """An agent's settings reach each wire format under its own names (Anthropic sends no
-    seed), and a strict server accepts the request."""
+    seed, Responses neither seed nor stop sequences), and a strict server accepts the request."""
 
     def build(url: str) -> Agent[Any, Any]:
         return Agent(MAKERS[provider](url), model_settings=SETTINGS)
@@ -122,6 +144,9 @@ def test_tool_choice_and_parallel_calls_on_the_wire(provider: str) -> None:
     )
     if provider == "openai":
         assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+        assert body["parallel_tool_calls"] is False
+    elif provider == "openai-responses":
+        assert body["tool_choice"] == {"type": "function", "name": "lookup"}
         assert body["parallel_tool_calls"] is False
     elif provider == "anthropic":
         assert body["tool_choice"] == {

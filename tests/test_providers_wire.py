@@ -30,7 +30,7 @@ from fsm_agent.messages import (
     ToolDefinition,
     ToolResult,
 )
-from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
+from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from provider_server import (
     FAST,
     Close,
@@ -53,6 +53,7 @@ from provider_server import (
     sse,
     sse_reply,
 )
+from responses_wire import responses_events, responses_json
 
 KEY = "sk-wire-0123456789abcdef"
 LOOKUP = ToolDefinition(
@@ -71,11 +72,15 @@ HISTORY = (
 Maker = Callable[[str], Any]
 MAKERS: dict[str, Maker] = {
     "openai": lambda url: OpenAIChatModel("m", base_url=url, api_key=KEY, timeouts=FAST),
+    "openai-responses": lambda url: OpenAIResponsesModel(
+        "m", base_url=url, api_key=KEY, timeouts=FAST
+    ),
     "anthropic": lambda url: AnthropicModel("m", base_url=url, api_key=KEY, timeouts=FAST),
     "gemini": lambda url: GeminiModel("m", base_url=url, api_key=KEY, timeouts=FAST),
 }
 WHOLE: dict[str, Callable[[Turn], Any]] = {
     "openai": openai_json,
+    "openai-responses": responses_json,
     "anthropic": anthropic_json,
     "gemini": gemini_json,
 }
@@ -109,7 +114,7 @@ def test_summary_call_keeps_the_tools_and_forbids_them(provider: str) -> None:
     response, [body] = run(_ask(provider, request, reply, streaming=False))
     assert response.message.text == "It is a state machine."
     assert body["tools"]
-    if provider == "openai":
+    if provider in ("openai", "openai-responses"):
         assert body["tool_choice"] == "none"
     elif provider == "anthropic":
         assert body["tool_choice"] == {"type": "none"}
@@ -264,6 +269,14 @@ def _wrong_text_type(provider: str, streaming: bool) -> Reply:
             return sse_reply(sse(openai_chunk({"content": odd}), openai_chunk({}, "stop")))
         body = openai_json(Turn(text="x"))
         body["choices"][0]["message"]["content"] = odd
+        return json_reply(body)
+    if provider == "openai-responses":
+        if streaming:
+            events = responses_events(Turn(text="x", pieces=1))
+            events[3]["delta"] = odd
+            return sse_reply(sse(*events, names=[e["type"] for e in events]))
+        body = responses_json(Turn(text="x"))
+        body["output"][0]["content"][0]["text"] = odd
         return json_reply(body)
     if provider == "anthropic":
         if streaming:

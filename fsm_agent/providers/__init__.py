@@ -1,5 +1,5 @@
-"""Model providers on httpx: OpenAI Chat Completions (and compatible servers), Anthropic
-Messages, and Gemini.
+"""Model providers on httpx: OpenAI Chat Completions (and compatible servers), OpenAI Responses,
+Anthropic Messages, and Gemini.
 
 Each provider implements :class:`fsm_agent.models.StreamingModel`, takes an optional
 ``httpx.AsyncClient``, holds its API key as a secret, never retries on its own (the kernel owns
@@ -8,7 +8,8 @@ the only retry layer) and raises the typed errors of :mod:`fsm_agent.errors`, ma
 Read in order: ``_base`` (what the three share: settings, client, call plumbing, the error
 boundary), ``_http`` (requests, status and transport error mapping, content-type aware streams),
 ``_redact`` (the one redaction step), ``_sse`` (the event-stream decoder), ``_assembly`` (wire
-JSON to neutral parts), then one module per wire format: ``openai``, ``anthropic``, ``gemini``;
+JSON to neutral parts), then one module per wire format: ``openai``, ``openai_responses``,
+``anthropic``, ``gemini``;
 ``fallback`` chains models of any kind.
 """
 
@@ -28,6 +29,7 @@ from .anthropic import AnthropicModel
 from .fallback import DEFAULT_FALLBACK_ON, FallbackModel
 from .gemini import GeminiModel
 from .openai import OpenAIChatModel
+from .openai_responses import OpenAIResponsesModel
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
@@ -36,6 +38,7 @@ __all__ = [
     "FallbackModel",
     "GeminiModel",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "ProviderModel",
     "SSEDecoder",
     "ServerSentEvent",
@@ -44,17 +47,19 @@ __all__ = [
     "parse_retry_after",
 ]
 
-ProviderModel = OpenAIChatModel | AnthropicModel | GeminiModel
+ProviderModel = OpenAIChatModel | OpenAIResponsesModel | AnthropicModel | GeminiModel
 """Any of the built-in provider models."""
 
 _CLASSES: dict[str, type[ProviderModel]] = {
     "openai": OpenAIChatModel,
+    "openai-responses": OpenAIResponsesModel,
     "anthropic": AnthropicModel,
     "gemini": GeminiModel,
 }
 
 _PREFIXES = {
     "openai": "openai",
+    "openai-responses": "openai-responses",
     "anthropic": "anthropic",
     "claude": "anthropic",
     "gemini": "gemini",
@@ -75,8 +80,9 @@ def infer_model(
 ) -> ProviderModel:
     """Build a provider model from ``"<provider>:<model>"``.
 
-    Providers: ``openai`` (also any OpenAI-compatible server, with ``base_url``), ``anthropic``
-    (alias ``claude``), ``gemini`` (aliases ``google``, ``google-gla``). Keys and base URLs not
+    Providers: ``openai`` (Chat Completions, also any OpenAI-compatible server, with
+    ``base_url``), ``openai-responses`` (OpenAI's Responses API), ``anthropic`` (alias
+    ``claude``), ``gemini`` (aliases ``google``, ``google-gla``). Keys and base URLs not
     given come from the provider's environment variables.
 
     >>> infer_model("openai:gpt-4o-mini", api_key="sk-test").name

@@ -39,6 +39,8 @@ __all__ = [
     "canonical_json",
     "decode_json",
     "finish_tool_call",
+    "image_url",
+    "json_value",
     "new_call_id",
     "object_arguments",
     "reconcile",
@@ -184,6 +186,22 @@ def finish_tool_call(
             f"tool call {name!r} of the response cannot be kept: "
             f"{exc.errors(include_url=False)[0]['msg']}"
         ) from None
+
+
+def image_url(image: ImagePart) -> str:
+    """The image's URL, or its inline data as a ``data:`` URL."""
+    return image.url or f"data:{image.media_type};base64,{image.data or ''}"
+
+
+def json_value(value: object) -> JsonValue:
+    """Round-trip a decoded JSON value into pydantic's JsonValue type."""
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_value(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def object_arguments(call: ToolCall) -> dict[str, JsonValue]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..messages import (
     FinishReason,
+    ModelRequest,
     OutputSchema,
     Part,
     StreamDelta,
@@ -25,7 +26,7 @@ from ..messages import (
 )
 from ..output import ANSWER_TOOL
 
-__all__ = ["ANSWER_TOOL", "AnswerDeltas", "answer_parts", "answer_tool"]
+__all__ = ["ANSWER_TOOL", "AnswerDeltas", "answer_parts", "answer_tool", "answers_by_tool"]
 
 
 def answer_tool(output: OutputSchema) -> ToolDefinition:
@@ -38,6 +39,13 @@ def answer_tool(output: OutputSchema) -> ToolDefinition:
         ),
         parameters=output.json_schema,
     )
+
+
+def answers_by_tool(request: ModelRequest) -> bool:
+    """Whether a provider with a JSON-schema response mode asks for typed output with the final
+    answer tool: when the request has tools. A server that enforces the response format does so
+    on every turn, so with tools the model could never call one."""
+    return request.output is not None and bool(request.tools)
 
 
 def answer_parts(parts: list[Part], finish: FinishReason) -> tuple[list[Part], FinishReason]:

@@ -47,13 +47,15 @@ from ._assembly import (
     build_response,
     canonical_json,
     finish_tool_call,
+    image_url,
+    json_value,
     object_arguments,
     text_field,
     text_part,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
-from ._output import AnswerDeltas, answer_parts, answer_tool
+from ._output import AnswerDeltas, answer_parts, answer_tool, answers_by_tool
 from ._sse import SSEDecoder
 
 __all__ = ["EmptyContent", "OpenAIChatModel", "openai_finish_reason"]
@@ -117,10 +119,6 @@ def _usage(value: object) -> Usage | None:
     )
 
 
-def _image_url(image: ImagePart) -> str:
-    return image.url or f"data:{image.media_type};base64,{image.data or ''}"
-
-
 def _user_content(message: Message) -> str | list[JSONObject]:
     if all(isinstance(p, TextPart) for p in message.parts):
         return message.text
@@ -129,7 +127,7 @@ def _user_content(message: Message) -> str | list[JSONObject]:
         if isinstance(part, TextPart):
             content.append({"type": "text", "text": part.text})
         elif isinstance(part, ImagePart):
-            content.append({"type": "image_url", "image_url": {"url": _image_url(part)}})
+            content.append({"type": "image_url", "image_url": {"url": image_url(part)}})
     return content
 
 
@@ -298,7 +296,7 @@ class _StreamAssembler:
             slot.arguments = [piece]
         extra = fragment.get("extra_content")
         if isinstance(extra, dict):
-            slot.extra = _json_value(extra)
+            slot.extra = json_value(extra)
         return ToolCallDelta(index=slot.ordinal, id=new_id, name=new_name, arguments_fragment=piece)
 
     def response(self) -> ModelResponse:
@@ -327,24 +325,6 @@ class _StreamAssembler:
             self.response_id,
             self.served_model or self.model,
         )
-
-
-def _json_value(value: object) -> JsonValue:
-    """Round-trip a decoded JSON value into pydantic's JsonValue type."""
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-def _answers_by_tool(request: ModelRequest) -> bool:
-    """Whether typed output is asked for with the final answer tool: when the request has tools.
-    A server that enforces ``response_format`` does so on every turn, so with tools the model
-    could never call one."""
-    return request.output is not None and bool(request.tools)
 
 
 def _fail_if_aborted(raw: str) -> None:
@@ -460,7 +440,7 @@ class OpenAIChatModel(ProviderBase):
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         call = self._call("/chat/completions")
         payload = await self._post(call, self.build_body(request, stream=False))
-        return self._response(payload, answer_tool=_answers_by_tool(request))
+        return self._response(payload, answer_tool=answers_by_tool(request))
 
     def _response(self, payload: JSONObject, *, answer_tool: bool = False) -> ModelResponse:
         """The response of a whole ``chat.completion`` body (``answer_tool``: a final answer
@@ -495,7 +475,7 @@ class OpenAIChatModel(ProviderBase):
                     as_str(wire.get("id")),
                     as_str(function.get("name")) or "",
                     arguments if isinstance(arguments, str) else canonical_json(arguments or {}),
-                    {"extra_content": _json_value(extra)} if isinstance(extra, dict) else None,
+                    {"extra_content": json_value(extra)} if isinstance(extra, dict) else None,
                 )
             )
         reason = (
@@ -516,7 +496,7 @@ class OpenAIChatModel(ProviderBase):
         # The response is yielded only after ``[DONE]`` (or a clean end right after the
         # finish_reason).
         call = self._call("/chat/completions")
-        by_tool = _answers_by_tool(request)
+        by_tool = answers_by_tool(request)
         assembler = _StreamAssembler(self._model, answer_tool=by_tool)
         answer = AnswerDeltas() if by_tool else None
         async with open_stream(call, self.build_body(request, stream=True)) as reply:
