@@ -160,9 +160,7 @@ def test_after_model_call_sees_the_request_and_response() -> None:
     assert seen == ["", "3"]
 
 
-def test_model_call_hooks_see_the_model_of_the_chain_whether_it_streams_and_each_failure() -> (
-    None
-):
+def test_model_call_hooks_see_the_chains_model_the_streaming_and_each_failure() -> None:
     """A fallback chain whose first model fails: before_run gets the agent, before_model_call
     the chain's model that takes each attempt and whether it streams, model_call_failed the
     failed attempt's request and its error."""
@@ -189,7 +187,7 @@ def test_model_call_hooks_see_the_model_of_the_chain_whether_it_streams_and_each
     assert agent.run_sync("go").ok
     assert seen == [agent, ("first", False), ("go", RateLimitError), ("second", False)]
     seen.clear()
-    events, result = stream(agent.with_effects(model=second), "again")
+    _events, result = stream(agent.with_effects(model=second), "again")
     assert result.ok and seen[1:] == [("second", True)]
 
 
