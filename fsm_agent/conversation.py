@@ -32,14 +32,31 @@ class Conversation(Generic[DepsT]):
     second run while one is in progress, or after a run that is suspended for a human, raises
     :class:`~fsm_agent.InvalidInputError` (resume the suspended run, then :meth:`record` its
     result).
+
+    Every run of the conversation carries its :attr:`conversation_id` (``conversation_id=``,
+    e.g. the id it was stored under, else a new id), so traces and stores can group them.
     """
 
-    def __init__(self, agent: Agent[DepsT], messages: Sequence[Message] = ()) -> None:
+    def __init__(
+        self,
+        agent: Agent[DepsT],
+        messages: Sequence[Message] = (),
+        *,
+        conversation_id: str | None = None,
+    ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(
                 f"a Conversation needs a fsm_agent.Agent, got {type(agent).__name__}"
             )
         validate_history(messages)
+        if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not conversation_id
+        ):
+            raise InvalidInputError(
+                f"conversation_id must be a non-empty string, got {conversation_id!r}"
+            )
+        self.conversation_id = conversation_id or agent.runtime.new_id()
+        """The id every run of this conversation carries (``RunState.conversation_id``)."""
         self.agent = agent
         self._messages: tuple[Message, ...] = tuple(messages)
         self._last: RunResult | None = None
@@ -76,7 +93,13 @@ class Conversation(Generic[DepsT]):
         """Run ``prompt`` after the conversation so far; the result's messages become it."""
         self._start()
         try:
-            result = await self.agent.run(prompt, history=self._messages, handle=handle, deps=deps)
+            result = await self.agent.run(
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                conversation_id=self.conversation_id,
+            )
         finally:
             self._running = False
         self.record(result)
@@ -91,7 +114,11 @@ class Conversation(Generic[DepsT]):
         handle = handle or RunHandle()
         try:
             async for event in self.agent.run_stream(
-                prompt, history=self._messages, handle=handle, deps=deps
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                conversation_id=self.conversation_id,
             ):
                 yield event
         finally:
@@ -105,7 +132,13 @@ class Conversation(Generic[DepsT]):
         """:meth:`run` for code without an event loop."""
         self._start()
         try:
-            result = self.agent.run_sync(prompt, history=self._messages, handle=handle, deps=deps)
+            result = self.agent.run_sync(
+                prompt,
+                history=self._messages,
+                handle=handle,
+                deps=deps,
+                conversation_id=self.conversation_id,
+            )
         finally:
             self._running = False
         self.record(result)

@@ -287,9 +287,14 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        conversation_id: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to the end and return the :class:`RunResult` (events are not built)."""
-        ctx = self._context(prompt, history, handle, deps, listening=False)
+        """Run to the end and return the :class:`RunResult` (events are not built).
+        ``conversation_id`` names the conversation the run continues (see
+        :class:`~fsm_agent.Conversation`); it is kept in the run state."""
+        ctx = self._context(
+            prompt, history, handle, deps, listening=False, conversation_id=conversation_id
+        )
         await self._drive(ctx)
         return _result_of(ctx)
 
@@ -300,10 +305,13 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        conversation_id: str | None = None,
     ) -> AsyncIterator[Event]:
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
-        ctx = self._context(prompt, history, handle, deps, listening=True)
+        ctx = self._context(
+            prompt, history, handle, deps, listening=True, conversation_id=conversation_id
+        )
         async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
@@ -315,13 +323,18 @@ class Agent(Generic[DepsT, OutputT]):
         history: Sequence[Message] = (),
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
+        conversation_id: str | None = None,
     ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
         if _loop_running():
             raise ConfigurationError(
                 "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
             )
-        return asyncio.run(self.run(prompt, history=history, handle=handle, deps=deps))
+        return asyncio.run(
+            self.run(
+                prompt, history=history, handle=handle, deps=deps, conversation_id=conversation_id
+            )
+        )
 
     async def resume(
         self,
@@ -495,6 +508,7 @@ class Agent(Generic[DepsT, OutputT]):
         deps: DepsT | None,
         *,
         listening: bool,
+        conversation_id: str | None = None,
     ) -> RunContext:
         if isinstance(prompt, str):
             if not prompt or prompt.isspace():
@@ -508,6 +522,12 @@ class Agent(Generic[DepsT, OutputT]):
             )
         validate_history(history)
         rs = RunState.start(self.runtime.new_id())
+        if conversation_id is not None:
+            if not isinstance(conversation_id, str) or not conversation_id:
+                raise InvalidInputError(
+                    f"conversation_id must be a non-empty string, got {conversation_id!r}"
+                )
+            rs.conversation_id = conversation_id
         log = None
         if self.checkpointer is not None:
             rs.definition = self._definition()
