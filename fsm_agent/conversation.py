@@ -33,14 +33,31 @@ class Conversation(Generic[DepsT]):
     second run while one is in progress, or after a run that is suspended for a human, raises
     :class:`~fsm_agent.InvalidInputError` (resume the suspended run, then :meth:`record` its
     result).
+
+    Every run of the conversation carries its :attr:`conversation_id` (``conversation_id=``,
+    e.g. the id it was stored under, else a new id), so traces and stores can group them.
     """
 
-    def __init__(self, agent: Agent[DepsT], messages: Sequence[Message] = ()) -> None:
+    def __init__(
+        self,
+        agent: Agent[DepsT],
+        messages: Sequence[Message] = (),
+        *,
+        conversation_id: str | None = None,
+    ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(
                 f"a Conversation needs a fsm_agent.Agent, got {type(agent).__name__}"
             )
         validate_history(messages)
+        if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not conversation_id
+        ):
+            raise InvalidInputError(
+                f"conversation_id must be a non-empty string, got {conversation_id!r}"
+            )
+        self.conversation_id = conversation_id or agent.runtime.new_id()
+        """The id every run of this conversation carries (``RunState.conversation_id``)."""
         self.agent = agent
         self._messages: tuple[Message, ...] = tuple(messages)
         self._last: RunResult | None = None
@@ -88,6 +105,7 @@ class Conversation(Generic[DepsT]):
                 handle=handle,
                 deps=deps,
                 model_settings=model_settings,
+                conversation_id=self.conversation_id,
             )
         finally:
             self._running = False
@@ -113,6 +131,7 @@ class Conversation(Generic[DepsT]):
                 handle=handle,
                 deps=deps,
                 model_settings=model_settings,
+                conversation_id=self.conversation_id,
             ):
                 yield event
         finally:
@@ -137,6 +156,7 @@ class Conversation(Generic[DepsT]):
                 handle=handle,
                 deps=deps,
                 model_settings=model_settings,
+                conversation_id=self.conversation_id,
             )
         finally:
             self._running = False

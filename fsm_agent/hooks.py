@@ -6,11 +6,14 @@ with ``**future_kwargs``, so that arguments added later do not break it; the sig
 checked when the agent is built. Methods may be sync or async. Hooks of one point run in
 registration order, and each sees the changes of the one before.
 
-- ``before_run(*, run_state)``: a run (or a resume) starts.
+- ``before_run(*, run_state, agent)``: a run (or a resume) starts; ``agent`` runs it.
 - ``after_run(*, result, run_state)``: an invocation returns (done, aborted or suspended).
-- ``before_model_call(*, request, run_state)``: may return a changed :class:`ModelRequest`, or
-  a :class:`ModelResponse` to use instead of calling the model.
+- ``before_model_call(*, request, run_state, model, stream)``: may return a changed
+  :class:`ModelRequest`, or a :class:`ModelResponse` to use instead of calling the model;
+  ``model`` takes the call (a fallback chain's current model), ``stream`` says whether it streams.
 - ``after_model_call(*, request, response, run_state)``: a model call returned a response.
+- ``model_call_failed(*, request, error, run_state)``: a model call raised ``error`` (a
+  :class:`~fsm_agent.ModelError`); the machine's move follows.
 - ``before_tool(*, call, run_state)``: may return a changed :class:`ToolCall` (same id and name,
   new arguments), a :class:`MockResult` or a :class:`SkipTool`; the tool then does not run.
 - ``approve_tool(*, call, run_state)``: the permission hook; returns an :class:`Approval`
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from .approval import Approval, Decision
-from .errors import ConfigurationError, HookError
+from .errors import ConfigurationError, HookError, ModelError
 from .events import HookErrorEvent
 from .kernel.context import RunContext
 from .kernel.limits import usage_fault
@@ -43,13 +46,14 @@ from .log import logger
 from .machine.agent_machine import Move
 from .machine.table import TERMINAL, Outcome, State
 from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from .models import Model
 from .phases.table import MovePhase
 from .policy import HookFailureMode
 from .run_state import RunState, strip_unknown, unknown_write_error
 from .tools import HumanInputRequired, TaskComplete
 
 if TYPE_CHECKING:
-    from .kernel.agent import RunResult
+    from .kernel.agent import Agent, RunResult
 
 __all__ = [
     "HOOK_POINTS",
@@ -62,16 +66,18 @@ __all__ = [
     "BeforeToolHook",
     "HookSet",
     "MockResult",
+    "ModelCallFailedHook",
     "OnTransitionHook",
     "SkipTool",
     "report_hook_failure",
 ]
 
 HOOK_POINTS: dict[str, frozenset[str]] = {
-    "before_run": frozenset({"run_state"}),
+    "before_run": frozenset({"run_state", "agent"}),
     "after_run": frozenset({"result", "run_state"}),
-    "before_model_call": frozenset({"request", "run_state"}),
+    "before_model_call": frozenset({"request", "run_state", "model", "stream"}),
     "after_model_call": frozenset({"request", "response", "run_state"}),
+    "model_call_failed": frozenset({"request", "error", "run_state"}),
     "before_tool": frozenset({"call", "run_state"}),
     "approve_tool": frozenset({"call", "run_state"}),
     "after_tool": frozenset({"call", "result", "run_state"}),
@@ -101,8 +107,10 @@ class SkipTool:
 class BeforeRunHook(Protocol):
     """Runs when a run (or a resume) starts, before the first state's handler."""
 
-    def before_run(self, *, run_state: RunState, **future_kwargs: Any) -> Awaitable[None] | None:
-        """Observe the run state."""
+    def before_run(
+        self, *, run_state: RunState, agent: Agent[Any, Any], **future_kwargs: Any
+    ) -> Awaitable[None] | None:
+        """Observe the run state and the agent that runs it."""
         ...
 
 
@@ -122,9 +130,15 @@ class BeforeModelCallHook(Protocol):
     """Runs before each model call of the ``calling`` state."""
 
     def before_model_call(
-        self, *, request: ModelRequest, run_state: RunState, **future_kwargs: Any
+        self,
+        *,
+        request: ModelRequest,
+        run_state: RunState,
+        model: Model,
+        stream: bool,
+        **future_kwargs: Any,
     ) -> ModelRequest | ModelResponse | Awaitable[ModelRequest | ModelResponse | None] | None:
-        """Return a changed request, or a response to use instead of calling the model."""
+        """Return a changed request, or a response to use instead of calling ``model``."""
         ...
 
 
@@ -141,6 +155,18 @@ class AfterModelCallHook(Protocol):
         **future_kwargs: Any,
     ) -> Awaitable[None] | None:
         """Observe the request and its response."""
+        ...
+
+
+@runtime_checkable
+class ModelCallFailedHook(Protocol):
+    """Runs after each model call that raised a :class:`~fsm_agent.ModelError` (before the
+    machine moves to retry, fall back or stop)."""
+
+    def model_call_failed(
+        self, *, request: ModelRequest, error: ModelError, run_state: RunState, **future_kwargs: Any
+    ) -> Awaitable[None] | None:
+        """Observe the request and its error."""
         ...
 
 
@@ -259,6 +285,7 @@ class HookSet:
         self.after_run: _Hooks = tuple(found["after_run"])
         self.before_model_call: _Hooks = tuple(found["before_model_call"])
         self.after_model_call: _Hooks = tuple(found["after_model_call"])
+        self.model_call_failed: _Hooks = tuple(found["model_call_failed"])
         self.before_tool: _Hooks = tuple(found["before_tool"])
         self.approve_tool: _Hooks = tuple(found["approve_tool"])
         self.after_tool: _Hooks = tuple(found["after_tool"])
@@ -279,11 +306,15 @@ class HookSet:
                 return
 
     async def run_before_model_call(
-        self, ctx: RunContext, request: ModelRequest
+        self, ctx: RunContext, request: ModelRequest, model: Model, stream: bool
     ) -> ModelRequest | ModelResponse:
         """The request after every ``before_model_call`` hook, or the response one supplied."""
         for hook in self.before_model_call:
-            ok, value = await _call(ctx, hook, {"request": request, "run_state": ctx.rs})
+            ok, value = await _call(
+                ctx,
+                hook,
+                {"request": request, "run_state": ctx.rs, "model": model, "stream": stream},
+            )
             if ctx.interrupt is not None:
                 break
             if not ok or value is None:

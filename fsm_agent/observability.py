@@ -5,8 +5,9 @@ following the GenAI semantic conventions:
 
 - an ``invoke_agent`` span per invocation (``run`` and every ``resume``), carrying each move of
   the machine as a ``fsm_agent.transition`` span event and, at the end, the stop reason;
-- a ``chat`` span per model call attempt (a retried call has one span per attempt; a failed
-  attempt has error status);
+- a ``chat`` span per model call attempt, named after the model that takes it (a retried call
+  has one span per attempt, a fallback chain one per model it tries; a failed attempt has
+  error status and the exception);
 - an ``execute_tool`` span per tool call, siblings under the invocation span.
 
 Every invocation of one run shares one trace: its trace id is derived from the run id, so a run
@@ -29,6 +30,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
+from . import _genai_names as n
 from .errors import MissingExtraError
 from .kernel.composition import parent_call
 from .machine.table import Counters, State
@@ -43,8 +47,10 @@ except ImportError as exc:
     ) from exc
 
 if TYPE_CHECKING:
+    from .kernel.agent import Agent, RunResult
     from .machine.agent_machine import Move
-    from .messages import Message, ModelRequest, ModelResponse
+    from .messages import Message, ModelRequest, ModelResponse, Usage
+    from .models import Model
     from .run_state import RunState
 
 __all__ = ["TRANSITION_EVENT", "OpenTelemetryHooks", "trace_id_of"]
@@ -66,23 +72,35 @@ def _digest(run_id: str) -> bytes:
     return hashlib.sha256(run_id.encode()).digest()
 
 
+@dataclass(frozen=True, slots=True)
+class _ModelInfo:
+    """What the spans say of one model: its provider, its name and the server it calls."""
+
+    attributes: dict[str, str | int]
+    span_name: str  # ``chat {model}``, or ``chat`` when the model is not known
+
+
 @dataclass(slots=True)
 class _Invocation:
-    """The open spans of one invocation of a run."""
+    """The open spans of one invocation of a run, and what the spans say of its agent."""
 
     span: Span
+    run_state: RunState  # the kernel's own object: at any time, the run as it stands
     chat: Span | None = None
     tools: dict[str, Span] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)  # tool name -> description
+    models: dict[int, _ModelInfo] = field(default_factory=dict)  # by id() of the model
 
 
 class OpenTelemetryHooks:
     """A hook object that records a run as OpenTelemetry spans (see the module docstring).
 
     ``tracer_provider`` defaults to the global one (``opentelemetry.trace.set_tracer_provider``);
-    ``agent_name`` names the ``invoke_agent`` spans; ``request_model`` and ``provider`` fill
-    ``gen_ai.request.model`` and ``gen_ai.provider.name`` (the kernel's requests do not name
-    the model); ``capture_content`` records messages, tool arguments and tool results.
-    One instance may serve many agents and concurrent runs.
+    ``agent_name`` names the ``invoke_agent`` spans; ``request_model`` and ``provider``, when
+    given, replace the ``gen_ai.request.model`` and ``gen_ai.provider.name`` read from the
+    model that takes each call (a model of your own that names neither); ``capture_content``
+    records messages, tool arguments and tool results. One instance may serve many agents and
+    concurrent runs.
     """
 
     def __init__(
@@ -104,12 +122,15 @@ class OpenTelemetryHooks:
         self._runs: dict[str, _Invocation] = {}
 
     # -- the invocation span -------------------------------------------------------------------
-    def before_run(self, *, run_state: RunState, **future_kwargs: Any) -> None:
+    def before_run(
+        self, *, run_state: RunState, agent: Agent[Any, Any] | None = None, **future_kwargs: Any
+    ) -> None:
         """Open the ``invoke_agent`` span of this invocation."""
         run_id = run_state.run_id
         stale = self._runs.pop(run_id, None)
         if stale is not None:  # the last invocation never returned (a crash in this process)
             self._end_open(stale, "the invocation ended without returning")
+            stale.span.set_attributes(_usage(stale.run_state.usage))  # as far as it went
             _fail(stale.span, "interrupted", "the invocation ended without returning")
             stale.span.end()
         parent = self._caller_span(run_id)
@@ -126,21 +147,27 @@ class OpenTelemetryHooks:
         caller = trace.get_current_span().get_span_context()
         links = [trace.Link(caller, {"fsm_agent.link": "caller"})] if caller.is_valid else []
         resumed = bool(run_state.trace)
-        span = self._tracer.start_span(
+        attributes: dict[str, Any] = {
+            n.GEN_AI_OPERATION_NAME: n.OPERATION_INVOKE_AGENT,
+            n.GEN_AI_AGENT_NAME: self.agent_name,
+            n.GEN_AI_CONVERSATION_ID: run_state.conversation_id or run_id,
+            "fsm_agent.run_id": run_id,
+            "fsm_agent.resumed": resumed,
+            "fsm_agent.state": run_state.state.value,
+        }
+        invocation = _Invocation(trace.INVALID_SPAN, run_state)
+        if agent is not None:
+            attributes.update(self._describe(invocation, agent, run_state))
+        else:
+            attributes.update(self._model_info(invocation, None).attributes)
+        invocation.span = self._tracer.start_span(
             f"invoke_agent {self.agent_name}",
             context=trace.set_span_in_context(parent),
             kind=trace.SpanKind.INTERNAL,
             links=links,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": self.agent_name,
-                "gen_ai.conversation.id": run_id,
-                "fsm_agent.run_id": run_id,
-                "fsm_agent.resumed": resumed,
-                "fsm_agent.state": run_state.state.value,
-            },
+            attributes=attributes,
         )
-        invocation = self._runs[run_id] = _Invocation(span)
+        self._runs[run_id] = invocation
         # A resume runs the calls a human settled without their before_tool hooks: their spans
         # start here, and after_tool (or the move out of dispatching) ends them.
         for request in run_state.human_requests:
@@ -155,19 +182,70 @@ class OpenTelemetryHooks:
         invocation = self._runs.get(called[0])
         return None if invocation is None else invocation.tools.get(called[1])
 
-    def after_run(self, *, run_state: RunState, **future_kwargs: Any) -> None:
+    def _describe(
+        self, invocation: _Invocation, agent: Agent[Any, Any], run_state: RunState
+    ) -> dict[str, Any]:
+        """The agent's attributes of the invocation span; keeps its tools' descriptions."""
+        tools = agent.tool_definitions
+        if agent.pager is not None:
+            tools = (*tools, agent.pager.definition)
+        invocation.descriptions = {t.name: t.description for t in tools if t.description}
+        models = agent.models  # the model taking the calls now: models[model_switches]
+        model = models[min(run_state.counters.model_switches, len(models) - 1)]
+        return {
+            # The definition's fingerprint (tools, instructions, policy): the same in every
+            # process that runs this agent, as durable runs need (hashed: it is long).
+            n.GEN_AI_AGENT_ID: hashlib.sha256(agent._definition().encode()).hexdigest()[:32],
+            n.GEN_AI_OUTPUT_TYPE: n.OUTPUT_TEXT if agent.output_schema is None else n.OUTPUT_JSON,
+            **self._model_info(invocation, model).attributes,
+        }
+
+    def _model_info(self, invocation: _Invocation, model: Model | None) -> _ModelInfo:
+        """The provider, model and server attributes of ``model`` (the options win)."""
+        key = id(model)
+        info = invocation.models.get(key)
+        if info is not None:
+            return info
+        provider = self.provider
+        if provider is None:
+            own = getattr(model, "provider", None)
+            if isinstance(own, str):
+                provider = n.PROVIDERS.get(own, own)
+            else:  # a model of the user's own, or a test double: its name says what it is
+                provider = str(getattr(model, "name", type(model).__name__))
+        attributes: dict[str, str | int] = {n.GEN_AI_PROVIDER_NAME: provider}
+        request_model = self.request_model or getattr(model, "model_id", None)
+        if isinstance(request_model, str):
+            attributes[n.GEN_AI_REQUEST_MODEL] = request_model
+        base_url = getattr(model, "base_url", None)
+        if isinstance(base_url, str):
+            url = httpx.URL(base_url)
+            if url.host:
+                attributes[n.SERVER_ADDRESS] = url.host
+                port = url.port or {"https": 443, "http": 80}.get(url.scheme)
+                if port is not None:
+                    attributes[n.SERVER_PORT] = port
+        name = f"chat {request_model}" if isinstance(request_model, str) else "chat"
+        info = invocation.models[key] = _ModelInfo(attributes, name)
+        return info
+
+    def after_run(
+        self,
+        *,
+        run_state: RunState,
+        result: RunResult[Any] | None = None,
+        **future_kwargs: Any,
+    ) -> None:
         """Close the invocation span with the run's ending, usage and counters."""
         invocation = self._runs.pop(run_state.run_id, None)
         if invocation is None:
             return
         self._end_open(invocation, f"the run stopped in {run_state.state.value}")
         span = invocation.span
-        usage = run_state.usage
         span.set_attributes(
             {
                 "fsm_agent.state": run_state.state.value,
-                "gen_ai.usage.input_tokens": usage.input_tokens,
-                "gen_ai.usage.output_tokens": usage.output_tokens,
+                **_usage(run_state.usage),
                 "fsm_agent.model_calls": run_state.model_calls,
                 "fsm_agent.tool_executions": run_state.tool_executions,
                 "fsm_agent.steps": run_state.counters.steps,
@@ -177,10 +255,11 @@ class OpenTelemetryHooks:
             span.set_attribute("fsm_agent.stop_reason", run_state.stop_reason.value)
         if run_state.state is State.ABORTED:
             reason = run_state.stop_reason.value if run_state.stop_reason else "aborted"
-            _fail(span, reason, run_state.error or f"the run aborted: {reason}")
+            error = result.error if result is not None else None
+            _fail(span, reason, run_state.error or f"the run aborted: {reason}", error)
         if self.capture_content and run_state.output is not None:
             span.set_attribute(
-                "gen_ai.output.messages",
+                n.GEN_AI_OUTPUT_MESSAGES,
                 json.dumps([{"role": "assistant", "parts": [_text(run_state.output)]}]),
             )
         span.end()
@@ -193,7 +272,7 @@ class OpenTelemetryHooks:
         if invocation.span.is_recording():  # not when sampled out, or with no SDK configured
             self._add_move(invocation.span, move)
         chat = invocation.chat
-        if chat is not None:  # the call never answered: a failed (or interrupted) attempt
+        if chat is not None:  # the call never answered nor failed: an interrupted attempt
             invocation.chat = None
             message = run_state.error if move.dest is State.ABORTED else None
             _fail(chat, move.outcome.value, message or f"the model call ended: {move.outcome}")
@@ -216,33 +295,41 @@ class OpenTelemetryHooks:
 
     # -- model calls ---------------------------------------------------------------------------
     def before_model_call(
-        self, *, request: ModelRequest, run_state: RunState, **future_kwargs: Any
+        self,
+        *,
+        request: ModelRequest,
+        run_state: RunState,
+        model: Model | None = None,
+        stream: bool = False,
+        **future_kwargs: Any,
     ) -> None:
-        """Open the ``chat`` span of one attempt."""
+        """Open the ``chat`` span of one attempt, named after the model that takes it."""
         invocation = self._runs.get(run_state.run_id)
         if invocation is None:
             return
         if invocation.chat is not None:
             invocation.chat.end()
-        model = self.request_model or "model"
+        info = self._model_info(invocation, model)
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": model,
+            n.GEN_AI_OPERATION_NAME: n.OPERATION_CHAT,
+            **info.attributes,
+            n.GEN_AI_OUTPUT_TYPE: n.OUTPUT_TEXT if request.output is None else n.OUTPUT_JSON,
+            n.GEN_AI_REQUEST_STREAM: stream,
             "fsm_agent.step": run_state.counters.steps + 1,
             "fsm_agent.attempt": run_state.counters.retries + 1,
         }
-        if self.provider is not None:
-            attributes["gen_ai.provider.name"] = self.provider
         if request.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = request.max_tokens
+            attributes[n.GEN_AI_REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
+            attributes[n.GEN_AI_REQUEST_TEMPERATURE] = request.temperature
+        if request.stop_sequences:
+            attributes[n.GEN_AI_REQUEST_STOP_SEQUENCES] = request.stop_sequences
         if self.capture_content:
-            attributes["gen_ai.input.messages"] = json.dumps(
+            attributes[n.GEN_AI_INPUT_MESSAGES] = json.dumps(
                 [_message(m) for m in request.messages]
             )
         invocation.chat = self._tracer.start_span(
-            f"chat {model}",
+            info.span_name,
             context=trace.set_span_in_context(invocation.span),
             kind=trace.SpanKind.CLIENT,
             attributes=attributes,
@@ -257,19 +344,29 @@ class OpenTelemetryHooks:
             return
         chat, invocation.chat = invocation.chat, None
         attributes: dict[str, Any] = {
-            "gen_ai.response.finish_reasons": [response.finish_reason.value],
-            "gen_ai.usage.input_tokens": response.usage.input_tokens,
-            "gen_ai.usage.output_tokens": response.usage.output_tokens,
+            n.GEN_AI_RESPONSE_FINISH_REASONS: [response.finish_reason.value],
+            **_usage(response.usage),
         }
         if response.model_name is not None:
-            attributes["gen_ai.response.model"] = response.model_name
+            attributes[n.GEN_AI_RESPONSE_MODEL] = response.model_name
         if response.response_id is not None:
-            attributes["gen_ai.response.id"] = response.response_id
+            attributes[n.GEN_AI_RESPONSE_ID] = response.response_id
         if self.capture_content:
-            attributes["gen_ai.output.messages"] = json.dumps(
+            attributes[n.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
                 [{**_message(response.message), "finish_reason": response.finish_reason.value}]
             )
         chat.set_attributes(attributes)
+        chat.end()
+
+    def model_call_failed(
+        self, *, error: BaseException, run_state: RunState, **future_kwargs: Any
+    ) -> None:
+        """Close the ``chat`` span of a failed attempt with the error."""
+        invocation = self._runs.get(run_state.run_id)
+        if invocation is None or invocation.chat is None:
+            return
+        chat, invocation.chat = invocation.chat, None
+        _fail(chat, _qualified(error), str(error) or type(error).__name__, error)
         chat.end()
 
     # -- tool calls ----------------------------------------------------------------------------
@@ -288,7 +385,7 @@ class OpenTelemetryHooks:
             return
         span = invocation.tools.pop(call.id, None) or self._start_tool(invocation, call, keep=False)
         if self.capture_content:
-            span.set_attribute("gen_ai.tool.call.result", result.content)
+            span.set_attribute(n.GEN_AI_TOOL_CALL_RESULT, result.content)
         if result.is_error:
             _fail(span, "tool_error", f"the tool {call.name!r} failed")
         span.end()
@@ -298,13 +395,16 @@ class OpenTelemetryHooks:
         if open_span is not None:
             return open_span
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.id,
-            "gen_ai.tool.type": "function",
+            n.GEN_AI_OPERATION_NAME: n.OPERATION_EXECUTE_TOOL,
+            n.GEN_AI_TOOL_NAME: call.name,
+            n.GEN_AI_TOOL_CALL_ID: call.id,
+            n.GEN_AI_TOOL_TYPE: "function",
         }
+        description = invocation.descriptions.get(call.name)
+        if description is not None:
+            attributes[n.GEN_AI_TOOL_DESCRIPTION] = description
         if self.capture_content:
-            attributes["gen_ai.tool.call.arguments"] = call.arguments_json
+            attributes[n.GEN_AI_TOOL_CALL_ARGUMENTS] = call.arguments_json
         span = self._tracer.start_span(
             f"execute_tool {call.name}",
             context=trace.set_span_in_context(invocation.span),
@@ -331,11 +431,42 @@ class OpenTelemetryHooks:
         self._end_tools(invocation, why)
 
 
-def _fail(span: Span, error_type: str, message: str) -> None:
-    """Error status, ``error.type`` and an ``exception`` event (the semantic conventions' form)."""
+def _fail(span: Span, error_type: str, message: str, error: BaseException | None = None) -> None:
+    """Error status and ``error.type``; with an exception, the conventions' ``exception``
+    event, whose ``exception.type`` is its class (an interrupt, a limit, has none)."""
     span.set_status(Status(StatusCode.ERROR, message))
-    span.set_attribute("error.type", error_type)
-    span.add_event("exception", {"exception.type": error_type, "exception.message": message})
+    span.set_attribute(n.ERROR_TYPE, error_type)
+    if error is not None:
+        span.add_event(
+            n.EXCEPTION_EVENT,
+            {n.EXCEPTION_TYPE: _qualified(error), n.EXCEPTION_MESSAGE: str(error) or message},
+        )
+
+
+def _qualified(error: BaseException) -> str:
+    """The exception's fully qualified class name (``fsm_agent.RateLimitError``)."""
+    kind = type(error)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    """The usage attributes: input and output tokens, and the cache and reasoning counts the
+    provider reported (``gen_ai.usage.input_tokens`` includes the cached tokens)."""
+    attributes = {
+        n.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+        n.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+    }
+    if usage.cache_read_tokens:
+        attributes[n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = usage.cache_read_tokens
+    if usage.cache_write_tokens:
+        attributes[n.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = usage.cache_write_tokens
+    if usage.reasoning_tokens:
+        attributes[n.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
+    return attributes
 
 
 def _text(content: str) -> dict[str, str]:

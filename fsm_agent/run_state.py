@@ -132,6 +132,7 @@ class RunState(BaseModel):
         __delattr__ = object.__delattr__
 
     run_id: str
+    conversation_id: str | None = None  # the Conversation the run belongs to, if any
     state: State = State.IDLE
     counters: StoredCounters = Counters()
     usage: Usage = Field(default_factory=Usage)

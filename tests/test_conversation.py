@@ -61,6 +61,32 @@ def test_a_conversation_can_start_from_stored_messages() -> None:
     assert model.requests[0].messages[:2] == earlier
 
 
+def test_every_run_of_a_conversation_carries_its_id() -> None:
+    """Runs of one conversation carry its id in their run state, streamed or not; a given id
+    is kept; a run outside a conversation has none; an empty id is refused."""
+    agent = Agent(ScriptedModel([text("a"), text("b"), text("c"), text("d")]))
+    conversation = Conversation(agent)
+    first = conversation.run_sync("one")
+
+    async def streamed() -> None:
+        async for _ in conversation.run_stream("two"):
+            pass
+
+    asyncio.run(streamed())
+    second = conversation.last_result
+    assert second is not None and first.run_state is not None and second.run_state is not None
+    assert first.run_state.conversation_id == second.run_state.conversation_id
+    assert conversation.conversation_id == first.run_state.conversation_id != first.run_id
+    named = Conversation(agent, conversation_id="thread-7").run_sync("x").run_state
+    assert named is not None and named.conversation_id == "thread-7"
+    alone = agent.run_sync("y")
+    assert alone.run_state is not None and alone.run_state.conversation_id is None
+    with pytest.raises(InvalidInputError, match="conversation_id"):
+        Conversation(agent, conversation_id="")
+    with pytest.raises(InvalidInputError, match="conversation_id"):
+        agent.run_sync("z", conversation_id="")
+
+
 def test_a_long_conversation_is_compacted_at_loop_entry() -> None:
     """Over many runs under a small window, each request fits the budget, stays well formed,
     and keeps the system prompt, the conversation's first message and the newest prompt."""

@@ -160,6 +160,37 @@ def test_after_model_call_sees_the_request_and_response() -> None:
     assert seen == ["", "3"]
 
 
+def test_model_call_hooks_see_the_chains_model_the_streaming_and_each_failure() -> None:
+    """A fallback chain whose first model fails: before_run gets the agent, before_model_call
+    the chain's model that takes each attempt and whether it streams, model_call_failed the
+    failed attempt's request and its error."""
+    from fsm_agent.errors import RateLimitError
+    from fsm_agent.providers.fallback import FallbackModel
+    from fsm_agent.testing import ScriptedModel, fail
+
+    seen: list[object] = []
+
+    class Watch:
+        def before_run(self, *, agent: Any, **kw: Any) -> None:
+            seen.append(agent)
+
+        def before_model_call(self, *, model: Any, stream: bool, **kw: Any) -> None:
+            seen.append((model.name, stream))
+
+        def model_call_failed(self, *, request: Any, error: Any, **kw: Any) -> None:
+            seen.append((request.messages[-1].text, type(error)))
+
+    first = ScriptedModel([fail(RateLimitError("slow down"))], name="first")
+    second = ScriptedModel([text("ok"), text("ok")], name="second")
+    agent, _, _ = make_agent([], hooks=[Watch()])
+    agent = agent.with_effects(model=FallbackModel(first, second))
+    assert agent.run_sync("go").ok
+    assert seen == [agent, ("first", False), ("go", RateLimitError), ("second", False)]
+    seen.clear()
+    _events, result = stream(agent.with_effects(model=second), "again")
+    assert result.ok and seen[1:] == [("second", True)]
+
+
 def test_before_tool_can_change_the_arguments() -> None:
     """A ToolCall returned by before_tool runs instead of the model's call."""
 

@@ -111,7 +111,9 @@ def test_a_retried_model_call_has_one_span_per_attempt_and_the_failed_one_is_an_
     exporter: InMemorySpanExporter,
 ) -> None:
     """A 500 then an answer: two chat spans, the first with error status and an exception
-    event, the second with attempt 2."""
+    event naming the error's class, the second with attempt 2."""
+    from fsm_agent.errors import ProviderServerError
+
     policy = Policy(retry=RetryPolicy(base_delay_s=0.0, max_delay_s=0.0))
     model = ScriptedModel([fail("upstream down"), text("ok")])
     assert Agent(model, policy=policy, hooks=[_hooks(exporter)]).run_sync("hi").ok
@@ -119,7 +121,8 @@ def test_a_retried_model_call_has_one_span_per_attempt_and_the_failed_one_is_an_
     (run,) = _named(spans, "invoke_agent")
     failed, answered = _named(spans, "chat")
     assert failed.status.status_code is StatusCode.ERROR
-    assert (failed.attributes or {})["error.type"] == "retryable_error"
+    error_type = f"{ProviderServerError.__module__}.{ProviderServerError.__qualname__}"
+    assert (failed.attributes or {})["error.type"] == error_type
     assert [e.name for e in failed.events] == ["exception"]
     assert answered.status.status_code is StatusCode.UNSET
     assert (answered.attributes or {})["fsm_agent.attempt"] == 2

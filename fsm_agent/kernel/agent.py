@@ -314,9 +314,20 @@ class Agent(Generic[DepsT, OutputT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         model_settings: ModelSettings | None = None,
+        conversation_id: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to the end and return the :class:`RunResult` (events are not built)."""
-        ctx = self._context(prompt, history, handle, deps, model_settings, listening=False)
+        """Run to the end and return the :class:`RunResult` (events are not built).
+        ``conversation_id`` names the conversation the run continues (see
+        :class:`~fsm_agent.Conversation`); it is kept in the run state."""
+        ctx = self._context(
+            prompt,
+            history,
+            handle,
+            deps,
+            model_settings,
+            listening=False,
+            conversation_id=conversation_id,
+        )
         await self._drive(ctx)
         return _result_of(ctx)
 
@@ -328,10 +339,19 @@ class Agent(Generic[DepsT, OutputT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         model_settings: ModelSettings | None = None,
+        conversation_id: str | None = None,
     ) -> AsyncIterator[Event]:
         """Run, yielding every event as it happens; the last one is the terminal event.
         Pass a :class:`RunHandle` to read the :class:`RunResult` afterwards."""
-        ctx = self._context(prompt, history, handle, deps, model_settings, listening=True)
+        ctx = self._context(
+            prompt,
+            history,
+            handle,
+            deps,
+            model_settings,
+            listening=True,
+            conversation_id=conversation_id,
+        )
         async with contextlib.aclosing(listened(ctx, self._drive(ctx))) as events:
             async for event in events:
                 yield event
@@ -344,6 +364,7 @@ class Agent(Generic[DepsT, OutputT]):
         handle: RunHandle | None = None,
         deps: DepsT | None = None,
         model_settings: ModelSettings | None = None,
+        conversation_id: str | None = None,
     ) -> RunResult[OutputT]:
         """``run`` for code without an event loop."""
         if _loop_running():
@@ -351,7 +372,12 @@ class Agent(Generic[DepsT, OutputT]):
                 "run_sync cannot be called from a running event loop; use 'await agent.run(...)'"
             )
         run = self.run(
-            prompt, history=history, handle=handle, deps=deps, model_settings=model_settings
+            prompt,
+            history=history,
+            handle=handle,
+            deps=deps,
+            model_settings=model_settings,
+            conversation_id=conversation_id,
         )
         return asyncio.run(run)
 
@@ -569,6 +595,7 @@ class Agent(Generic[DepsT, OutputT]):
         model_settings: ModelSettings | None,
         *,
         listening: bool,
+        conversation_id: str | None = None,
     ) -> RunContext:
         settings = merge_settings(self.model_settings, model_settings)
         if isinstance(prompt, str):
@@ -583,6 +610,12 @@ class Agent(Generic[DepsT, OutputT]):
             )
         validate_history(history)
         rs = RunState.start(self.runtime.new_id())
+        if conversation_id is not None:
+            if not isinstance(conversation_id, str) or not conversation_id:
+                raise InvalidInputError(
+                    f"conversation_id must be a non-empty string, got {conversation_id!r}"
+                )
+            rs.conversation_id = conversation_id
         log = None
         if self.checkpointer is not None:
             rs.definition = self._definition()

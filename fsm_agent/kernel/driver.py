@@ -262,7 +262,7 @@ async def drive(ctx: RunContext) -> None:
     ctx.task = current_task()
     try:
         if hooks.before_run:
-            await _notify(ctx, hooks.before_run, False, run_state=rs)
+            await _notify(ctx, hooks.before_run, False, run_state=rs, agent=agent)
             if ctx.listening:
                 await ctx.emit_all(ctx.take_events())
         while True:

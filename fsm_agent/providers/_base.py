@@ -114,6 +114,16 @@ class ProviderBase(ABC):
         return f"{self.provider}:{self._model}"
 
     @property
+    def model_id(self) -> str:
+        """The model as the requests name it (``gpt-4o``), without the provider prefix."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint the requests go to (without a trailing slash)."""
+        return self._base_url
+
+    @property
     def context_window(self) -> int | None:
         """The context window given at construction, or ``None``."""
         return self._context_window

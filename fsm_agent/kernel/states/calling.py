@@ -366,8 +366,11 @@ async def call_model(
     :func:`answer_quietly`."""
     rs = ctx.rs
     agent = ctx.agent
+    streamed = stream and ctx.listening and agent.streams
     if agent.hooks.before_model_call:
-        changed = await ctx.effect(agent.hooks.run_before_model_call(ctx, request))
+        changed = await ctx.effect(
+            agent.hooks.run_before_model_call(ctx, request, current_model(ctx), streamed)
+        )
         await ctx.emit_all(ctx.take_events())
         if ctx.interrupt is not None:
             raise Interrupted
@@ -381,13 +384,13 @@ async def call_model(
         )
         if ctx.interrupt is not None:  # the listener may have cancelled
             raise Interrupted
-    if not (stream and ctx.listening and agent.streams):
+    if not streamed:
         return await answer_quietly(ctx, request)
     key, recorded = await _begin(ctx)
     try:
         response = _replayed(recorded) if recorded is not None else await _stream(ctx, request)
     except ModelError as exc:
-        await _failed(ctx, key, exc)
+        await _failed(ctx, key, request, exc)
         raise
     return await _answered(ctx, key, request, response)
 
@@ -401,7 +404,7 @@ async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
         else:
             response = checked(await ctx.effect(current_model(ctx).complete(request)))
     except ModelError as exc:
-        await _failed(ctx, key, exc)
+        await _failed(ctx, key, request, exc)
         raise
     return await _answered(ctx, key, request, response)
 
@@ -433,9 +436,19 @@ def checked(response: object) -> ModelResponse:
     return response
 
 
-async def _failed(ctx: RunContext, key: str | None, exc: ModelError) -> None:
+async def _failed(ctx: RunContext, key: str | None, request: ModelRequest, exc: ModelError) -> None:
+    """Journal the failed call, then tell the ``model_call_failed`` hooks (an interrupt
+    while they run is the driver's to take, as after an answer)."""
     if key is not None and ctx.durable is not None:
         await ctx.durable.model_failed(key, exc, model=_chain_member(ctx))
+    hooks = ctx.agent.hooks
+    if hooks.model_call_failed:
+        with contextlib.suppress(Interrupted):
+            await ctx.effect(
+                hooks.notify(
+                    ctx, hooks.model_call_failed, request=request, error=exc, run_state=ctx.rs
+                )
+            )
 
 
 def _chain_member(ctx: RunContext) -> str | None:
