@@ -247,6 +247,14 @@ def test_a_cut_tool_output_is_stored_once(store: Checkpointer) -> None:
     assert loaded.tool_outputs == {"d1": BIG} == result.run_state.tool_outputs  # type: ignore[union-attr]
 
 
+def test_every_checkpoint_of_a_run_gives_the_output_the_journal_holds(store: Checkpointer) -> None:
+    """``checkpoints()`` (what a fork starts from) reads a cut output kept in the journal as
+    ``load()`` does: it used to give the empty placeholder of the outputs row."""
+    assert _paging_agent(store).run_sync("dump").ok
+    last = store.checkpoints("run_dump")[-1].state  # type: ignore[attr-defined]
+    assert last.tool_outputs == {"d1": BIG} == store.load("run_dump").state.tool_outputs
+
+
 def test_an_output_a_hook_changed_is_stored_as_the_run_saw_it(store: Checkpointer) -> None:
     """When an after_tool hook changed the text, the journal does not hold it: the output is
     stored in full, and loading the run gives the changed text."""

@@ -1,5 +1,5 @@
-"""What the SQLite and PostgreSQL checkpointers share: the schema, its migrations, the row
-encoding and the optimistic-concurrency writes. A dialect supplies the connection, the
+"""What the SQLite and PostgreSQL checkpointers share: the tables and the optimistic-concurrency
+writes (the migrations and the row encoding are in :mod:`~fsm_agent.persistence.sql_rows`). A dialect supplies the connection, the
 transaction and the mapping of its errors to the :class:`~fsm_agent.CheckpointError` tree.
 
 Tables (``{t}`` is the dialect's table prefix)::
@@ -30,58 +30,33 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
-
-from pydantic import TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
+from typing import Any, Literal, Protocol
 
 from ..errors import CorruptCheckpointError, SchemaVersionError, UnknownRunError
-from ..machine.agent_machine import Move
-from ..machine.table import State, StopReason
+from ..machine.table import State
 from ..messages import Message
-from ..run_state import RunState, StoredMove
+from ..run_state import RunState
 from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
 from .run_log import recorded_content
-from .storable import storable_state
+from .sql_rows import (
+    MESSAGES,
+    MIGRATIONS,
+    MOVES,
+    SEPARATE,
+    encoded,
+    replayed,
+    state_of,
+    summaries,
+)
 from .store_threads import StoreThreads
 
 __all__ = ["MIGRATIONS", "PreparedSave", "SQLCheckpointer"]
 
-_SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
 _RESTING = frozenset({State.DONE, State.ABORTED, State.SUSPENDED})
 _NONE: frozenset[str] = frozenset()
-_V = TypeVar("_V")
-
-_MESSAGES = TypeAdapter(list[Message])
-_MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
-
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    # 1: the tables
-    (
-        "CREATE TABLE {t}runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
-        "state TEXT NOT NULL, stop_reason TEXT, steps INTEGER NOT NULL, "
-        "updated_at {real} NOT NULL)",
-        "CREATE TABLE {t}checkpoints (run_id TEXT NOT NULL, version INTEGER NOT NULL, "
-        "saved_at {real} NOT NULL, body TEXT NOT NULL, messages_from INTEGER NOT NULL, "
-        "messages TEXT NOT NULL, trace_from INTEGER NOT NULL, trace TEXT NOT NULL, "
-        "PRIMARY KEY (run_id, version))",
-        "CREATE TABLE {t}effects (run_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, "
-        "result TEXT, recorded_at {real} NOT NULL, PRIMARY KEY (run_id, key))",
-    ),
-    # 2: list runs by recency without a scan
-    ("CREATE INDEX runs_by_time ON {t}runs (updated_at)",),
-    # 3: the full text of cut tool outputs, written once each instead of with every checkpoint
-    (
-        "CREATE TABLE {t}outputs (run_id TEXT NOT NULL, output_id TEXT NOT NULL, "
-        "text TEXT NOT NULL, PRIMARY KEY (run_id, output_id))",
-    ),
-    # 4: an output whose text the journal holds refers to its record instead of a second copy
-    ("ALTER TABLE {t}outputs ADD COLUMN journal_key TEXT",),
-)
-"""The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
 
 
 class Cursor(Protocol):
@@ -320,15 +295,15 @@ class SQLCheckpointer:
             state=state.state.value,
             stop=state.stop_reason.value if state.stop_reason is not None else None,
             steps=state.counters.steps,
-            body=_json(lambda: state.model_dump_json(exclude=_SEPARATE), state, None),
+            body=encoded(lambda: state.model_dump_json(exclude=SEPARATE), state, None),
             messages_from=messages_from,
-            messages=_json(
-                lambda: _MESSAGES.dump_json(messages[messages_from:]).decode(),
+            messages=encoded(
+                lambda: MESSAGES.dump_json(messages[messages_from:]).decode(),
                 state,
-                lambda clean: _MESSAGES.dump_json(clean.messages[messages_from:]).decode(),
+                lambda clean: MESSAGES.dump_json(clean.messages[messages_from:]).decode(),
             ),
             trace_from=trace_from,
-            trace=_MOVES.dump_json(trace[trace_from:]).decode(),
+            trace=MOVES.dump_json(trace[trace_from:]).decode(),
             outputs=tuple((k, outputs[k]) for k in new_outputs),
         )
 
@@ -436,46 +411,45 @@ class SQLCheckpointer:
         with self._reading() as cur:
             # The runs row first: a checkpoint committed meanwhile can only add rows after it.
             latest = self._latest(cur, run_id, lock=False)
-            cur.execute(
-                self._sql(
-                    "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
-                    "FROM {t}checkpoints WHERE run_id = ? ORDER BY version"
-                ),
-                (run_id,),
-            )
-            rows = cur.fetchall()
-            if rows:
-                outputs = self._outputs(cur, run_id)
-        if not rows:
-            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+            rows, outputs = self._rows(cur, run_id)
         if latest is None or latest > rows[-1][0]:
             raise CorruptCheckpointError(
                 f"run {run_id!r}: the store's runs row says checkpoint {latest}, but the newest "
                 f"checkpoint row is {rows[-1][0]}: a checkpoint row was deleted or the runs row "
                 "was changed by hand; restore the store from a backup (nothing was changed)"
             )
-        messages: list[Message] = []
-        trace: list[Move] = []
         saves: list[tuple[float, int]] = []  # each row's time and the moves it holds
-        for version, saved, _, messages_from, new_messages, trace_from, new_moves in rows:
-            try:
-                if messages_from > len(messages) or trace_from > len(trace):
-                    raise ValueError("it continues rows that are missing")
-                messages = messages[:messages_from] + _MESSAGES.validate_json(new_messages)
-                trace = trace[:trace_from] + _MOVES.validate_json(new_moves)
-            except (ValidationError, ValueError, TypeError) as exc:
-                raise _corrupt(run_id, version, exc) from None
-            saves.append((float(saved), len(trace)))
-        version, saved_at, body = rows[-1][0], rows[-1][1], rows[-1][2]
-        try:
-            state = RunState.model_validate_json(body)
-        except (ValidationError, ValueError, TypeError) as exc:
-            raise _corrupt(run_id, version, exc) from None
-        state.messages = messages
-        state.trace = trace
-        if outputs or state.tool_outputs:
-            state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
-        return Checkpoint(run_id, version, state, float(saved_at), move_times(saves))
+        for row in replayed(run_id, rows):
+            saves.append((row[1], len(row[4])))
+        version, saved_at, body, messages, trace = row
+        state = state_of(run_id, version, body, messages, trace, outputs)
+        return Checkpoint(run_id, version, state, saved_at, move_times(saves))
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """Every checkpoint of ``run_id``, oldest first, each rebuilt from its rows and those
+        before it (what a fork starts from)."""
+        with self._reading() as cur:
+            rows, outputs = self._rows(cur, run_id)
+        return [
+            Checkpoint(
+                run_id, version, state_of(run_id, version, body, messages, trace, outputs), saved_at
+            )
+            for version, saved_at, body, messages, trace in replayed(run_id, rows)
+        ]
+
+    def _rows(self, cur: Cursor, run_id: str) -> tuple[list[Any], dict[str, str]]:
+        """The checkpoint rows of ``run_id`` in order, and its stored outputs by id."""
+        cur.execute(
+            self._sql(
+                "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
+                "FROM {t}checkpoints WHERE run_id = ? ORDER BY version"
+            ),
+            (run_id,),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
+        return rows, self._outputs(cur, run_id)
 
     def _outputs(self, cur: Cursor, run_id: str) -> dict[str, str]:
         """The run's stored outputs by id, those kept in the journal read from there."""
@@ -502,43 +476,6 @@ class SQLCheckpointer:
                 )
             outputs[output_id] = content
         return outputs
-
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """Every checkpoint of ``run_id``, oldest first, each rebuilt from its rows and those
-        before it (what a fork starts from)."""
-        with self._reading() as cur:
-            cur.execute(
-                self._sql(
-                    "SELECT version, saved_at, body, messages_from, messages, trace_from, trace "
-                    "FROM {t}checkpoints WHERE run_id = ? ORDER BY version"
-                ),
-                (run_id,),
-            )
-            rows = cur.fetchall()
-            cur.execute(
-                self._sql("SELECT output_id, text FROM {t}outputs WHERE run_id = ?"), (run_id,)
-            )
-            outputs = dict(cur.fetchall())
-        if not rows:
-            raise UnknownRunError(f"no checkpoint holds run {run_id!r}", run_id=run_id)
-        found: list[Checkpoint] = []
-        messages: list[Message] = []
-        trace: list[Move] = []
-        for version, saved_at, body, messages_from, new_messages, trace_from, new_moves in rows:
-            try:
-                if messages_from > len(messages) or trace_from > len(trace):
-                    raise ValueError("it continues rows that are missing")
-                messages = messages[:messages_from] + _MESSAGES.validate_json(new_messages)
-                trace = trace[:trace_from] + _MOVES.validate_json(new_moves)
-                state = RunState.model_validate_json(body)
-            except (ValidationError, ValueError, TypeError) as exc:
-                raise _corrupt(run_id, version, exc) from None
-            state.messages = list(messages)
-            state.trace = list(trace)
-            if outputs:
-                state.tool_outputs = {**state.tool_outputs, **outputs}
-            found.append(Checkpoint(run_id, version, state, float(saved_at)))
-        return found
 
     # -- effects --------------------------------------------------------------------------------
     def record_intent(
@@ -595,57 +532,4 @@ class SQLCheckpointer:
                 )
             )
             rows = cur.fetchall()
-        return list(_summaries(rows))
-
-
-def _json(
-    encode: Callable[[], str], state: RunState, again: Callable[[RunState], str] | None
-) -> str:
-    """``encode()``; for a state holding text JSON cannot carry, the same part of a copy with
-    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`)."""
-    try:
-        return encode()
-    except PydanticSerializationError:
-        clean = storable_state(state)
-        if again is None:
-            return clean.model_dump_json(exclude=_SEPARATE)
-        return again(clean)
-
-
-def _summaries(rows: list[Any]) -> Iterator[RunSummary]:
-    """The runs rows as summaries; a row holding a value this version does not know (a state a
-    newer fsm_agent wrote, say) is listed with that field ``None`` and a ``problem``, so one
-    such run does not hide the others."""
-    for run_id, version, state, stop, steps, updated_at in rows:
-        problems: list[str] = []
-        yield RunSummary(
-            str(run_id),
-            _decoded(int, version, "checkpoint version", problems) or 0,
-            _decoded(State, state, "state", problems),
-            None if stop is None else _decoded(StopReason, stop, "stop reason", problems),
-            _decoded(int, steps, "steps", problems) or 0,
-            _decoded(float, updated_at, "update time", problems) or 0.0,
-            "; ".join(problems) or None,
-        )
-
-
-def _decoded(kind: Callable[[Any], _V], value: object, name: str, problems: list[str]) -> _V | None:
-    """``kind(value)``, or ``None`` with a line in ``problems`` when it does not decode."""
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        problems.append(
-            f"unknown {name} {value!r} (written by a newer fsm_agent, or changed by hand)"
-        )
-        return None
-
-
-def _corrupt(run_id: str, version: int, exc: BaseException) -> CorruptCheckpointError:
-    if isinstance(exc, ValidationError):
-        problem = exc.errors(include_url=False)[0]["msg"]
-    else:
-        problem = str(exc)
-    return CorruptCheckpointError(
-        f"checkpoint {version} of run {run_id!r} does not decode ({problem}); the row is damaged "
-        "or truncated and was left as it is"
-    )
+        return list(summaries(rows))

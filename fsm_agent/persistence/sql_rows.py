@@ -1,0 +1,153 @@
+"""The SQL stores' schema and rows: the migrations, how a run state is encoded into a
+checkpoint row, and how rows are decoded back into run states and run summaries (see
+:mod:`fsm_agent.persistence.sql` for the tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from ..errors import CorruptCheckpointError
+from ..machine.agent_machine import Move
+from ..machine.table import State, StopReason
+from ..messages import Message
+from ..run_state import RunState, StoredMove
+from . import RunSummary
+from .storable import storable_state
+
+__all__ = [
+    "MESSAGES",
+    "MIGRATIONS",
+    "MOVES",
+    "SEPARATE",
+    "corrupt",
+    "encoded",
+    "replayed",
+    "state_of",
+    "summaries",
+]
+
+SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
+"""The run state's fields a checkpoint row stores apart from its body."""
+MESSAGES = TypeAdapter(list[Message])
+MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
+_V = TypeVar("_V")
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the tables
+    (
+        "CREATE TABLE {t}runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
+        "state TEXT NOT NULL, stop_reason TEXT, steps INTEGER NOT NULL, "
+        "updated_at {real} NOT NULL)",
+        "CREATE TABLE {t}checkpoints (run_id TEXT NOT NULL, version INTEGER NOT NULL, "
+        "saved_at {real} NOT NULL, body TEXT NOT NULL, messages_from INTEGER NOT NULL, "
+        "messages TEXT NOT NULL, trace_from INTEGER NOT NULL, trace TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, version))",
+        "CREATE TABLE {t}effects (run_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, "
+        "result TEXT, recorded_at {real} NOT NULL, PRIMARY KEY (run_id, key))",
+    ),
+    # 2: list runs by recency without a scan
+    ("CREATE INDEX runs_by_time ON {t}runs (updated_at)",),
+    # 3: the full text of cut tool outputs, written once each instead of with every checkpoint
+    (
+        "CREATE TABLE {t}outputs (run_id TEXT NOT NULL, output_id TEXT NOT NULL, "
+        "text TEXT NOT NULL, PRIMARY KEY (run_id, output_id))",
+    ),
+    # 4: an output whose text the journal holds refers to its record instead of a second copy
+    ("ALTER TABLE {t}outputs ADD COLUMN journal_key TEXT",),
+)
+"""The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
+
+
+def encoded(
+    encode: Callable[[], str], state: RunState, again: Callable[[RunState], str] | None
+) -> str:
+    """``encode()``; for a state holding text JSON cannot carry, the same part of a copy with
+    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`)."""
+    try:
+        return encode()
+    except PydanticSerializationError:
+        clean = storable_state(state)
+        if again is None:
+            return clean.model_dump_json(exclude=SEPARATE)
+        return again(clean)
+
+
+def replayed(
+    run_id: str, rows: list[Any]
+) -> Iterator[tuple[int, float, str, list[Message], list[Move]]]:
+    """Each checkpoint row's version, time and body, with the message thread and the trace as
+    of that row: each row holds what changed since the one before it."""
+    messages: list[Message] = []
+    trace: list[Move] = []
+    for version, saved_at, body, messages_from, new_messages, trace_from, new_moves in rows:
+        try:
+            if messages_from > len(messages) or trace_from > len(trace):
+                raise ValueError("it continues rows that are missing")
+            messages = messages[:messages_from] + MESSAGES.validate_json(new_messages)
+            trace = trace[:trace_from] + MOVES.validate_json(new_moves)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise corrupt(run_id, version, exc) from None
+        yield version, float(saved_at), body, messages, trace
+
+
+def state_of(
+    run_id: str,
+    version: int,
+    body: str,
+    messages: list[Message],
+    trace: list[Move],
+    outputs: dict[str, str],
+) -> RunState:
+    """The run state of a checkpoint row, with its thread, trace and stored outputs."""
+    try:
+        state = RunState.model_validate_json(body)
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise corrupt(run_id, version, exc) from None
+    state.messages = list(messages)
+    state.trace = list(trace)
+    if outputs or state.tool_outputs:
+        state.tool_outputs = {**state.tool_outputs, **outputs}  # older rows kept them inline
+    return state
+
+
+def summaries(rows: list[Any]) -> Iterator[RunSummary]:
+    """The runs rows as summaries; a row holding a value this version does not know (a state a
+    newer fsm_agent wrote, say) is listed with that field ``None`` and a ``problem``, so one
+    such run does not hide the others."""
+    for run_id, version, state, stop, steps, updated_at in rows:
+        problems: list[str] = []
+        yield RunSummary(
+            str(run_id),
+            _decoded(int, version, "checkpoint version", problems) or 0,
+            _decoded(State, state, "state", problems),
+            None if stop is None else _decoded(StopReason, stop, "stop reason", problems),
+            _decoded(int, steps, "steps", problems) or 0,
+            _decoded(float, updated_at, "update time", problems) or 0.0,
+            "; ".join(problems) or None,
+        )
+
+
+def _decoded(kind: Callable[[Any], _V], value: object, name: str, problems: list[str]) -> _V | None:
+    """``kind(value)``, or ``None`` with a line in ``problems`` when it does not decode."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        problems.append(
+            f"unknown {name} {value!r} (written by a newer fsm_agent, or changed by hand)"
+        )
+        return None
+
+
+def corrupt(run_id: str, version: int, exc: BaseException) -> CorruptCheckpointError:
+    if isinstance(exc, ValidationError):
+        problem = exc.errors(include_url=False)[0]["msg"]
+    else:
+        problem = str(exc)
+    return CorruptCheckpointError(
+        f"checkpoint {version} of run {run_id!r} does not decode ({problem}); the row is damaged "
+        "or truncated and was left as it is"
+    )
