@@ -1,61 +1,31 @@
-"""Tools from Model Context Protocol servers, as ordinary fsm_agent tools.
-
-:class:`MCPServerStdio` starts a server as a subprocess and talks to it over its stdin and
-stdout; :class:`MCPServerHTTP` talks to one over streamable HTTP. Either is an async context
-manager: entering it connects and lists the server's tools, leaving it closes the connection
-(and ends the subprocess). Inside, ``server.tools`` are :class:`~fsm_agent.Tool` objects built
-from the server's listing, so everything the kernel does with a tool applies to them: the
-schema and description the model sees, the timeout, approval, output limits, the journal.
-
-What can go wrong with a server becomes an error result the model reads, never a hang or a
-crash: a result the server marks ``isError``, a JSON-RPC error, a server that is gone or dies
-during the call (bounded by the tool's timeout in any case). A call is sent again only when the
-server refused it without running it because it no longer knows the HTTP session: it says so
-(the SDK's "session terminated", for a 404), or it refused the call's request with HTTP 400 or
-404 and then refuses a listing of its tools on the same session too (what servers built with
-the TypeScript SDK answer after a restart). Then the connection is opened afresh and the call
-resent once. After a call that broke the connection, the next call reconnects first.
-
-Needs the ``[mcp]`` extra (the official ``mcp`` SDK); importing this module without it raises
-:class:`~fsm_agent.errors.MissingExtraError`.
-"""
+"""The server side of the connection: what the two transports share, and each transport."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import json
 import re
 import sys
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TextIO, TypeVar
+from typing import Any, Literal, Self, TextIO
 
-from pydantic import ValidationError
+import httpx2
+import mcp_types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-from .errors import ConfigurationError, MCPServerError, MissingExtraError
-from .messages import ToolDefinition
-from .tools import Tool
-
-try:
-    import httpx2
-    import mcp_types
-    from mcp import Client, MCPError, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-    from mcp.client.streamable_http import streamable_http_client
-except ImportError as exc:
-    raise MissingExtraError("fsm_agent.mcp", extra="mcp", module="mcp") from exc
+from ..errors import ConfigurationError, MCPServerError
+from ..tools import Tool
+from .connection import Link, Refusal, bounded, note_refusal, session_lost, watched
+from .content import result_text
+from .tool import MCPTool
 
 __all__ = ["MCPServer", "MCPServerHTTP", "MCPServerStdio"]
 
-_T = TypeVar("_T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_SESSION_HEADER = "mcp-session-id"
-_CLOSE_TIMEOUT_S = 5.0
-_PING_TIMEOUT_S = 3.0
 
 
 class MCPServer:
@@ -93,7 +63,7 @@ class MCPServer:
         self.needs_approval = needs_approval
         self.idempotent = idempotent
         self.connect_timeout_s = connect_timeout_s
-        self._link: _Link | None = None
+        self._link: Link | None = None
         self._lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tools: tuple[Tool, ...] | None = None
@@ -123,7 +93,7 @@ class MCPServer:
         self._lock = asyncio.Lock()
         try:
             link = await self._open()
-            listed = await _bounded(self._list(link.client), self)
+            listed = await bounded(self._list(link.client), self)
             self._check_names({t.name for t in listed})
             self._tools = tuple(self._tool(t) for t in listed if self._included(t.name))
         except BaseException:
@@ -157,18 +127,18 @@ class MCPServer:
                 tool=name,
             )
         link = await self._live()
-        refusal = _Refusal()
+        refusal = Refusal()
         try:
-            result = await _watched(link.client.call_tool(name, arguments), refusal)
+            result = await watched(link.client.call_tool(name, arguments), refusal)
         except MCPError as exc:
-            if not await _session_lost(link, exc, refusal):
+            if not await session_lost(link, exc, refusal):
                 raise await self._failure(name, link, exc) from exc
             link = await self._reconnect(link)  # the server never ran it: send it again
             try:
                 result = await link.client.call_tool(name, arguments)
             except MCPError as again:
                 raise await self._failure(name, link, again) from again
-        text = _text(result)
+        text = result_text(result)
         if result.is_error:
             raise MCPServerError(
                 f"tool {name!r} on MCP server {self.name!r} reported an error: {text}",
@@ -229,24 +199,24 @@ class MCPServer:
             if cursor is None:
                 return tools
 
-    async def _open(self) -> _Link:
-        link = _Link(self._client())
+    async def _open(self) -> Link:
+        link = Link(self._client())
         link.start()
         self._link = link
         try:
-            await _bounded(link.wait_ready(), self)
+            await bounded(link.wait_ready(), self)
         except BaseException:
             await link.close()
             raise
         return link
 
-    async def _live(self) -> _Link:
+    async def _live(self) -> Link:
         link = self._link
         if link is not None and link.alive:
             return link
         return await self._reconnect(link)
 
-    async def _reconnect(self, broken: _Link | None) -> _Link:
+    async def _reconnect(self, broken: Link | None) -> Link:
         async with self._lock:
             current = self._link
             if current is not None and current is not broken and current.alive:
@@ -263,7 +233,7 @@ class MCPServer:
         if link is not None:
             await link.close()
 
-    async def _failure(self, tool: str, link: _Link, exc: MCPError) -> MCPServerError:
+    async def _failure(self, tool: str, link: Link, exc: MCPError) -> MCPServerError:
         # The SDK reports a lost connection with the code servers also use for their own
         # errors (-32000), so a request to the server tells the two apart.
         if exc.code == mcp_types.CONNECTION_CLOSED and not await link.answers():
@@ -375,250 +345,12 @@ class MCPServerHTTP(MCPServer):
         """The SDK's transport over an HTTP client of this connection's own, closed with it
         (the SDK's default timeouts: a response stream may stay open for minutes)."""
         timeout = httpx2.Timeout(30.0, read=300.0)
-        hooks = {"response": [_note_refusal]}
+        hooks = {"response": [note_refusal]}
         async with (
             httpx2.AsyncClient(headers=self._headers, timeout=timeout, event_hooks=hooks) as http,
             streamable_http_client(self.url, http_client=http) as streams,
         ):
             yield streams
-
-
-class MCPTool(Tool):
-    """A tool of an MCP server: its schema and description are the server's, and a call goes
-    to the server through ``server`` (see :meth:`MCPServer.call`)."""
-
-    def __init__(
-        self,
-        server: MCPServer,
-        listed: mcp_types.Tool,
-        *,
-        name: str,
-        timeout_s: float | None,
-        needs_approval: bool,
-        idempotent: bool,
-    ) -> None:
-        remote = listed.name
-
-        async def call(arguments: str) -> str:
-            return await server.call(remote, _arguments(remote, arguments))
-
-        super().__init__(
-            call,
-            name=name,
-            description=listed.description or listed.title or "",
-            timeout_s=timeout_s,
-            raw_arguments=True,
-            needs_approval=needs_approval,
-            idempotent=idempotent,
-        )
-        self.server = server
-        self.remote_name = remote
-        schema = {k: v for k, v in listed.input_schema.items() if k != "title"}
-        try:
-            self.definition = ToolDefinition(
-                name=name, description=self.description, parameters=schema
-            )
-        except ValidationError as exc:
-            raise MCPServerError(
-                f"MCP server {server.name!r} lists tool {remote!r} with an input schema that is "
-                f"not JSON: {exc}",
-                server=server.name,
-                tool=remote,
-            ) from exc
-
-    def __repr__(self) -> str:
-        return f"MCPTool({self.name!r} on {self.server.name!r})"
-
-
-class _Link:
-    """One connection: an entered SDK client, held open by a task of its own.
-
-    The SDK's client must be entered and left in the same task; a tool call runs in whichever
-    task the kernel gives it, and a reconnect happens in the middle of one. So a task of its
-    own enters the client, waits until it is told to close, and leaves it. When the transport
-    fails the task ends early and the link is no longer ``alive``."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.broken = False
-        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def alive(self) -> bool:
-        """Connected, and no call has seen the connection break."""
-        return (
-            not self.broken
-            and self._task is not None
-            and not self._task.done()
-            and self._ready.done()
-            and not self._ready.cancelled()
-            and self._ready.exception() is None
-        )
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._hold(), name="fsm_agent mcp connection")
-
-    async def answers(self) -> bool:
-        """Whether the server still answers a request, within a few seconds (a listing of its
-        tools: the protocol's ping is gone from its newer versions)."""
-        if not self.alive:
-            return False
-        try:
-            async with asyncio.timeout(_PING_TIMEOUT_S):
-                await self.client.list_tools(cache_mode="refresh")
-        except Exception:  # any failure to answer means the connection is gone
-            return False
-        return True
-
-    async def wait_ready(self) -> None:
-        await asyncio.shield(self._ready)
-
-    async def close(self) -> None:
-        """Leave the client (bounded: a server that does not answer is abandoned)."""
-        self._stop.set()
-        task = self._task
-        if task is not None and not task.done():
-            if not self._ready.done():  # still connecting: nothing to leave in order
-                task.cancel()
-            # asyncio.wait raises neither the task's outcome nor its cancellation, only ours.
-            done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT_S)
-            if not done:
-                task.cancel()
-                await asyncio.wait({task})
-        if self._ready.done() and not self._ready.cancelled():
-            self._ready.exception()  # seen: a failed connection is reported where it is used
-
-    async def _hold(self) -> None:
-        try:
-            async with self.client:
-                self._ready.set_result(None)
-                await self._stop.wait()
-        except Exception as exc:  # the transport failed: this connection is over
-            if not self._ready.done():
-                self._ready.set_exception(_unwrapped(exc))
-            else:
-                self.broken = True
-        finally:
-            if not self._ready.done():
-                self._ready.set_exception(ConnectionError("the MCP connection closed"))
-
-
-async def _bounded(awaitable: Any, server: MCPServer) -> Any:
-    """Await ``awaitable`` within the server's connect timeout; a failure to connect is an
-    MCPServerError (whose text may reach the model, so the URL's secrets are left out)."""
-    name = server.name
-    try:
-        async with asyncio.timeout(server.connect_timeout_s):
-            return await awaitable
-    except TimeoutError as exc:
-        raise MCPServerError(
-            f"MCP server {name!r} did not connect and list its tools within "
-            f"{server.connect_timeout_s:g} s",
-            server=name,
-        ) from exc
-    except MCPServerError:
-        raise
-    except Exception as exc:
-        why = server._redact(f"{type(exc).__name__}: {exc}")
-        raise MCPServerError(f"cannot connect to MCP server {name!r}: {why}", server=name) from exc
-
-
-def _unwrapped(exc: Exception) -> Exception:
-    """The first leaf of an exception group (the SDK's task groups wrap transport errors)."""
-    while isinstance(exc, ExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _session_dropped(exc: MCPError) -> bool:
-    """The HTTP server no longer knows the session (it restarted, or expired it): it refused
-    the request without running it."""
-    return exc.code == mcp_types.INVALID_REQUEST and "session" in exc.message.lower()
-
-
-@dataclass(slots=True)
-class _Refusal:
-    """Whether the HTTP server refused a request of one call that carried a session id, with
-    status 400 or 404: a client error, answered before anything ran."""
-
-    seen: bool = False
-
-
-# The SDK sends each request from a task started in the caller's context, so the HTTP client's
-# response hook finds here the record of the call that sent it.
-_REFUSAL: contextvars.ContextVar[_Refusal | None] = contextvars.ContextVar(
-    "fsm_agent_mcp_refusal", default=None
-)
-
-
-async def _watched(call: Coroutine[Any, Any, _T], refusal: _Refusal) -> _T:
-    """Await ``call`` with ``refusal`` as the record of its requests' refusals (only there: a
-    connection opened afterwards must not start its tasks in a context that holds it)."""
-    token = _REFUSAL.set(refusal)
-    try:
-        return await call
-    finally:
-        _REFUSAL.reset(token)
-
-
-async def _note_refusal(response: httpx2.Response) -> None:
-    """The HTTP client's response hook: record a 400 or 404 to a request within a session."""
-    refusal, request = _REFUSAL.get(), response.request
-    if (
-        refusal is not None
-        and response.status_code in (400, 404)
-        and request.method == "POST"
-        and _SESSION_HEADER in request.headers
-    ):
-        refusal.seen = True
-
-
-async def _session_lost(link: _Link, exc: MCPError, refusal: _Refusal) -> bool:
-    """Whether the server refused the call without running it because it no longer knows the
-    session: it says so, or it refused the call's request with 400 or 404 and refuses a listing
-    on the session too (the SDK reports a 400 without a JSON body as -32603, and a server's own
-    JSON-RPC error as it came, so the status tells a refusal from a failure)."""
-    if _session_dropped(exc):
-        return True
-    return refusal.seen and not await link.answers()
-
-
-def _arguments(tool: str, raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(
-            f"the arguments for tool {tool!r} are not valid JSON ({exc}); send a JSON object"
-        ) from exc
-    if not isinstance(value, dict):
-        raise ValueError(
-            f"the arguments for tool {tool!r} must be a JSON object, not {type(value).__name__}"
-        )
-    return value
-
-
-def _text(result: mcp_types.CallToolResult) -> str:
-    """A call's result as the text the model reads: the text blocks in order, other blocks
-    described in a line each; structured content alone is shown as JSON."""
-    parts: list[str] = []
-    for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-            parts.append(f"[{block.type}: {block.mime_type}, {len(block.data)} base64 characters]")
-        elif isinstance(block, mcp_types.EmbeddedResource):
-            inner = block.resource
-            if isinstance(inner, mcp_types.TextResourceContents):
-                parts.append(inner.text)
-            else:
-                parts.append(f"[resource: {inner.uri}]")
-        elif isinstance(block, mcp_types.ResourceLink):
-            parts.append(f"[resource link: {block.uri}]")
-    if not parts and result.structured_content is not None:
-        return json.dumps(result.structured_content)
-    return "\n".join(parts)
 
 
 def _applies(setting: bool | Collection[str], name: str) -> bool:
