@@ -86,6 +86,7 @@ from .messages import (
     ModelRequest,
     ModelResponse,
     ReasoningPart,
+    ResourceLinkPart,
     Role,
     TextPart,
     ToolCall,
@@ -114,7 +115,7 @@ from .policy import (
     UsageLimits,
 )
 from .run_state import HumanRequest, RunState
-from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, tool
+from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
 if TYPE_CHECKING:
     from .conversation import Conversation
@@ -229,6 +230,7 @@ __all__ = [
     "ReasoningPart",
     "RenderingUnavailableError",
     "ReplayReport",
+    "ResourceLinkPart",
     "ResumeError",
     "ResumeHandle",
     "RetryPolicy",
@@ -263,6 +265,7 @@ __all__ = [
     "ToolFailureMode",
     "ToolOutputSettings",
     "ToolResult",
+    "ToolReturn",
     "TraceError",
     "Transition",
     "TrimToolOutputs",

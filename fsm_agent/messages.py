@@ -27,6 +27,7 @@ __all__ = [
     "Part",
     "ReasoningDelta",
     "ReasoningPart",
+    "ResourceLinkPart",
     "Role",
     "StreamDelta",
     "TextDelta",
@@ -36,6 +37,7 @@ __all__ = [
     "ToolChoice",
     "ToolDefinition",
     "ToolResult",
+    "ToolResultPart",
     "Usage",
     "arguments_too_deep",
     "parse_arguments",
@@ -123,6 +125,22 @@ class ImagePart(_Frozen):
     url: str | None = None
 
 
+class ResourceLinkPart(_Frozen):
+    """A link to a resource a tool pointed at (an MCP resource link): its ``uri`` and what the
+    server said of it. Kept on a :class:`ToolResult`; the model reads it as text."""
+
+    type: Literal["resource_link"] = "resource_link"
+    uri: str
+    name: str = ""
+    title: str | None = None
+    description: str | None = None
+    media_type: str | None = None
+
+
+ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discriminator="type")]
+"""What a tool result may carry beside its text."""
+
+
 class ToolCall(_Frozen):
     """A call the model asked for.
 
@@ -169,7 +187,11 @@ class ToolCall(_Frozen):
 
 
 class ToolResult(_Frozen):
-    """A tool's answer to one call, linked by ``call_id``."""
+    """A tool's answer to one call, linked by ``call_id``.
+
+    ``content`` is the text every model reads. ``parts`` are images (sent as images to the
+    providers that take them in a tool result; ``content`` holds a placeholder for the others)
+    and resource links. ``structured`` is a structured value for typed consumers."""
 
     type: Literal["tool_result"] = "tool_result"
     call_id: str
@@ -177,6 +199,8 @@ class ToolResult(_Frozen):
     content: str
     is_error: bool = False
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    parts: tuple[ToolResultPart, ...] = ()
+    structured: JsonValue = None
 
 
 Part: TypeAlias = Annotated[

@@ -390,6 +390,7 @@ def replayed_tools(recording: Recording) -> list[Tool]:
     """A :class:`ReplayedTool` for each tool the recorded agent offered."""
     events = recording.events
     results: dict[str, deque[ToolExecution]] = {}
+    sent = _results_sent(events)
     for index, event in enumerate(events):
         if not isinstance(event, ToolResultEvent):
             continue
@@ -406,6 +407,12 @@ def replayed_tools(recording: Recording) -> list[Tool]:
             content=event.content,
             is_error=event.is_error,
         )
+        rich = sent.get(event.call_id)
+        if rich is not None and (rich.parts or rich.structured is not None or rich.metadata):
+            metadata = {k: v for k, v in rich.metadata.items() if k not in _LIMIT_KEYS}
+            result = result.model_copy(
+                update={"parts": rich.parts, "structured": rich.structured, "metadata": metadata}
+            )
         final = event.content if done and event.content != "Task complete." else None
         before = events[index - 1] if index else None
         moved = (
@@ -429,6 +436,21 @@ def replayed_tools(recording: Recording) -> list[Tool]:
                         ToolExecution(placeholder, question=question)
                     )
     return [ReplayedTool(definition, results) for definition in recording.header.tools]
+
+
+_LIMIT_KEYS = frozenset({"cut", "total_chars", "old"})  # the output limit's, set again in replay
+
+
+def _results_sent(events: Sequence[Event]) -> dict[str, ToolResult]:
+    """The tool results as the recorded model requests sent them (with their parts, structured
+    values and metadata, which the ``tool_result`` events do not carry), by call id."""
+    sent: dict[str, ToolResult] = {}
+    for event in events:
+        if isinstance(event, ModelRequestEvent):
+            for message in event.request.messages:
+                for result in message.tool_results:
+                    sent.setdefault(result.call_id, result)
+    return sent
 
 
 def _verdicts(events: Sequence[Event]) -> deque[Verdict]:

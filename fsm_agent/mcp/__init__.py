@@ -5,7 +5,10 @@ stdout; :class:`MCPServerHTTP` talks to one over streamable HTTP. Either is an a
 manager: entering it connects and lists the server's tools, leaving it closes the connection
 (and ends the subprocess). Inside, ``server.tools`` are :class:`~fsm_agent.Tool` objects built
 from the server's listing, so everything the kernel does with a tool applies to them: the
-schema and description the model sees, the timeout, approval, output limits, the journal.
+schema and description the model sees, the timeout, approval, output limits, the journal. A
+call's result keeps what is not text (images, resource links, structured content, annotations:
+see :mod:`fsm_agent.mcp.content`), and the server's progress notifications during a call are
+``tool_progress`` events of a streamed run.
 
 What can go wrong with a server becomes an error result the model reads, never a hang or a
 crash: a result the server marks ``isError``, a JSON-RPC error, a server that is gone or dies

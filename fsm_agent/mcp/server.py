@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import re
 import sys
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TextIO
+from typing import Any, Literal, Self, TextIO, TypeAlias
 
 import httpx2
 import mcp_types
@@ -18,14 +18,17 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from ..errors import ConfigurationError, MCPServerError
-from ..tools import Tool
+from ..tools import Tool, ToolReturn
 from .connection import Link, Refusal, bounded, note_refusal, session_lost, watched
-from .content import result_text
+from .content import tool_return
 from .tool import MCPTool
 
 __all__ = ["MCPServer", "MCPServerHTTP", "MCPServerStdio"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+Progress: TypeAlias = Callable[[float, float | None, str | None], None]
+"""Told of a call's progress: how far (``progress``), of how much (``total``), and a message."""
 
 
 class MCPServer:
@@ -109,9 +112,14 @@ class MCPServer:
     ) -> None:
         await self._close()
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> str:
-        """Call the server's tool ``name`` (its name on the server) and return its text; raise
-        :class:`~fsm_agent.errors.MCPServerError` when the server reports an error or fails."""
+    async def call(
+        self, name: str, arguments: dict[str, Any], *, progress: Progress | None = None
+    ) -> ToolReturn:
+        """Call the server's tool ``name`` (its name on the server) and return its result (see
+        :mod:`fsm_agent.mcp.content`); raise :class:`~fsm_agent.errors.MCPServerError` when
+        the server reports an error or fails. ``progress`` is called with each progress
+        notification the server sends during the call (progress, total, message)."""
+        notify = None if progress is None else _notifier(progress)
         if self._loop is None:
             raise MCPServerError(
                 f"MCP server {self.name!r} is not connected: run the agent inside "
@@ -129,23 +137,25 @@ class MCPServer:
         link = await self._live()
         refusal = Refusal()
         try:
-            result = await watched(link.client.call_tool(name, arguments), refusal)
+            result = await watched(
+                link.client.call_tool(name, arguments, progress_callback=notify), refusal
+            )
         except MCPError as exc:
             if not await session_lost(link, exc, refusal):
                 raise await self._failure(name, link, exc) from exc
             link = await self._reconnect(link)  # the server never ran it: send it again
             try:
-                result = await link.client.call_tool(name, arguments)
+                result = await link.client.call_tool(name, arguments, progress_callback=notify)
             except MCPError as again:
                 raise await self._failure(name, link, again) from again
-        text = result_text(result)
+        answer = tool_return(result)
         if result.is_error:
             raise MCPServerError(
-                f"tool {name!r} on MCP server {self.name!r} reported an error: {text}",
+                f"tool {name!r} on MCP server {self.name!r} reported an error: {answer.text}",
                 server=self.name,
                 tool=name,
             )
-        return text
+        return answer
 
     def _client(self) -> Client:
         """A new, unentered SDK client for one connection."""
@@ -355,6 +365,15 @@ class MCPServerHTTP(MCPServer):
 
 def _applies(setting: bool | Collection[str], name: str) -> bool:
     return setting if isinstance(setting, bool) else name in setting
+
+
+def _notifier(progress: Progress) -> Any:
+    """The SDK's progress callback (a coroutine function) that tells ``progress``."""
+
+    async def notify(done: float, total: float | None, message: str | None) -> None:
+        progress(done, total, message)
+
+    return notify
 
 
 def _without_secrets(url: str) -> str:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ..errors import MCPServerError
 from ..messages import ToolDefinition
-from ..tools import Tool
+from ..tools import Tool, ToolContext, ToolReturn
 
 if TYPE_CHECKING:
     from .server import MCPServer
@@ -34,8 +34,10 @@ class MCPTool(Tool):
     ) -> None:
         remote = listed.name
 
-        async def call(arguments: str) -> str:
-            return await server.call(remote, _arguments(remote, arguments))
+        async def call(arguments: str, context: ToolContext[object]) -> ToolReturn:
+            return await server.call(
+                remote, _arguments(remote, arguments), progress=context.report_progress
+            )
 
         super().__init__(
             call,
