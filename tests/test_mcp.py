@@ -261,6 +261,22 @@ def test_mcp_tools_over_streamable_http(http_server: HTTPServer) -> None:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_progress_and_images_over_streamable_http(http_server: HTTPServer, mode: Any) -> None:
+    """Over streamable HTTP too, in either protocol mode, progress notifications are events and
+    an image is a part."""
+    model = ScriptedModel([tool_calls(("slow", {"steps": 2}), ("picture", {})), text("ok")])
+
+    async def main() -> list[Any]:
+        async with MCPServerHTTP(http_server.url, mode=mode) as server:
+            return [e async for e in Agent(model, tools=server.tools).run_stream("Go.")]
+
+    events = run(main())
+    assert [e.progress for e in events if isinstance(e, ToolProgressEvent)] == [1, 2]
+    (picture,) = model.requests[1].messages[-1].tool_results
+    assert picture.parts == (ImagePart(media_type="image/png", data=PIXEL),)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_an_http_server_restarted_between_calls_is_reconnected(
     http_server: HTTPServer, mode: Any
 ) -> None:
@@ -713,6 +729,9 @@ def test_rich_results_round_trip_through_a_checkpoint_and_a_recording(tmp_path: 
     assert kept[0].parts and kept[1].parts and kept[0].metadata["annotations"]
     saved = checkpointer.load(done.run_id).state.messages
     assert [r for m in saved for r in m.tool_results] == kept
+    journal = [r for r in checkpointer.effects(done.run_id).values() if r.kind == "tool"]
+    journaled = [ToolResult.model_validate(json.loads(r.result or "")["result"]) for r in journal]
+    assert sorted(journaled, key=lambda r: r.call_id) == sorted(kept, key=lambda r: r.call_id)
     requests = [e for e in read_recording(path).events if isinstance(e, ModelRequestEvent)]
     assert [r for m in requests[-1].request.messages for r in m.tool_results] == kept
     report = run(replay(path))
