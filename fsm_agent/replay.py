@@ -10,9 +10,9 @@ reads both.
 :func:`replay` re-runs a recording: a :class:`ReplayModel` answers each model call with the
 recorded response (or raises the recorded error), :class:`ReplayedTool` s return the recorded
 results, a replayed verifier gives the recorded verdicts, and the clock is virtual. The
-replayed events are compared with the recorded ones (text deltas, durations and backoff delays
-aside); the first difference is the :class:`Divergence`. Replay a recording with another
-``policy`` or real ``tools`` to see exactly where a change alters the run.
+replayed events are compared with the recorded ones (text deltas, tool progress, durations and
+backoff delays aside); the first difference is the :class:`Divergence`. Replay a recording with
+another ``policy`` or real ``tools`` to see exactly where a change alters the run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from .events import (
     SuspendedEvent,
     TextDeltaEvent,
     ToolCallDeltaEvent,
+    ToolProgressEvent,
     ToolResultEvent,
     UsageEvent,
     VerificationFailedEvent,
@@ -100,6 +101,7 @@ _IGNORED_TYPES = frozenset(
     | {
         ToolCallDeltaEvent.model_fields["type"].default,
         PartialOutputEvent.model_fields["type"].default,
+        ToolProgressEvent.model_fields["type"].default,  # recorded tools report none
     }
 )
 _IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
@@ -570,8 +572,8 @@ def _comparable(event: Event) -> dict[str, JsonValue]:
 
 
 def compare(recording: Recording, replayed: Sequence[Event]) -> Divergence | None:
-    """The first difference between the recorded events and ``replayed`` (deltas, durations and
-    backoff delays are not compared), or ``None``."""
+    """The first difference between the recorded events and ``replayed`` (deltas, tool progress,
+    durations and backoff delays are not compared), or ``None``."""
     recorded = [
         (event, line)
         for event, line in zip(recording.events, recording.lines, strict=True)

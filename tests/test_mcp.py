@@ -738,3 +738,20 @@ def test_rich_results_round_trip_through_a_checkpoint_and_a_recording(tmp_path: 
     assert report.ok, report.divergence
     old = {"type": "tool_result", "call_id": "c", "name": "t", "content": "x"}
     assert ToolResult.model_validate(old).parts == ()
+
+
+def test_a_recording_with_progress_events_replays(tmp_path: Path) -> None:
+    """A recorded run whose tool reported progress replays with no server: the recorded tools
+    report none, and progress events, like deltas, are not compared."""
+    model = ScriptedModel([tool_call("slow", {"steps": 2}), text("ok")])
+    path = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await record(Agent(model, tools=server.tools), "Go.", path)
+
+    run(main())
+    recorded = read_recording(path).events
+    assert [e.type for e in recorded].count("tool_progress") == 2
+    report = run(replay(path))
+    assert report.ok, report.divergence
