@@ -18,6 +18,7 @@ from fsm_agent import (
     ToolReturn,
     tool,
 )
+from fsm_agent.compaction import estimate_tokens
 from fsm_agent.events import ToolProgressEvent
 from fsm_agent.persistence.storable import storable_result
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
@@ -181,3 +182,17 @@ def test_a_structured_value_or_part_that_cannot_be_stored_is_replaced_with_a_not
     assert isinstance(link, ResourceLinkPart) and link.name == "bad\ufffdname"
     assert "2 character(s)" in stored.content
     stored.model_dump_json()  # it can be written now
+
+
+def test_the_token_estimate_counts_the_images_of_a_tool_result() -> None:
+    """An image sent with a tool result counts in the context budget like one in a prompt."""
+    bare = ToolResult(call_id="c", name="t", content="a chart")
+    with_image = bare.model_copy(update={"parts": (IMAGE,)})
+    image_cost = estimate_tokens(Message.user("a chart", IMAGE)) - estimate_tokens(
+        Message.user("a chart")
+    )
+    assert image_cost > 0
+    assert (
+        estimate_tokens(Message.tool(with_image)) - estimate_tokens(Message.tool(bare))
+        == image_cost
+    )
