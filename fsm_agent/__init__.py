@@ -87,6 +87,7 @@ from .messages import (
     ModelRequest,
     ModelResponse,
     ReasoningPart,
+    ResourceLinkPart,
     Role,
     TextPart,
     ToolCall,
@@ -116,7 +117,7 @@ from .policy import (
     UsageLimits,
 )
 from .run_state import HumanRequest, RunState
-from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, tool
+from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
 if TYPE_CHECKING:
     from .conversation import Conversation
@@ -236,6 +237,7 @@ __all__ = [
     "ReasoningPart",
     "RenderingUnavailableError",
     "ReplayReport",
+    "ResourceLinkPart",
     "ResumeError",
     "ResumeHandle",
     "RetryPolicy",
@@ -270,6 +272,7 @@ __all__ = [
     "ToolFailureMode",
     "ToolOutputSettings",
     "ToolResult",
+    "ToolReturn",
     "TraceError",
     "Transition",
     "TrimToolOutputs",

@@ -99,6 +99,8 @@ def estimate_tokens(message: Message) -> int:
         elif part.type == "tool_result":
             chars += len(part.content)
             extra += 4
+            if part.parts:  # images sent with the result (to the providers that take them)
+                extra += _IMAGE_TOKENS * sum(p.type == "image" for p in part.parts)
         elif part.type == "image":
             extra += _IMAGE_TOKENS
         else:

@@ -1,7 +1,8 @@
 """Events a run emits, as one pydantic union discriminated on ``type``.
 
 Per iteration, in this order: ``reasoning``, ``text`` (not for a terminal no-tool
-answer), then per tool call ``step_start``, ``tool_call``, ``tool_result``, ``step_complete``.
+answer), then per tool call ``step_start``, ``tool_call``, any ``tool_progress`` the running
+tool reports, ``tool_result``, ``step_complete``.
 Every move of the machine emits ``state_changed``. A run ends with exactly one terminal event
 (``final``, ``aborted`` or ``suspended``) and nothing after it.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "TextEvent",
     "ToolCallDeltaEvent",
     "ToolCallEvent",
+    "ToolProgressEvent",
     "ToolResultEvent",
     "UsageEvent",
     "VerificationFailedEvent",
@@ -147,6 +149,18 @@ class ToolCallEvent(_Event):
     call_id: str
     tool_name: str
     args: dict[str, JsonValue]
+
+
+class ToolProgressEvent(_Event):
+    """A running tool call reported progress (an MCP server's progress notification, or
+    :meth:`~fsm_agent.ToolContext.report_progress`): ``progress`` of ``total`` when known."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    call_id: str
+    tool_name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 class ToolResultEvent(_Event):
@@ -306,6 +320,7 @@ Event: TypeAlias = Annotated[
     | TextEvent
     | StepStartEvent
     | ToolCallEvent
+    | ToolProgressEvent
     | ToolResultEvent
     | StepCompleteEvent
     | RetryingEvent

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from enum import StrEnum
-from json.encoder import encode_basestring_ascii as _quote  # json.dumps' own
-from typing import Annotated, Any, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
+from .deep_json import deep_json, value_depth
 from .errors import InvalidInputError
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Part",
     "ReasoningDelta",
     "ReasoningPart",
+    "ResourceLinkPart",
     "Role",
     "StreamDelta",
     "TextDelta",
@@ -36,6 +37,7 @@ __all__ = [
     "ToolChoice",
     "ToolDefinition",
     "ToolResult",
+    "ToolResultPart",
     "Usage",
     "arguments_too_deep",
     "parse_arguments",
@@ -123,6 +125,22 @@ class ImagePart(_Frozen):
     url: str | None = None
 
 
+class ResourceLinkPart(_Frozen):
+    """A link to a resource a tool pointed at (an MCP resource link): its ``uri`` and what the
+    server said of it. Kept on a :class:`ToolResult`; the model reads it as text."""
+
+    type: Literal["resource_link"] = "resource_link"
+    uri: str
+    name: str = ""
+    title: str | None = None
+    description: str | None = None
+    media_type: str | None = None
+
+
+ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discriminator="type")]
+"""What a tool result may carry beside its text."""
+
+
 class ToolCall(_Frozen):
     """A call the model asked for.
 
@@ -148,8 +166,9 @@ class ToolCall(_Frozen):
     ) -> ToolCall:
         """Build a call from a dict or from raw JSON text (parsed when it is a JSON object no
         deeper than :data:`MAX_ARGUMENT_DEPTH`)."""
-        if not isinstance(arguments, str) and _value_depth(arguments) > MAX_ARGUMENT_DEPTH:
-            arguments = _deep_json(arguments)
+        deep = MAX_ARGUMENT_DEPTH
+        if not isinstance(arguments, str) and value_depth(arguments, deep) > deep:
+            arguments = deep_json(arguments)
         if isinstance(arguments, str):
             return cls(
                 id=id,
@@ -168,7 +187,11 @@ class ToolCall(_Frozen):
 
 
 class ToolResult(_Frozen):
-    """A tool's answer to one call, linked by ``call_id``."""
+    """A tool's answer to one call, linked by ``call_id``.
+
+    ``content`` is the text every model reads. ``parts`` are images (sent as images to the
+    providers that take them in a tool result; ``content`` holds a placeholder for the others)
+    and resource links. ``structured`` is a structured value for typed consumers."""
 
     type: Literal["tool_result"] = "tool_result"
     call_id: str
@@ -176,6 +199,8 @@ class ToolResult(_Frozen):
     content: str
     is_error: bool = False
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    parts: tuple[ToolResultPart, ...] = ()
+    structured: JsonValue = None
 
 
 Part: TypeAlias = Annotated[
@@ -245,89 +270,6 @@ def arguments_too_deep(raw: str) -> bool:
         elif char == "]" or char == "}":
             depth -= 1
     return False
-
-
-def _value_depth(value: object) -> int:
-    """How deeply ``value`` nests dicts and lists (iteratively: it may be deeper than the
-    interpreter's recursion limit)."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Sequence[object] = list(item.values())
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_ARGUMENT_DEPTH:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-class _Value(NamedTuple):
-    """A value still to write, on :func:`_deep_json`'s stack."""
-
-    value: object
-
-
-class _Leave(NamedTuple):
-    """The end of a container, on :func:`_deep_json`'s stack: it leaves the current path."""
-
-    container: int  # its id
-
-
-_CONTAINERS = (dict, list, tuple)
-
-
-def _deep_json(value: object) -> str:
-    """``value`` as compact JSON text, as ``json.dumps`` writes it, at any depth: iteratively,
-    where the standard encoder recurses and fails past the interpreter's recursion limit.
-    Raises :class:`InvalidInputError` for a value that contains itself."""
-    out: list[str] = []
-    path: set[int] = set()  # the containers being written, to catch a cycle
-    stack: list[str | _Value | _Leave] = [_Value(value)]  # popped from the end; text as is
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            out.append(item)
-            continue
-        if isinstance(item, _Leave):
-            path.discard(item.container)
-            continue
-        node = item.value
-        if isinstance(node, str):
-            out.append(_quote(node))
-            continue
-        if not isinstance(node, _CONTAINERS):
-            out.append(json.dumps(node))
-            continue
-        if id(node) in path:
-            raise InvalidInputError(
-                "tool call arguments contain themselves (a cycle): give a tree of JSON values, "
-                "such as json.loads returns"
-            )
-        path.add(id(node))
-        if isinstance(node, dict):
-            stack += [_Leave(id(node)), "}"]
-            entries = list(node.items())
-            for index in range(len(entries) - 1, -1, -1):
-                key, child = entries[index]
-                name = key if isinstance(key, str) else json.dumps(key)
-                stack += [_Value(child), _quote(name) + ":"]
-                if index:
-                    stack.append(",")
-            stack.append("{")
-        else:
-            stack += [_Leave(id(node)), "]"]
-            for index in range(len(node) - 1, -1, -1):
-                stack.append(_Value(node[index]))
-                if index:
-                    stack.append(",")
-            stack.append("[")
-    return "".join(out)
 
 
 class Message(_Frozen):

@@ -10,9 +10,9 @@ reads both.
 :func:`replay` re-runs a recording: a :class:`ReplayModel` answers each model call with the
 recorded response (or raises the recorded error), :class:`ReplayedTool` s return the recorded
 results, a replayed verifier gives the recorded verdicts, and the clock is virtual. The
-replayed events are compared with the recorded ones (text deltas, durations and backoff delays
-aside); the first difference is the :class:`Divergence`. Replay a recording with another
-``policy`` or real ``tools`` to see exactly where a change alters the run.
+replayed events are compared with the recorded ones (text deltas, tool progress, durations and
+backoff delays aside); the first difference is the :class:`Divergence`. Replay a recording with
+another ``policy`` or real ``tools`` to see exactly where a change alters the run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from .events import (
     SuspendedEvent,
     TextDeltaEvent,
     ToolCallDeltaEvent,
+    ToolProgressEvent,
     ToolResultEvent,
     UsageEvent,
     VerificationFailedEvent,
@@ -100,6 +101,7 @@ _IGNORED_TYPES = frozenset(
     | {
         ToolCallDeltaEvent.model_fields["type"].default,
         PartialOutputEvent.model_fields["type"].default,
+        ToolProgressEvent.model_fields["type"].default,  # recorded tools report none
     }
 )
 _IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
@@ -390,6 +392,7 @@ def replayed_tools(recording: Recording) -> list[Tool]:
     """A :class:`ReplayedTool` for each tool the recorded agent offered."""
     events = recording.events
     results: dict[str, deque[ToolExecution]] = {}
+    sent = _results_sent(events)
     for index, event in enumerate(events):
         if not isinstance(event, ToolResultEvent):
             continue
@@ -406,6 +409,12 @@ def replayed_tools(recording: Recording) -> list[Tool]:
             content=event.content,
             is_error=event.is_error,
         )
+        rich = sent.get(event.call_id)
+        if rich is not None and (rich.parts or rich.structured is not None or rich.metadata):
+            metadata = {k: v for k, v in rich.metadata.items() if k not in _LIMIT_KEYS}
+            result = result.model_copy(
+                update={"parts": rich.parts, "structured": rich.structured, "metadata": metadata}
+            )
         final = event.content if done and event.content != "Task complete." else None
         before = events[index - 1] if index else None
         moved = (
@@ -429,6 +438,21 @@ def replayed_tools(recording: Recording) -> list[Tool]:
                         ToolExecution(placeholder, question=question)
                     )
     return [ReplayedTool(definition, results) for definition in recording.header.tools]
+
+
+_LIMIT_KEYS = frozenset({"cut", "total_chars", "old"})  # the output limit's, set again in replay
+
+
+def _results_sent(events: Sequence[Event]) -> dict[str, ToolResult]:
+    """The tool results as the recorded model requests sent them (with their parts, structured
+    values and metadata, which the ``tool_result`` events do not carry), by call id."""
+    sent: dict[str, ToolResult] = {}
+    for event in events:
+        if isinstance(event, ModelRequestEvent):
+            for message in event.request.messages:
+                for result in message.tool_results:
+                    sent.setdefault(result.call_id, result)
+    return sent
 
 
 def _verdicts(events: Sequence[Event]) -> deque[Verdict]:
@@ -548,8 +572,8 @@ def _comparable(event: Event) -> dict[str, JsonValue]:
 
 
 def compare(recording: Recording, replayed: Sequence[Event]) -> Divergence | None:
-    """The first difference between the recorded events and ``replayed`` (deltas, durations and
-    backoff delays are not compared), or ``None``."""
+    """The first difference between the recorded events and ``replayed`` (deltas, tool progress,
+    durations and backoff delays are not compared), or ``None``."""
     recorded = [
         (event, line)
         for event, line in zip(recording.events, recording.lines, strict=True)

@@ -38,6 +38,7 @@ from .messages import (
     ToolCall,
     ToolDefinition,
     ToolResult,
+    ToolResultPart,
     arguments_too_deep,
     trusted,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "ToolContext",
     "ToolExecution",
     "ToolRegistry",
+    "ToolReturn",
     "done_tool",
     "tool",
 ]
@@ -75,6 +77,23 @@ class HumanInputRequired(BaseException):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolReturn:
+    """What a tool may return instead of a plain value: the ``text`` the model reads, and
+    ``parts`` (images, resource links), a ``structured`` value and ``metadata`` kept on the
+    :class:`~fsm_agent.messages.ToolResult`. Images reach the providers that take them in a
+    tool result; ``text`` is all the others see, so say there what the parts are."""
+
+    text: str
+    parts: tuple[ToolResultPart, ...] = ()
+    structured: JsonValue = None
+    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+
+
+def _no_progress(progress: float, total: float | None, message: str | None) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolContext(Generic[DepsT]):
     """What a tool that asks for it (a parameter annotated ``ToolContext``) receives.
 
@@ -88,6 +107,7 @@ class ToolContext(Generic[DepsT]):
     deps: DepsT
     cancel_requested: Callable[[], bool] = field(default=lambda: False)
     tool_outputs: Mapping[str, str] = field(default_factory=dict)
+    progress: Callable[[float, float | None, str | None], None] = _no_progress
 
     @property
     def idempotency_key(self) -> str:
@@ -99,6 +119,22 @@ class ToolContext(Generic[DepsT]):
     def cancelled(self) -> bool:
         """True once the run was asked to cancel; long tools should stop early."""
         return self.cancel_requested()
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Say how far a long call has come (``progress`` of ``total``, when known): a
+        ``tool_progress`` event for whoever streams the run; nothing when nobody does."""
+        for value in (progress, total):
+            if value is not None and (
+                not isinstance(value, int | float) or isinstance(value, bool) or value != value
+            ):
+                raise ValueError(
+                    f"report_progress takes numbers for progress and total, not {value!r}"
+                )
+        if message is not None and not isinstance(message, str):
+            raise ValueError(f"report_progress takes text for message, not {message!r}")
+        self.progress(progress, total, message)
 
     def ask_human(self, question: str) -> NoReturn:
         """Ask the human ``question`` and end this call: the run suspends (stop reason
@@ -196,6 +232,11 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function takes a :class:`ToolContext` (and so may report progress)."""
+        return self._context_param is not None
+
     async def execute(
         self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
     ) -> ToolExecution:
@@ -249,6 +290,20 @@ class Tool:
             return ToolExecution(
                 result, phase=value.phase, duration_s=time.perf_counter() - started
             )
+        if isinstance(value, ToolReturn):
+            try:
+                result = ToolResult(
+                    call_id=call.id,
+                    name=call.name,
+                    content=value.text,
+                    parts=value.parts,
+                    structured=value.structured,
+                    metadata=dict(value.metadata),
+                )
+            except ValidationError as exc:
+                message = f"Error: tool '{self.name}' returned an invalid ToolReturn: {exc}"
+                return _failure(call, message, exc, started)
+            return ToolExecution(result, duration_s=time.perf_counter() - started)
         result = trusted(  # every value below is already a valid field value
             ToolResult,
             {
@@ -258,6 +313,8 @@ class Tool:
                 "content": serialise_result(value),
                 "is_error": False,
                 "metadata": {},
+                "parts": (),
+                "structured": None,
             },
         )
         return ToolExecution(result, duration_s=time.perf_counter() - started)

@@ -10,7 +10,9 @@ whose calls it refuses with the same 400 on a session it knows.
 Its tools: ``add`` answers, ``fail`` returns an error result, ``reject`` answers with a
 JSON-RPC error, ``hang`` never answers, ``die`` ends the server's process in the middle of the
 call, ``repeat`` returns long texts, and ``whoami`` returns the process id (to tell a
-restarted server from the first one).
+restarted server from the first one). Content beyond text: ``picture`` returns an image (with
+annotations), ``forecast`` structured content with no text, ``linked`` a resource link, and
+``slow`` reports its progress before it answers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import os
 import sys
 from typing import Any
 
+import mcp_types
 from mcp import MCPError
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("fsm-agent-test", log_level="WARNING")
@@ -67,6 +70,52 @@ def repeat(text: str, times: int) -> str:
 @server.tool(description="The server's process id.")
 def whoami() -> int:
     return os.getpid()
+
+
+PIXEL = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
+    "2mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+"""A 1×1 PNG, base64."""
+
+
+@server.tool(description="A picture, with a caption.")
+def picture() -> mcp_types.CallToolResult:
+    audience = mcp_types.Annotations(audience=["user"], priority=0.9)
+    return mcp_types.CallToolResult(
+        content=[
+            mcp_types.TextContent(type="text", text="a red pixel"),
+            mcp_types.ImageContent(
+                type="image", data=PIXEL, mime_type="image/png", annotations=audience
+            ),
+        ]
+    )
+
+
+@server.tool(description="Tomorrow's forecast, as structured content only.")
+def forecast() -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[], structured_content={"city": "Oslo", "celsius": -3, "sky": "snow"}
+    )
+
+
+@server.tool(description="A link to the report.")
+def linked() -> mcp_types.CallToolResult:
+    link = mcp_types.ResourceLink(
+        type="resource_link",
+        uri="file:///reports/q3.pdf",
+        name="q3.pdf",
+        description="The third quarter's report",
+        mime_type="application/pdf",
+    )
+    return mcp_types.CallToolResult(content=[link])
+
+
+@server.tool(description="A long operation that reports its progress.")
+async def slow(steps: int, ctx: Context) -> str:
+    for done in range(1, steps + 1):
+        await ctx.report_progress(done, steps, f"step {done} of {steps}")
+    return f"{steps} steps done"
 
 
 def gateway_refused() -> str:

@@ -5,6 +5,7 @@ the middle of a call, one that hangs, one that errs, and one restarted between t
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -24,13 +25,26 @@ from fsm_agent import (
     StopReason,
     ToolFailureMode,
 )
+from fsm_agent.events import ModelRequestEvent, ToolProgressEvent
 from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.machine.bounds import bounds
 from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
+from fsm_agent.messages import ImagePart, ResourceLinkPart, ToolResult
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings
+from fsm_agent.providers import AnthropicModel, OpenAIChatModel
 from fsm_agent.replay import read_recording, record, replay
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
+from mcp_server import PIXEL
+from provider_server import (
+    FAST,
+    ProviderServer,
+    Reply,
+    Turn,
+    anthropic_json,
+    json_reply,
+    openai_json,
+)
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
 
@@ -112,6 +126,10 @@ def test_stdio_tools_keep_the_servers_schema_and_description() -> None:
         "t_site_lookup",
         "t_repeat",
         "t_whoami",
+        "t_picture",
+        "t_forecast",
+        "t_linked",
+        "t_slow",
     }
     add = tools["t_add"].definition
     assert add.description == "Add two integers."
@@ -240,6 +258,22 @@ def test_mcp_tools_over_streamable_http(http_server: HTTPServer) -> None:
 
     result = run(main())
     assert results(result) == [("42", False)] and result.output == "42"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_progress_and_images_over_streamable_http(http_server: HTTPServer, mode: Any) -> None:
+    """Over streamable HTTP too, in either protocol mode, progress notifications are events and
+    an image is a part."""
+    model = ScriptedModel([tool_calls(("slow", {"steps": 2}), ("picture", {})), text("ok")])
+
+    async def main() -> list[Any]:
+        async with MCPServerHTTP(http_server.url, mode=mode) as server:
+            return [e async for e in Agent(model, tools=server.tools).run_stream("Go.")]
+
+    events = run(main())
+    assert [e.progress for e in events if isinstance(e, ToolProgressEvent)] == [1, 2]
+    (picture,) = model.requests[1].messages[-1].tool_results
+    assert picture.parts == (ImagePart(media_type="image/png", data=PIXEL),)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -422,9 +456,9 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
     called: list[str] = []
     call = server.call
 
-    async def counted(name: str, arguments: dict[str, Any]) -> str:
+    async def counted(name: str, arguments: dict[str, Any], **options: Any) -> Any:
         called.append(name)
-        return await call(name, arguments)
+        return await call(name, arguments, **options)
 
     server.call = counted  # type: ignore[method-assign]
 
@@ -559,3 +593,165 @@ def test_a_run_cancelled_during_an_mcp_call_ends_and_the_connection_stays_usable
     ((interrupted, is_error),) = results(cancelled)
     assert is_error and "interrupted (cancel)" in interrupted
     assert results(done) == [("4", False)] and reconnects == 0
+
+
+# -- content beyond text -------------------------------------------------------------------------
+def tool_results_of(result: Any) -> list[ToolResult]:
+    return [r for m in result.messages for r in m.tool_results]
+
+
+def test_images_links_structured_content_and_annotations_are_kept_on_the_result() -> None:
+    """An image becomes an image part (and a placeholder line), a resource link a part and a
+    line with its name and URI, structured content the ``structured`` value (and the text when
+    there is none), the blocks' annotations the metadata."""
+    model = ScriptedModel(
+        [tool_calls(("picture", {}), ("forecast", {}), ("linked", {})), text("seen")]
+    )
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await Agent(model, tools=server.tools).run("Look.")
+
+    picture, forecast, linked = tool_results_of(run(main()))
+    assert picture.content == "a red pixel\n[image: image/png, 96 base64 characters]"
+    assert picture.parts == (ImagePart(media_type="image/png", data=PIXEL),)
+    assert picture.metadata["annotations"] == [
+        {"index": 1, "type": "image", "audience": ["user"], "priority": 0.9}
+    ]
+    weather = {"city": "Oslo", "celsius": -3, "sky": "snow"}
+    assert forecast.structured == weather and json.loads(forecast.content) == weather
+    assert linked.content == "[resource link: q3.pdf <file:///reports/q3.pdf>]"
+    (link,) = linked.parts
+    assert isinstance(link, ResourceLinkPart)
+    assert (link.uri, link.name, link.media_type) == (
+        "file:///reports/q3.pdf",
+        "q3.pdf",
+        "application/pdf",
+    )
+
+
+def test_an_mcp_image_reaches_anthropic_as_an_image_block_and_openai_as_a_placeholder() -> None:
+    """On the wire, the image of an MCP result is an image block inside Anthropic's
+    tool_result, and the placeholder text in OpenAI's tool message (which takes only text)."""
+
+    async def main(model_of: Any, replies: list[Reply]) -> list[Any]:
+        async with ProviderServer().script(*replies) as http, stdio() as server:
+            model = model_of(http.url)
+            try:
+                done = await Agent(model, tools=server.tools).run("Look.")
+                assert done.ok
+            finally:
+                await model.aclose()
+            return [r.json for r in http.requests]
+
+    call = Turn(calls=[("c1", "picture", {})])
+    anthropic = run(
+        main(
+            lambda url: AnthropicModel("c", base_url=url, api_key="k", timeouts=FAST),
+            [json_reply(anthropic_json(call)), json_reply(anthropic_json(Turn(text="red")))],
+        )
+    )
+    (result,) = [b for b in anthropic[1]["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert result["content"] == [
+        {"type": "text", "text": "a red pixel\n[image: image/png, 96 base64 characters]"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+    ]
+    openai = run(
+        main(
+            lambda url: OpenAIChatModel("g", base_url=url, api_key="k", timeouts=FAST),
+            [json_reply(openai_json(call)), json_reply(openai_json(Turn(text="red")))],
+        )
+    )
+    tool_message = openai[1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["content"] == "a red pixel\n[image: image/png, 96 base64 characters]"
+
+
+def test_progress_of_a_long_call_is_streamed_as_tool_progress_events() -> None:
+    """The server's progress notifications arrive as ``tool_progress`` events, in order,
+    between the call's ``tool_call`` and ``tool_result`` events."""
+    model = ScriptedModel([tool_call("slow", {"steps": 3}), text("done")])
+
+    async def main() -> list[Any]:
+        async with stdio() as server:
+            agent = Agent(model, tools=server.tools)
+            return [e async for e in agent.run_stream("Go slowly.")]
+
+    events = run(main())
+    kinds = [e.type for e in events if e.type in ("tool_call", "tool_progress", "tool_result")]
+    assert kinds == ["tool_call", *["tool_progress"] * 3, "tool_result"]
+    progress = [e for e in events if isinstance(e, ToolProgressEvent)]
+    assert [(e.progress, e.total, e.message) for e in progress] == [
+        (n, 3, f"step {n} of 3") for n in (1, 2, 3)
+    ]
+    assert {e.tool_name for e in progress} == {"slow"}
+
+
+def test_parallel_calls_stream_their_progress_too() -> None:
+    """With parallel tool calls, each call's progress is streamed before the turn's results."""
+    model = ScriptedModel(
+        [tool_calls(("slow", {"steps": 2}), ("slow", {"steps": 3})), text("done")]
+    )
+
+    async def main() -> list[Any]:
+        async with stdio() as server:
+            agent = Agent(model, tools=server.tools, policy=Policy(parallel_tool_calls=True))
+            return [e async for e in agent.run_stream("Go slowly, twice.")]
+
+    events = run(main())
+    progress = [e for e in events if isinstance(e, ToolProgressEvent)]
+    calls = [e.call_id for e in events if e.type == "tool_call"]
+    assert sorted((calls.index(e.call_id), e.progress) for e in progress) == [
+        (0, 1),
+        (0, 2),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+    ]
+    first_result = next(i for i, e in enumerate(events) if e.type == "tool_result")
+    assert all(events.index(e) < first_result for e in progress)
+
+
+def test_rich_results_round_trip_through_a_checkpoint_and_a_recording(tmp_path: Path) -> None:
+    """A result's parts, structured value and annotations come back from a checkpoint and from
+    a recording unchanged, the recording replays; a result stored before they existed loads."""
+    model = ScriptedModel([tool_calls(("picture", {}), ("linked", {})), text("seen")])
+    checkpointer = SQLiteCheckpointer(tmp_path / "runs.db")
+    path = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with stdio() as server:
+            agent = Agent(model, tools=server.tools, checkpointer=checkpointer)
+            return await record(agent, "Look.", path)
+
+    done = run(main())
+    kept = tool_results_of(done)
+    assert kept[0].parts and kept[1].parts and kept[0].metadata["annotations"]
+    saved = checkpointer.load(done.run_id).state.messages
+    assert [r for m in saved for r in m.tool_results] == kept
+    journal = [r for r in checkpointer.effects(done.run_id).values() if r.kind == "tool"]
+    journaled = [ToolResult.model_validate(json.loads(r.result or "")["result"]) for r in journal]
+    assert sorted(journaled, key=lambda r: r.call_id) == sorted(kept, key=lambda r: r.call_id)
+    requests = [e for e in read_recording(path).events if isinstance(e, ModelRequestEvent)]
+    assert [r for m in requests[-1].request.messages for r in m.tool_results] == kept
+    report = run(replay(path))
+    assert report.ok, report.divergence
+    old = {"type": "tool_result", "call_id": "c", "name": "t", "content": "x"}
+    assert ToolResult.model_validate(old).parts == ()
+
+
+def test_a_recording_with_progress_events_replays(tmp_path: Path) -> None:
+    """A recorded run whose tool reported progress replays with no server: the recorded tools
+    report none, and progress events, like deltas, are not compared."""
+    model = ScriptedModel([tool_call("slow", {"steps": 2}), text("ok")])
+    path = tmp_path / "run.jsonl"
+
+    async def main() -> Any:
+        async with stdio() as server:
+            return await record(Agent(model, tools=server.tools), "Go.", path)
+
+    run(main())
+    recorded = read_recording(path).events
+    assert [e.type for e in recorded].count("tool_progress") == 2
+    report = run(replay(path))
+    assert report.ok, report.divergence

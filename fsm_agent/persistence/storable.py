@@ -72,10 +72,16 @@ def storable_result(result: ToolResult) -> ToolResult:
     content, replaced = storable_text(result.content)
     metadata, in_metadata = _walk(result.metadata) if result.metadata else ({}, 0)
     total = replaced + in_metadata
+    rich = bool(result.parts) or result.structured is not None
+    data, in_rich = _walk(result.model_dump(include={"parts", "structured"})) if rich else ({}, 0)
+    total += in_rich
     if not total:
         return result
     note = NOTE.format(n=total)
-    return result.model_copy(update={"content": f"{content}\n{note}", "metadata": metadata})
+    if not in_rich:
+        return result.model_copy(update={"content": f"{content}\n{note}", "metadata": metadata})
+    whole = {**result.model_dump(), **data, "content": f"{content}\n{note}", "metadata": metadata}
+    return ToolResult.model_validate(whole)
 
 
 def storable_response(response: ModelResponse) -> ModelResponse:

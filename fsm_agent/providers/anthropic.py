@@ -139,11 +139,21 @@ def _user_blocks(message: Message, tools: bool) -> list[JSONObject]:
                 {
                     "type": "tool_result",
                     "tool_use_id": part.call_id,
-                    "content": part.content,
+                    "content": _result_content(part),
                     **({"is_error": True} if part.is_error else {}),
                 }
             )
     return blocks
+
+
+def _result_content(result: ToolResult) -> str | list[JSONObject]:
+    """A tool result's content: its text, and its images as image blocks (Anthropic takes
+    them in a ``tool_result``); other parts are in the text already."""
+    images = [_image_block(p) for p in result.parts if isinstance(p, ImagePart)]
+    if not images:
+        return result.content
+    text: list[JSONObject] = [{"type": "text", "text": result.content}] if result.content else []
+    return [*text, *images]
 
 
 def _wire_messages(request: ModelRequest) -> list[JSONObject]:

@@ -22,6 +22,7 @@ already recorded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterable
 
@@ -43,6 +44,7 @@ from ...tool_output import PAGER_NAME, cut_result
 from ...tools import Tool, ToolContext, ToolExecution
 from ..context import Interrupted, RunContext
 from ..phasing import gate_call, move_by_code
+from ..progress import Reports, reporter, wait_reporting
 
 __all__ = ["handle_dispatching"]
 
@@ -106,8 +108,9 @@ async def _prepare(
 
 
 # -- phase 2: execute --------------------------------------------------------------------------
-async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
-    """Execute one call, then its ``after_tool`` hooks and the output limit."""
+async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) -> ToolExecution:
+    """Execute one call, then its ``after_tool`` hooks and the output limit; its progress
+    reports go to ``reports``."""
     agent = ctx.agent
     rs = ctx.rs
     if ctx.interrupt is not None:  # a sibling's tool interrupted the run before this one began
@@ -136,6 +139,8 @@ async def _run(ctx: RunContext, call: ToolCall) -> ToolExecution:
         cancel_requested=ctx.cancel_requested,
         tool_outputs=rs.tool_outputs,
     )
+    if reports is not None and found.takes_context:
+        context = dataclasses.replace(context, progress=reporter(ctx, reports, call))
     durable = ctx.durable
     if durable is None:
         execution = await found.execute(
@@ -243,6 +248,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     fail_fast = agent.settings.fail_fast
     announced: set[str] = set()  # calls whose start events went out
     running: list[ToolCall] = []  # calls whose execution started and has not ended
+    reports = Reports() if listening else None  # the progress the running tools report
 
     # 0. A resumed turn: apply the human's decisions.
     for request in rs.human_requests:
@@ -305,7 +311,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
             running = list(to_run)
             ctx.turn_phase = rs.phase
             try:
-                await ctx.effect(_run_all(ctx, to_run, tasks))
+                await ctx.effect(_run_all(ctx, to_run, tasks, reports))
             except Interrupted:
                 interrupted = True
             except BaseException:  # keep the results of the calls that finished
@@ -353,7 +359,10 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
                     if ctx.interrupt is not None:  # the listener may cancel on an event
                         raise Interrupted
                 running = [call]
-                execution = await ctx.effect(_run(ctx, call))
+                if reports is not None and _reports_progress(ctx, call):
+                    execution = await ctx.effect(_run_reporting(ctx, call, reports))
+                else:
+                    execution = await ctx.effect(_run(ctx, call))
                 running = []
                 if listening:
                     await ctx.emit_all(ctx.take_events())
@@ -459,7 +468,10 @@ def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolEx
 
 
 async def _run_all(
-    ctx: RunContext, calls: list[ToolCall], tasks: list[asyncio.Task[ToolExecution]]
+    ctx: RunContext,
+    calls: list[ToolCall],
+    tasks: list[asyncio.Task[ToolExecution]],
+    reports: Reports | None,
 ) -> None:
     """Run ``calls`` concurrently (their tasks go into ``tasks``). When one fails (a journal
     write) or the run is interrupted, the others are cancelled and awaited: no tool runs on
@@ -468,10 +480,13 @@ async def _run_all(
     try:
         async with asyncio.TaskGroup() as group:
             for call in calls:
-                tasks.append(group.create_task(_run(ctx, call)))
+                tasks.append(group.create_task(_run(ctx, call, reports)))
             # Wait here, not in the group's exit: on Python 3.11, a branch that fails while the
             # exit waits cancels this task and never withdraws it (task.cancelling() stays 1).
-            await asyncio.wait(tasks)
+            if reports is None:
+                await asyncio.wait(tasks)
+            else:
+                await wait_reporting(ctx, reports, tasks)
     except BaseExceptionGroup as failed:
         failure = failed.exceptions[0]
         # A group hides a cancel of this task that landed while a branch failed: when someone
@@ -481,6 +496,24 @@ async def _run_all(
             raise asyncio.CancelledError from failure
     if failure is not None:
         raise failure
+
+
+def _reports_progress(ctx: RunContext, call: ToolCall) -> bool:
+    """Whether the call's tool may report progress (it takes a ToolContext)."""
+    found = _find(ctx, call.name)
+    return found is not None and found.takes_context
+
+
+async def _run_reporting(ctx: RunContext, call: ToolCall, reports: Reports) -> ToolExecution:
+    """:func:`_run` in a task of its own, while the progress it reports is emitted here."""
+    task = asyncio.ensure_future(_run(ctx, call, reports))
+    try:
+        await wait_reporting(ctx, reports, (task,))
+    except BaseException:
+        task.cancel()  # the run stops: the call stops with it, before the error goes on
+        await asyncio.wait({task})
+        raise
+    return task.result()
 
 
 def _settle_unfinished(
