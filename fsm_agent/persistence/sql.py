@@ -1,6 +1,7 @@
 """What the SQLite and PostgreSQL checkpointers share: the tables and the optimistic-concurrency
-writes (the migrations and the row encoding are in :mod:`~fsm_agent.persistence.sql_rows`). A dialect supplies the connection, the
-transaction and the mapping of its errors to the :class:`~fsm_agent.CheckpointError` tree.
+writes (the migrations and the row encoding are in :mod:`~fsm_agent.persistence.sql_rows`). A
+dialect supplies the connection, the transaction and the mapping of its errors to the
+:class:`~fsm_agent.CheckpointError` tree.
 
 Tables (``{t}`` is the dialect's table prefix)::
 
