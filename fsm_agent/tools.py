@@ -237,6 +237,12 @@ class Tool:
         """Whether the function takes a :class:`ToolContext` (and so may report progress)."""
         return self._context_param is not None
 
+    @property
+    def reports_progress(self) -> bool:
+        """Whether the tool may report progress: a listened run then runs it in a task of its
+        own and emits its ``tool_progress`` events while it runs."""
+        return self.takes_context
+
     async def execute(
         self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
     ) -> ToolExecution:

@@ -354,6 +354,13 @@ class AgentTool(Tool):
         )
         self.agent = agent
 
+    @property
+    def reports_progress(self) -> bool:
+        """No: the child's events say how it goes, and they reach the parent's listener as they
+        happen only while the child runs in the task stepping the parent (see
+        :class:`ChildRunContext`), not in a task of its own."""
+        return False
+
     def __repr__(self) -> str:
         return f"AgentTool({self.name!r})"
 

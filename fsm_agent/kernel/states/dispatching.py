@@ -139,7 +139,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
         cancel_requested=ctx.cancel_requested,
         tool_outputs=rs.tool_outputs,
     )
-    if reports is not None and found.takes_context:
+    if reports is not None and found.reports_progress:
         context = dataclasses.replace(context, progress=reporter(ctx, reports, call))
     durable = ctx.durable
     if durable is None:
@@ -499,9 +499,9 @@ async def _run_all(
 
 
 def _reports_progress(ctx: RunContext, call: ToolCall) -> bool:
-    """Whether the call's tool may report progress (it takes a ToolContext)."""
+    """Whether the call's tool may report progress (see :attr:`Tool.reports_progress`)."""
     found = _find(ctx, call.name)
-    return found is not None and found.takes_context
+    return found is not None and found.reports_progress
 
 
 async def _run_reporting(ctx: RunContext, call: ToolCall, reports: Reports) -> ToolExecution:
