@@ -267,6 +267,9 @@ async def _run_child(
     if parent.durable is not None:  # saved in the parent's store, to be resumed with it
         run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
         child, rs, log = await open_child(agent, child, parent, run_id)
+        parent.rs.child_runs[context.call_id] = run_id  # the inspector's link to the child
+        if log is not None:
+            rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
             _charge(parent, rs)
             return _answer(name, RunResult.of(rs, None, child.output_spec))
