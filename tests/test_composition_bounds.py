@@ -244,3 +244,48 @@ def test_the_fuzzer_finds_no_violation_in_a_composition() -> None:
     report = fuzz(_fuzzed_pair, examples=150, seed=0)
     assert report.failure is None, report.format()
     assert report.examples == 150
+
+
+class _ReachingPair:
+    """A parent (its own counted lookup) and a child (a counted search) on one fuzzed model,
+    without retries, so that a generated script can spend every budget."""
+
+    def __init__(self) -> None:
+        self.parent_tool, self.child_tool = Counted(), Counted()
+
+    def __call__(self, model: Any) -> Agent[Any, Any]:
+        child = Agent(
+            model,
+            tools=[self.child_tool.tool],
+            policy=Policy(max_steps=2, max_tool_calls=1, retry=NO_RETRY),
+        )
+        return Agent(
+            model,
+            tools=[self.parent_tool.tool, child.as_tool(name="research", description="Research.")],
+            policy=Policy(max_steps=2, max_tool_calls=2, retry=NO_RETRY, parallel_tool_calls=False),
+        )
+
+
+def test_the_fuzzers_generator_yields_a_script_that_reaches_the_composed_bound() -> None:
+    """Among the cases the fuzzer generates for a composition (its seed-0 stream, read as
+    ``fsm-agent fuzz`` reads it), one makes exactly the composed bound's model calls and tool
+    executions, the children's counted, and keeps every invariant."""
+    from fsm_agent.fuzzing import check_case
+    from fsm_agent.fuzzing.decoding import Choices, read_case
+    from fsm_agent.fuzzing.engine import definitions_of, example_bytes
+
+    make = _ReachingPair()
+    definitions = definitions_of(make)
+    computed = make(ScriptedModel([])).bounds()
+    worst = (computed.max_model_calls, computed.max_tool_executions)
+    assert worst == (3 + 2 * 3, 2 + 2 * 1)
+    reached = []
+    for index in range(2000):
+        make.child_tool.runs = 0
+        record = check_case(read_case(Choices(example_bytes(0, index)), definitions), make)
+        done = (record.result.model_calls, record.result.tool_executions + make.child_tool.runs)
+        assert done[0] <= worst[0] and done[1] <= worst[1]
+        if done == worst:
+            reached.append(index)
+            break
+    assert reached, f"no generated case of the first 2000 reaches {worst}"
