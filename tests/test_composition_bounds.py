@@ -289,3 +289,50 @@ def test_the_fuzzers_generator_yields_a_script_that_reaches_the_composed_bound()
             reached.append(index)
             break
     assert reached, f"no generated case of the first 2000 reaches {worst}"
+
+
+EXPLORED_PAIRS = [
+    (CHILD, PARENT),
+    (
+        Policy(max_steps=2, max_tool_calls=1),  # the default retries
+        Policy(max_steps=3, max_tool_calls=2),
+    ),
+    (
+        Policy(max_steps=3, retry=RetryPolicy(max_retries=1), summarize_on_max_steps=False),
+        PARENT.model_copy(update={"usage_limits": UsageLimits(max_requests=7)}),
+    ),
+]
+
+
+@pytest.mark.parametrize(("child_policy", "parent_policy"), EXPLORED_PAIRS)
+def test_the_explorer_finds_the_composed_bound(child_policy: Policy, parent_policy: Policy) -> None:
+    """The exhaustive search over the parent's machine, each tool run a call of the child
+    (itself explored), finds exactly the composed bound's model calls: the parametric proof
+    and the explorer agree on a composition."""
+    from fsm_agent.kernel.composition import AgentTool, explored_model_calls
+
+    parent, _, _, _ = pair([], [], parent_policy=parent_policy, child_policy=child_policy)
+    (child,) = [t.agent for t in parent.tools.values() if isinstance(t, AgentTool)]
+    assert explored_model_calls(child) == child.bounds().max_model_calls
+    assert explored_model_calls(parent) == parent.bounds().max_model_calls
+
+
+def test_the_explorer_finds_the_bound_of_a_grandchild_composition() -> None:
+    """Three levels (a parent, a child, a grandchild): explored and computed bounds agree,
+    and a parent without max_tool_calls is unbounded for both."""
+    from fsm_agent.kernel.composition import explored_model_calls
+
+    grandchild, _, _ = make_agent([], policy=CHILD)
+    child, _, _ = make_agent(
+        [], tools=[grandchild.as_tool(name="dig", description="Dig.")], policy=CHILD
+    )
+    parent, _, _ = make_agent(
+        [], tools=[child.as_tool(name="research", description="Research.")], policy=PARENT
+    )
+    assert explored_model_calls(parent) == parent.bounds().max_model_calls == 3 + 2 * (3 + 3)
+    loose, _, _ = make_agent(
+        [],
+        tools=[child.as_tool(name="research", description="Research.")],
+        policy=Policy(max_steps=2, retry=NO_RETRY),
+    )
+    assert explored_model_calls(loose) is None and loose.bounds().max_model_calls is None

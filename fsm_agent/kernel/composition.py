@@ -58,6 +58,7 @@ __all__ = [
     "ChildRunContext",
     "agent_bounds",
     "children_bounds",
+    "explored_model_calls",
     "parent_call",
     "parent_run",
 ]
@@ -370,6 +371,28 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
         model_timeout_s=model_timeout_s,
         models=len(agent.models),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
+    )
+
+
+def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
+    """The most model calls a run of ``agent`` makes, its children's included, found by the
+    exhaustive checker's search (each child's explored the same way) rather than computed from
+    formulas: it equals ``agent.bounds().max_model_calls``."""
+    from ..machine.checker.compose import explored_model_calls as explore
+
+    children = [
+        explored_model_calls(found.agent)
+        for found in agent.tools.values()
+        if isinstance(found, AgentTool)
+    ]
+    return explore(
+        agent.policy,
+        children=children,
+        machine=agent.machine,
+        verification=agent.verifier is not None,
+        stop_conditions=bool(agent.stop_conditions),
+        models=len(agent.models),
+        output_validation=agent.output_spec is not None,
     )
 
 
