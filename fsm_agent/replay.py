@@ -68,6 +68,7 @@ from .models import Model
 from .persistence.run_log import RecordedToolError
 from .persistence.storable import storable_data
 from .policy import Policy
+from .replay_children import ChildHeader, child_headers, child_parts, innermost
 from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
@@ -122,6 +123,7 @@ class RecordingHeader(BaseModel):
     policy: Policy
     tools: list[ToolDefinition]
     verifier: bool = False
+    children: dict[str, ChildHeader] = {}  # the agents it uses as tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,7 @@ class Recorder:
             policy=agent.policy,
             tools=list(agent.tool_definitions),
             verifier=agent.verifier is not None,
+            children=child_headers(agent),
         )
         self.path = os.fspath(path)
         self._header = header
@@ -507,7 +510,9 @@ def _agent(
     policy: Policy | None,
     tools: Sequence[Tool] | None,
     phases: Phases | None = None,
+    run_ids: Sequence[str] = (),
 ) -> Agent[None]:
+    """The agent that replays ``recording``; ``run_ids``: a child's, one per recorded run."""
     from .kernel.agent import Agent, Runtime
 
     header = recording.header
@@ -518,17 +523,48 @@ def _agent(
         return verdicts.popleft() if verdicts else Verdict.accept()
 
     run_id = header.run_id
+    ids = iter(run_ids)
+    if tools is None:
+        tools = [t for t in replayed_tools(recording) if t.name not in header.children]
+        tools += _replayed_children(recording, set(run_ids) or {run_id})
     return Agent(
         _replay_model(recording),
-        tools=list(tools) if tools is not None else replayed_tools(recording),
+        tools=list(tools),
         system_prompt=header.system_prompt,
         policy=policy or header.policy,
         verifier=verifier if header.verifier else None,
         phases=phases,
         runtime=Runtime(
-            sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: run_id
+            sleep=clock.sleep,
+            clock=clock.now,
+            random=random.Random(0),
+            new_id=(lambda: next(ids, run_id)) if run_ids else (lambda: run_id),
         ),
     )
+
+
+def _replayed_children(recording: Recording, parents: set[str]) -> list[Tool]:
+    """An agent tool for each child of the recorded agent, replaying its part of the run."""
+    from .kernel.composition import AgentTool
+
+    tools: list[Tool] = []
+    for name, child, events, ids in child_parts(
+        recording.header.children, recording.events, parents
+    ):
+        header = RecordingHeader(
+            run_id=ids[0] if ids else "",
+            model=recording.header.model,
+            system_prompt=child.system_prompt,
+            input=Message.user(""),  # each call's task comes from the parent's replayed call
+            policy=child.policy,
+            tools=child.tools,
+            verifier=child.verifier,
+            children=child.children,
+        )
+        part = Recording(header, tuple(events), tuple(0 for _ in events))
+        agent = _agent(part, None, None, run_ids=ids)
+        tools.append(AgentTool(agent, name=name, description=child.description))
+    return tools
 
 
 async def replay_stream(
@@ -566,8 +602,11 @@ async def replay(
 
 def _comparable(event: Event) -> dict[str, JsonValue]:
     data: dict[str, JsonValue] = event.model_dump(mode="json")
-    for name in _IGNORED_FIELDS:
-        data.pop(name, None)
+    inner: Any = data
+    while isinstance(inner, dict):  # a child's event, wrapped, is compared the same way
+        for name in _IGNORED_FIELDS:
+            inner.pop(name, None)
+        inner = inner.get("event")
     return data
 
 
@@ -577,9 +616,9 @@ def compare(recording: Recording, replayed: Sequence[Event]) -> Divergence | Non
     recorded = [
         (event, line)
         for event, line in zip(recording.events, recording.lines, strict=True)
-        if event.type not in _IGNORED_TYPES
+        if innermost(event).type not in _IGNORED_TYPES
     ]
-    again = [event for event in replayed if event.type not in _IGNORED_TYPES]
+    again = [event for event in replayed if innermost(event).type not in _IGNORED_TYPES]
     for index in range(max(len(recorded), len(again))):
         want = recorded[index] if index < len(recorded) else None
         got = again[index] if index < len(again) else None

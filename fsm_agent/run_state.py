@@ -170,6 +170,11 @@ class RunState(BaseModel):
     # A fork (``Agent.fork``): the run and the move (its trace's length) it started from.
     forked_from: str | None = None
     forked_at: int | None = None
+    # Composition under a durable parent: a child run's parent run and call; a parent's child
+    # runs by the id of the call that started each.
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    child_runs: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def start(cls, run_id: str) -> RunState:
@@ -187,6 +192,7 @@ class RunState(BaseModel):
         fields["tool_outputs"] = {}
         fields["recent_turns"] = []
         fields["answered_by"] = {}
+        fields["child_runs"] = {}
         rs = _new(cls)
         _set(rs, "__dict__", fields)
         _set(rs, "__pydantic_fields_set__", {"run_id"})

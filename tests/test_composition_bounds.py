@@ -244,3 +244,95 @@ def test_the_fuzzer_finds_no_violation_in_a_composition() -> None:
     report = fuzz(_fuzzed_pair, examples=150, seed=0)
     assert report.failure is None, report.format()
     assert report.examples == 150
+
+
+class _ReachingPair:
+    """A parent (its own counted lookup) and a child (a counted search) on one fuzzed model,
+    without retries, so that a generated script can spend every budget."""
+
+    def __init__(self) -> None:
+        self.parent_tool, self.child_tool = Counted(), Counted()
+
+    def __call__(self, model: Any) -> Agent[Any, Any]:
+        child = Agent(
+            model,
+            tools=[self.child_tool.tool],
+            policy=Policy(max_steps=2, max_tool_calls=1, retry=NO_RETRY),
+        )
+        return Agent(
+            model,
+            tools=[self.parent_tool.tool, child.as_tool(name="research", description="Research.")],
+            policy=Policy(max_steps=2, max_tool_calls=2, retry=NO_RETRY, parallel_tool_calls=False),
+        )
+
+
+def test_the_fuzzers_generator_yields_a_script_that_reaches_the_composed_bound() -> None:
+    """Among the cases the fuzzer generates for a composition (its seed-0 stream, read as
+    ``fsm-agent fuzz`` reads it), one makes exactly the composed bound's model calls and tool
+    executions, the children's counted, and keeps every invariant."""
+    from fsm_agent.fuzzing import check_case
+    from fsm_agent.fuzzing.decoding import Choices, read_case
+    from fsm_agent.fuzzing.engine import definitions_of, example_bytes
+
+    make = _ReachingPair()
+    definitions = definitions_of(make)
+    computed = make(ScriptedModel([])).bounds()
+    worst = (computed.max_model_calls, computed.max_tool_executions)
+    assert worst == (3 + 2 * 3, 2 + 2 * 1)
+    reached = []
+    for index in range(2000):
+        make.child_tool.runs = 0
+        record = check_case(read_case(Choices(example_bytes(0, index)), definitions), make)
+        done = (record.result.model_calls, record.result.tool_executions + make.child_tool.runs)
+        assert done[0] <= worst[0] and done[1] <= worst[1]
+        if done == worst:
+            reached.append(index)
+            break
+    assert reached, f"no generated case of the first 2000 reaches {worst}"
+
+
+EXPLORED_PAIRS = [
+    (CHILD, PARENT),
+    (
+        Policy(max_steps=2, max_tool_calls=1),  # the default retries
+        Policy(max_steps=3, max_tool_calls=2),
+    ),
+    (
+        Policy(max_steps=3, retry=RetryPolicy(max_retries=1), summarize_on_max_steps=False),
+        PARENT.model_copy(update={"usage_limits": UsageLimits(max_requests=7)}),
+    ),
+]
+
+
+@pytest.mark.parametrize(("child_policy", "parent_policy"), EXPLORED_PAIRS)
+def test_the_explorer_finds_the_composed_bound(child_policy: Policy, parent_policy: Policy) -> None:
+    """The exhaustive search over the parent's machine, each tool run a call of the child
+    (itself explored), finds exactly the composed bound's model calls: the parametric proof
+    and the explorer agree on a composition."""
+    from fsm_agent.kernel.composition import AgentTool, explored_model_calls
+
+    parent, _, _, _ = pair([], [], parent_policy=parent_policy, child_policy=child_policy)
+    (child,) = [t.agent for t in parent.tools.values() if isinstance(t, AgentTool)]
+    assert explored_model_calls(child) == child.bounds().max_model_calls
+    assert explored_model_calls(parent) == parent.bounds().max_model_calls
+
+
+def test_the_explorer_finds_the_bound_of_a_grandchild_composition() -> None:
+    """Three levels (a parent, a child, a grandchild): explored and computed bounds agree,
+    and a parent without max_tool_calls is unbounded for both."""
+    from fsm_agent.kernel.composition import explored_model_calls
+
+    grandchild, _, _ = make_agent([], policy=CHILD)
+    child, _, _ = make_agent(
+        [], tools=[grandchild.as_tool(name="dig", description="Dig.")], policy=CHILD
+    )
+    parent, _, _ = make_agent(
+        [], tools=[child.as_tool(name="research", description="Research.")], policy=PARENT
+    )
+    assert explored_model_calls(parent) == parent.bounds().max_model_calls == 3 + 2 * (3 + 3)
+    loose, _, _ = make_agent(
+        [],
+        tools=[child.as_tool(name="research", description="Research.")],
+        policy=Policy(max_steps=2, retry=NO_RETRY),
+    )
+    assert explored_model_calls(loose) is None and loose.bounds().max_model_calls is None

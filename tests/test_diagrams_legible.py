@@ -71,3 +71,19 @@ def test_a_table_with_many_more_moves_fails_the_measure() -> None:
         if dest not in (source, State.IDLE)
     )
     assert problems(diagrams.overview_dot(diagrams.plan((*TABLE, *extra)))) != []
+
+
+def test_a_composition_is_legible() -> None:
+    """The writer example's drawing (its overview with the researcher's box) and the
+    researcher's own pass every measure."""
+    import runpy
+    from pathlib import Path
+
+    from fsm_agent.cli.diagram_agent import agent_drawings
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "writer_researcher.py"
+    writer = runpy.run_path(str(example))["writer"]
+    drawn = agent_drawings(writer, "composition.dot", "dot", "writer")
+    assert len(drawn) == 2
+    for source in drawn.values():
+        assert problems(source) == []

@@ -379,3 +379,27 @@ def test_public_reading_shows_runs_without_the_token_and_asks_for_it_to_answer(
         expect(page.locator("#current-state")).to_have_text("done")
         expect(page.locator("#output")).to_have_text("Deleted the old log.")
     context.close()
+
+
+def test_a_child_run_is_one_click_away_and_a_fork_from_here_opens_the_new_run(
+    store: SQLiteCheckpointer, page: Any
+) -> None:
+    """The parent's agent-tool call links to the child's page, which links back; "Fork from
+    here" on a move links to the fork, which the inspector's agent runs to its end."""
+    from test_inspector_compose import after_results, shop, writer_with_researcher
+
+    parent = run_in_thread(lambda: writer_with_researcher(store).run("Write on tides."))
+    original = run_in_thread(lambda: shop(store).run("Find tea."))
+    with LiveInspector(store, agent=shop(store, "Tea, again.")) as live:
+        page.goto(live.page(f"/runs/{parent.run_id}"))
+        page.locator("#tool-calls a.run-link").click()
+        expect(page.locator("#task")).to_have_text("Why are there tides?")
+        page.locator("#lineage a.run-link").click()
+        expect(page.locator("#run-id")).to_have_text(parent.run_id)
+        page.goto(live.page(f"/runs/{original.run_id}"))
+        at = after_results(original.trace)
+        page.locator(f'#moves tr[data-move="{at}"] button.fork').click()
+        page.locator(".forked a.run-link").click()
+        expect(page.locator("#lineage")).to_contain_text(f"after move {at}")
+        expect(page.locator("#current-state")).to_have_text("done")
+        expect(page.locator("#output")).to_have_text("Tea, again.")

@@ -29,6 +29,7 @@ from ..run_state import RunState
 from .args import (
     PROG,
     UsageError,
+    load_agent,
     load_phases,
     mask_url,
     positive_int,
@@ -114,6 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --trace, a recording or event trace: the run's path through the phases)",
     )
     parser.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="draw an agent for its policy, with a box for each agent it uses as a tool, linked "
+        "to that child's drawing (with -o FILE, written beside it as FILE's stem-TOOL)",
+    )
+    parser.add_argument(
         "--write-all",
         metavar="DIR",
         help="write the checked-in diagrams (agent.dot, .mmd, .svg, demo-run.svg, "
@@ -140,6 +147,11 @@ def handle(args: argparse.Namespace) -> int:
     fmt = _format_of(args)
     if fmt == "png" and args.output is None:
         raise UsageError("PNG is binary: pass -o FILE")
+    if args.agent is not None:
+        others = [args.policy, args.trace, args.level, args.state, args.phases]
+        if any(value is not None for value in others) or args.verifier or args.stop_conditions:
+            raise UsageError("--agent draws the agent as it is built: drop the other options")
+        return _draw_agent(args, fmt)
     if args.phases is not None:
         if args.level is not None or args.state is not None:
             raise UsageError("--phases draws the phase table beside the loop: drop --level/--state")
@@ -224,6 +236,25 @@ def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:
         write_output(args.output, content)
+    return 0
+
+
+def _draw_agent(args: argparse.Namespace, fmt: str) -> int:
+    """``--agent``: the agent's drawing, and each child's beside it when writing a file."""
+    from .diagram_agent import agent_drawings
+
+    agent = load_agent(args.agent)
+    files = agent_drawings(agent, args.output, fmt, args.agent.partition(":")[2])
+    for file_name, source in files.items():
+        content: str | bytes = source
+        if fmt == "svg":  # stamped with its DOT's digest, so a checked-in copy can be checked
+            content = diagrams.stamp_svg(diagrams.render(source, "svg"), source)
+        elif fmt == "png":
+            content = diagrams.render(source, "png")
+        if file_name is None:
+            sys.stdout.write(content if isinstance(content, str) else content.decode())
+        else:
+            write_output(file_name, content)
     return 0
 
 

@@ -1,9 +1,11 @@
 """The inspector's web application (Starlette): static pages, a JSON API over the store, the
-run's diagram and each state's detail as SVG, and the one action, answering a suspended run's
-questions.
+run's diagram and each state's detail as SVG, and two actions: answering a suspended run's
+questions, and forking a run from one of its moves (a new run from the state saved after it,
+through the same code as :meth:`fsm_agent.Agent.fork`, continued by the inspector's agent).
 
 Every ``/api`` request needs the access token (``Authorization: Bearer TOKEN``), except the
-reading ones when the inspector was started with ``public_read``; answering always needs it. The
+reading ones when the inspector was started with ``public_read``; answering and forking always
+need it, and an agent (without one the inspector is read-only: 409). The
 pages are static shells whose script takes the token from the address's ``#token=`` fragment
 (or asks for it) and renders all data with ``textContent``, so nothing a model wrote is ever
 parsed as markup. The responses carry a Content Security Policy that allows only this server's
@@ -37,12 +39,15 @@ from ..diagrams import RenderingUnavailableError
 from ..errors import (
     CheckpointConflictError,
     CheckpointError,
+    ConfigurationError,
     CorruptCheckpointError,
+    InvalidInputError,
     ResumeError,
     SchemaVersionError,
     UnknownRunError,
 )
 from ..kernel.agent import Agent
+from ..kernel.fork import fork_run
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
 from .views import diagram_svg, redact, run_detail, run_row, state_svg
@@ -133,6 +138,7 @@ class Inspector:
             Route(
                 "/api/runs/{run_id:path}/decisions", self._guarded(self._decide), methods=["POST"]
             ),
+            Route("/api/runs/{run_id:path}/fork", self._guarded(self._fork), methods=["POST"]),
             Route("/api/runs/{run_id:path}", read(self._run)),
         ]
         self.app = Starlette(routes=routes, middleware=[Middleware(_Headers)])
@@ -317,6 +323,11 @@ class Inspector:
             self._claimed.discard(run_id)
             raise
         self.failures.pop(run_id, None)
+        self._start_resume(run_id, decisions)
+        return JSONResponse({"resuming": run_id}, status_code=202)
+
+    def _start_resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
+        """Resume the claimed run ``run_id`` in the background; its claim ends with it."""
         task = asyncio.create_task(self._resume(run_id, decisions), name=run_id)
         self._resuming.add(task)
 
@@ -325,7 +336,43 @@ class Inspector:
             self._claimed.discard(run_id)
 
         task.add_done_callback(resumed)
-        return JSONResponse({"resuming": run_id}, status_code=202)
+
+    async def _fork(self, request: Request) -> Response:
+        """Fork the run from the move the request names (``{"at": n}``) and continue the fork
+        in the background unless it waits for a human: 201 with the fork's run id."""
+        run_id = request.path_params["run_id"]
+        if self.agent is None:
+            return _error(
+                409,
+                "this inspector is read-only: start it with an agent to fork runs "
+                "(fsm-agent inspect STORE --agent module:factory, or serve(store, agent=...))",
+            )
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        at = body.get("at") if isinstance(body, dict) else None
+        if type(at) is not int or at < 1:
+            return _error(400, 'expected {"at": n}: the move (1 or more) to fork the run from')
+        try:
+            state = await fork_run(self.store, run_id, self.agent.runtime.new_id(), at=at)
+        except (InvalidInputError, ConfigurationError) as exc:
+            return _error(409, str(exc))
+        fork_id = state.run_id
+        waits = state.state is State.SUSPENDED
+        if not waits:
+            self._claimed.add(fork_id)
+            self._start_resume(fork_id, {})
+        return JSONResponse(
+            {
+                "run_id": fork_id,
+                "forked_from": run_id,
+                "forked_at": state.forked_at,
+                "page": f"/runs/{fork_id}",
+                "resuming": not waits,
+            },
+            status_code=201,
+        )
 
     async def _checked(self, run_id: str, request: Request) -> dict[str, HumanDecision]:
         """The request's decisions, checked against a copy of the run's latest checkpoint (so

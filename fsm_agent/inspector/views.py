@@ -168,8 +168,11 @@ def _message(message: Message) -> dict[str, JsonValue]:
     return {"role": message.role.value, "parts": [_part(p) for p in message.parts]}
 
 
-def _tool_calls(messages: list[Message], results: Mapping[str, ToolResult]) -> list[Any]:
-    """Each tool call of the thread with its result (``None`` while it has none)."""
+def _tool_calls(
+    messages: list[Message], results: Mapping[str, ToolResult], children: Mapping[str, str]
+) -> list[Any]:
+    """Each tool call of the thread with its result (``None`` while it has none) and the run
+    of the agent it called, for an agent tool of a durable run."""
     found: dict[str, ToolResult] = dict(results)
     for message in messages:
         for part in message.parts:
@@ -187,6 +190,7 @@ def _tool_calls(messages: list[Message], results: Mapping[str, ToolResult]) -> l
                         "arguments": _arguments(part),
                         "result": None if result is None else result.content,
                         "is_error": bool(result and result.is_error),
+                        "child_run_id": children.get(part.id),
                     }
                 )
     return calls
@@ -224,8 +228,9 @@ def _asked_by(messages: list[Message], call_id: str) -> str | None:
 
 
 def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonValue]:
-    """Everything the run page shows about the latest checkpoint of a run; ``can_answer`` says
-    whether this inspector can resume it (it was given an agent)."""
+    """Everything the run page shows about the latest checkpoint of a run: with the run it was
+    forked from, and for an agent used as a tool its parent's run and call; ``can_answer``
+    says whether this inspector can resume it or fork it (it was given an agent)."""
     rs = checkpoint.state
     path = run_path(rs)
     started, last = _span(checkpoint.move_times)
@@ -249,7 +254,16 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "state_visits": {} if path is None else {s.value: n for s, n in path.state_visits.items()},
         "row_visits": {} if path is None else {str(r): n for r, n in path.row_visits.items()},
         "messages": [_message(m) for m in rs.messages],
-        "tool_calls": _tool_calls(rs.messages, {r.call_id: r for r in rs.tool_results}),
+        "tool_calls": _tool_calls(
+            rs.messages, {r.call_id: r for r in rs.tool_results}, rs.child_runs
+        ),
+        "parent": None
+        if rs.parent_run_id is None
+        else {"run_id": rs.parent_run_id, "call_id": rs.parent_call_id},
+        "forked_from": None
+        if rs.forked_from is None
+        else {"run_id": rs.forked_from, "move": rs.forked_at},
+        "can_fork": can_answer,
         "questions": [
             {
                 "call_id": r.call.id,

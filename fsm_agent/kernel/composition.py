@@ -58,6 +58,7 @@ __all__ = [
     "ChildRunContext",
     "agent_bounds",
     "children_bounds",
+    "explored_model_calls",
     "parent_call",
     "parent_run",
 ]
@@ -267,6 +268,9 @@ async def _run_child(
     if parent.durable is not None:  # saved in the parent's store, to be resumed with it
         run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
         child, rs, log = await open_child(agent, child, parent, run_id)
+        parent.rs.child_runs[context.call_id] = run_id  # the inspector's link to the child
+        if log is not None:
+            rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
             _charge(parent, rs)
             return _answer(name, RunResult.of(rs, None, child.output_spec))
@@ -374,6 +378,28 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
         model_timeout_s=model_timeout_s,
         models=len(agent.models),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
+    )
+
+
+def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
+    """The most model calls a run of ``agent`` makes, its children's included, found by the
+    exhaustive checker's search (each child's explored the same way) rather than computed from
+    formulas: it equals ``agent.bounds().max_model_calls``."""
+    from ..machine.checker.compose import explored_model_calls as explore
+
+    children = [
+        explored_model_calls(found.agent)
+        for found in agent.tools.values()
+        if isinstance(found, AgentTool)
+    ]
+    return explore(
+        agent.policy,
+        children=children,
+        machine=agent.machine,
+        verification=agent.verifier is not None,
+        stop_conditions=bool(agent.stop_conditions),
+        models=len(agent.models),
+        output_validation=agent.output_spec is not None,
     )
 
 

@@ -455,6 +455,57 @@ function renderSummary(detail) {
   document.getElementById("error").hidden = detail.error === null;
 }
 
+function runLink(runId, text) {
+  return el("a", { href: "/runs/" + encodeURIComponent(runId), className: "run-link", text: text || runId });
+}
+
+// Where the run comes from: the parent run whose call started it (an agent used as a tool),
+// or the run and move it was forked from.
+function renderLineage(detail) {
+  const box = document.getElementById("lineage");
+  const parts = [];
+  if (detail.parent) {
+    parts.push("Run by the call " + detail.parent.call_id + " of ", runLink(detail.parent.run_id, "its parent run"));
+  }
+  if (detail.forked_from) {
+    if (parts.length) parts.push(" · ");
+    parts.push("Forked from ", runLink(detail.forked_from.run_id), " after move " + detail.forked_from.move);
+  }
+  box.replaceChildren(...parts);
+  box.hidden = parts.length === 0;
+}
+
+async function forkFrom(move) {
+  try {
+    const response = await api("/api/runs/" + encodeURIComponent(RUN_ID) + "/fork", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ at: move }),
+    });
+    const fork = await response.json();
+    notice("");
+    const line = el("p", { className: "forked", "data-fork": fork.run_id }, "Forked after move " + move + ": ", runLink(fork.run_id));
+    document.getElementById("lineage").after(line);
+  } catch (error) {
+    notice(error.message);
+  }
+}
+
+function forkCell(detail, move) {
+  if (!detail.can_fork || (RESTING.has(move.dest) && move.dest !== "suspended")) return cell("");
+  const button = el("button", { type: "button", className: "fork", text: "Fork from here", title: "A new run from the state after this move" });
+  button.addEventListener("click", () => {
+    button.disabled = true;
+    forkFrom(move.n).finally(() => { button.disabled = false; });
+  });
+  return el("td", {}, button);
+}
+
+function toolCell(call) {
+  if (!call.child_run_id) return cell(call.name);
+  return el("td", {}, call.name + " ", runLink(call.child_run_id, "child run →"));
+}
+
 function renderRun(detail) {
   document.title = "fsm_agent inspector: " + (detail.task || detail.run_id);
   document.getElementById("run-id").textContent = detail.run_id;
@@ -466,6 +517,7 @@ function renderRun(detail) {
   document.getElementById("usage").textContent = usageText(detail.usage);
   document.getElementById("version").textContent = detail.version;
   renderSummary(detail);
+  renderLineage(detail);
   document.querySelector("#moves tbody").replaceChildren(
     ...detail.moves.map((m) =>
       el(
@@ -480,6 +532,7 @@ function renderRun(detail) {
         cell(m.row, "num"),
         cell(m.stop || ""),
         cell(counterText(m.counters)),
+        forkCell(detail, m),
       ),
     ),
   );
@@ -489,7 +542,7 @@ function renderRun(detail) {
         "tr",
         { "data-call-id": call.id },
         cell(call.id),
-        cell(call.name),
+        toolCell(call),
         el("td", {}, el("pre", { text: json(call.arguments) })),
         el("td", { className: call.is_error ? "error" : "" }, el("pre", { text: call.result === null ? "(no result yet)" : call.result })),
       ),

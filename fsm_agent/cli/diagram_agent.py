@@ -1,0 +1,45 @@
+"""``fsm-agent diagram --agent MODULE:ATTR``: an agent's overview drawn for its policy, with a
+box for each agent it uses as a tool, linked to that child's own drawing (written beside it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import diagrams
+from ..diagrams.composition import AgentBox, composition_dot, composition_mermaid
+from ..kernel.agent import Agent
+from ..kernel.composition import AgentTool, agent_bounds
+
+__all__ = ["agent_drawings"]
+
+
+def agent_drawings(
+    agent: Agent[Any, Any], name: str | None, fmt: str, title: str
+) -> dict[str | None, str]:
+    """The DOT (or, for ``fmt="mermaid"``, Mermaid) text of ``agent``'s drawing as the file
+    ``name``, and of each child's beside it as ``STEM-TOOL`` with the same suffix (linked from
+    the parent's box), by file name. Without ``name``, the agent's drawing alone."""
+    files: dict[str | None, str] = {}
+    boxes = []
+    for tool in agent.tools.values():
+        if not isinstance(tool, AgentTool):
+            continue
+        worst = agent_bounds(tool.agent).max_model_calls
+        link = None
+        if name is not None:
+            path = Path(name)
+            child = path.with_name(f"{path.stem}-{tool.name}{path.suffix}")
+            files |= agent_drawings(tool.agent, str(child), fmt, f"agent tool '{tool.name}'")
+            link = child.name  # beside the parent's file: a relative link
+        boxes.append(AgentBox(tool.name, agent.policy.max_tool_calls, worst, link=link))
+    scope = diagrams.Scope.of(
+        agent.policy,
+        verifier=agent.verifier is not None,
+        stop_conditions=bool(agent.stop_conditions),
+        models=len(agent.models),
+        output_type=agent.output_spec is not None,
+    )
+    drawing = diagrams.plan(scope=scope, title=f"fsm_agent: {title}")
+    draw = composition_mermaid if fmt == "mermaid" else composition_dot
+    return {name: draw(drawing, boxes), **files}

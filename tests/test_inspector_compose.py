@@ -1,0 +1,163 @@
+"""The inspector on compositions and forks, over a real SQLite store: a call of an agent tool
+links to the child's run and the child's run names its parent's run and call; "fork from here"
+is token-protected, refused by a read-only inspector and for a move that cannot be forked, and
+creates a fork (continued by the inspector's agent) that links back to its original."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fsm_agent import Agent, Runtime, State, tool
+from fsm_agent.inspector import build
+from fsm_agent.persistence import SQLiteCheckpointer
+from fsm_agent.testing import ScriptedModel, text, tool_call
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@tool
+def search(query: str) -> str:
+    """Search the archive."""
+    return f"3 articles about {query}"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteCheckpointer:
+    """An empty SQLite store."""
+    return SQLiteCheckpointer(tmp_path / "runs.db")
+
+
+def serve(
+    store: SQLiteCheckpointer,
+    agent: Agent[Any, Any] | None,
+    test: Callable[[httpx.AsyncClient], Awaitable[None]],
+) -> None:
+    """Run ``test`` against an inspector on ``store`` (read-only without ``agent``)."""
+
+    async def main() -> None:
+        inspector = build(store, agent=agent, token=TOKEN)
+        transport = httpx.ASGITransport(app=inspector.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            await test(http)
+        inspector.close()
+
+    asyncio.run(main())
+
+
+def writer_with_researcher(store: SQLiteCheckpointer) -> Agent[Any, Any]:
+    """A durable writer whose one tool is a researcher agent."""
+    researcher = Agent(
+        ScriptedModel([tool_call("search", {"query": "tides"}), text("Tides follow the moon.")]),
+        tools=[search],
+    )
+    return Agent(
+        ScriptedModel(
+            [tool_call("research", {"task": "Why are there tides?"}, id="c1"), text("A piece.")]
+        ),
+        tools=[researcher.as_tool(name="research", description="Research one question.")],
+        checkpointer=store,
+        runtime=Runtime(),
+    )
+
+
+def test_an_agent_tool_call_links_to_the_child_run_and_back(store: SQLiteCheckpointer) -> None:
+    """The parent's call of an agent tool names the child's run, whose page names the parent's
+    run and call, and the child's run is drawn on its own machine."""
+    parent = asyncio.run(writer_with_researcher(store).run("Write on tides."))
+
+    async def test(http: httpx.AsyncClient) -> None:
+        detail = (await http.get(f"/api/runs/{parent.run_id}", headers=AUTH)).json()
+        (call,) = detail["tool_calls"]
+        child_id = call["child_run_id"]
+        assert call["name"] == "research" and child_id not in (None, parent.run_id)
+        child = (await http.get(f"/api/runs/{child_id}", headers=AUTH)).json()
+        assert child["parent"] == {"run_id": parent.run_id, "call_id": "c1"}
+        assert child["task"] == "Why are there tides?" and child["state"] == "done"
+        assert [c["name"] for c in child["tool_calls"]] == ["search"]
+        assert detail["parent"] is None
+        drawn = await http.get(f"/api/runs/{child_id}/diagram.svg", headers=AUTH)
+        assert drawn.status_code in (200, 501)  # 501: Graphviz is not installed
+
+    serve(store, None, test)
+
+
+def shop(store: SQLiteCheckpointer, *answers: str) -> Agent[Any, Any]:
+    """A durable agent that answers ``answers`` (a fork's script); without, one search then an
+    answer (the original's)."""
+    turns = [text(a) for a in answers] or [
+        tool_call("search", {"query": "tea"}),
+        text("Tea: 3 articles."),
+    ]
+    return Agent(ScriptedModel(turns), tools=[search], checkpointer=store, runtime=Runtime())
+
+
+def after_results(trace: Any) -> int:
+    """The move after which the search's result is in the history."""
+    return next(i + 1 for i, move in enumerate(trace) if move.source is State.DISPATCHING)
+
+
+def test_forking_is_refused_without_token_read_only_or_for_a_bad_move(
+    store: SQLiteCheckpointer,
+) -> None:
+    """A fork needs the token (401) and an inspector with an agent (409); a malformed move is
+    400, an unknown run 404, a move that ended the run or was not saved 409: none stores a run."""
+    original = asyncio.run(shop(store).run("Find tea."))
+    at = after_results(original.trace)
+    path = f"/api/runs/{original.run_id}/fork"
+
+    async def read_only(http: httpx.AsyncClient) -> None:
+        assert (await http.post(path, json={"at": at})).status_code == 401
+        wrong = await http.post(path, json={"at": at}, headers={"Authorization": "Bearer x"})
+        assert wrong.status_code == 401
+        refused = await http.post(path, json={"at": at}, headers=AUTH)
+        assert refused.status_code == 409 and "read-only" in refused.json()["error"]
+
+    async def answering(http: httpx.AsyncClient) -> None:
+        for body in ({"at": "3"}, {"at": 0}, {"at": True}, [], {}):
+            assert (await http.post(path, json=body, headers=AUTH)).status_code == 400
+        unknown = await http.post("/api/runs/nope/fork", json={"at": 1}, headers=AUTH)
+        assert unknown.status_code == 404
+        for move in (len(original.trace), 999):
+            refused = await http.post(path, json={"at": move}, headers=AUTH)
+            assert refused.status_code == 409, refused.text
+
+    serve(store, None, read_only)
+    serve(store, shop(store), answering)
+    assert [r.run_id for r in store.runs()] == [original.run_id]
+
+
+def test_fork_from_here_creates_a_fork_that_continues_and_links_back(
+    store: SQLiteCheckpointer,
+) -> None:
+    """Forking from a move stores a new run from the state after it, which the inspector's
+    agent continues; its page names the original and the move, the original is unchanged."""
+    original = asyncio.run(shop(store).run("Find tea."))
+    before = store.load(original.run_id)
+    at = after_results(original.trace)
+
+    async def test(http: httpx.AsyncClient) -> None:
+        shown = (await http.get(f"/api/runs/{original.run_id}", headers=AUTH)).json()
+        assert shown["can_fork"] is True and shown["forked_from"] is None
+        made = await http.post(f"/api/runs/{original.run_id}/fork", json={"at": at}, headers=AUTH)
+        assert made.status_code == 201, made.text
+        body = made.json()
+        fork_id = body["run_id"]
+        assert fork_id != original.run_id and body["page"] == f"/runs/{fork_id}"
+        assert (body["forked_from"], body["forked_at"]) == (original.run_id, at)
+        detail: dict[str, Any] = {}
+        while detail.get("state") != "done" or detail.get("resuming"):
+            await asyncio.sleep(0.01)  # the fork runs in the inspector's background task
+            detail = (await http.get(f"/api/runs/{fork_id}", headers=AUTH)).json()
+            assert detail.get("resume_error") is None, detail["resume_error"]
+        assert detail["forked_from"] == {"run_id": original.run_id, "move": at}
+        assert detail["output"] == "Tea, again." and len(detail["moves"]) > at
+
+    serve(store, shop(store, "Tea, again."), test)
+    assert store.load(original.run_id) == before
