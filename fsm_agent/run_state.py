@@ -15,10 +15,10 @@ from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
-from .phases.table import PhaseChange
 
 __all__ = [
     "HumanRequest",
+    "PhaseChange",
     "RunState",
     "StoredCounters",
     "StoredMove",
@@ -110,6 +110,23 @@ class HumanRequest(BaseModel):
     question: str | None = None  # the tool's question, or the hook's reason for asking
     decision: Literal["allow", "deny", "answer"] | None = None
     reply: str | None = None
+
+
+class PhaseChange(BaseModel):
+    """One move of the task machine, as the run state's ``phase_trace`` keeps it: from
+    ``source`` (``None`` at the start) to ``dest``, made ``by`` the model (the move tool), by
+    code (a tool that returned :class:`~fsm_agent.phases.MovePhase`), by a spent budget, or
+    at the ``start``; ``step`` is the run's steps then and ``move`` the index in ``trace`` of
+    the loop move that followed (the two traces line up)."""
+
+    # Built on first use, like the messages: a run without phases never validates one.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    source: str | None
+    dest: str
+    by: Literal["start", "model", "code", "budget"]
+    step: int
+    move: int
 
 
 class RunState(BaseModel):
