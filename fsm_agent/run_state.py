@@ -176,7 +176,7 @@ class RunState(BaseModel):
     suspensions: int = 0
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
-    definition: str | None = None  # a stored run's agent fingerprint (persistence.definition)
+    definition: str | None = None  # a stored run's agent fingerprint (kernel.definition)
     model: str | None = None  # a stored run's model by name (a fallback chain's, joined by " | ")
     answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
     # The task machine (an agent with phases): the current phase, the steps when it was

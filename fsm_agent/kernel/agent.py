@@ -43,7 +43,6 @@ from ..model_settings import ModelSettings, merge_settings
 from ..models import Model, ModelChain
 from ..output import ANSWER_TOOL, output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
-from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..phases import Phases
@@ -55,6 +54,7 @@ from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
 from .composition import AgentTool, agent_bounds
 from .context import LoopSettings
+from .definition import check_definition, definition_fingerprint
 from .driver import drive
 from .fork import RunEdit, fork_run
 from .limits import usage_limited
