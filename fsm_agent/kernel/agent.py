@@ -34,7 +34,6 @@ from ..errors import (
     RunFinishedError,
 )
 from ..events import Event
-from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.bounds import Bounds
 from ..machine.table import LIMITS, TERMINAL, Counter, State
@@ -57,6 +56,7 @@ from .context import LoopSettings
 from .definition import check_definition, definition_fingerprint
 from .driver import drive
 from .fork import RunEdit, fork_run
+from .hooks import HookSet
 from .limits import usage_limited
 from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions
