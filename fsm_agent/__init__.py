@@ -3,22 +3,30 @@
 Every run moves through the named states of :data:`fsm_agent.machine.table.TABLE`; the same
 table drives the run, draws the diagram, and is explored by the checker and the fuzzer.
 
-Read the package in this order:
+Read the package in this order (docs/machine.md draws the layers the imports follow):
 
 1. :mod:`fsm_agent.machine`: what can happen (states, outcomes, each state's declaration, the
    rows, the guards) and the pure ``decide``; the bounds, the proof and the checker.
+   :mod:`fsm_agent.policy` sets the limits the guards compare.
 2. :mod:`fsm_agent.kernel`: the :class:`Agent`, the driver that walks the machine one move at a
    time, and one handler per state, the only place where effects happen.
-3. The seams the kernel calls: :mod:`fsm_agent.messages`, :mod:`fsm_agent.models` and
-   :mod:`fsm_agent.providers` (the model), :mod:`fsm_agent.tools` and
-   :mod:`fsm_agent.tool_output` (tools), :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval`
-   (your code at the seams), :mod:`fsm_agent.compaction` (the context budget),
-   :mod:`fsm_agent.policy` (the limits), :mod:`fsm_agent.events` (what a listener hears).
-4. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
-   :mod:`fsm_agent.durable` (DBOS), :mod:`fsm_agent.replay` (record and replay).
-5. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles),
-   :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`, :mod:`fsm_agent.observability`,
-   :mod:`fsm_agent.log` (the ``fsm_agent`` logger), and :mod:`fsm_agent.cli`.
+3. What a run is: :mod:`fsm_agent.run_state` (its one serialisable state),
+   :mod:`fsm_agent.events` (what a listener hears), :mod:`fsm_agent.errors` (the exception
+   tree), :mod:`fsm_agent.output` (a typed answer and its validation) and
+   :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
+4. The seams the kernel calls: :mod:`fsm_agent.messages`, :mod:`fsm_agent.models`,
+   :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
+   :mod:`fsm_agent.tools`, :mod:`fsm_agent.mcp` and :mod:`fsm_agent.tool_output` (tools);
+   :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);
+   :mod:`fsm_agent.compaction` (the context budget).
+5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
+   :mod:`fsm_agent.conversation` (a conversation across runs), :mod:`fsm_agent.durable`
+   (DBOS), :mod:`fsm_agent.replay` (record and replay).
+6. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles,
+   crash simulation), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
+   :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),
+   :mod:`fsm_agent.redaction` (what is shown or kept without credentials),
+   :mod:`fsm_agent.inspector` (stored runs in a browser) and :mod:`fsm_agent.cli`.
 """
 
 from importlib import import_module

@@ -27,8 +27,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from .errors import MalformedResponseError
-from .kernel.context import Interrupted
+from .errors import Interrupted, MalformedResponseError
 from .messages import (
     FinishReason,
     ImagePart,

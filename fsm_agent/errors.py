@@ -41,7 +41,9 @@ Every error the library raises derives from :class:`FsmAgentError`::
         └── StoreFullError           the disk (or the store's size limit) is full
 
 Control-flow signals such as :class:`fsm_agent.TaskComplete` are not errors and do not derive
-from this tree.
+from this tree; nor does :class:`Interrupted`, the kernel's signal that the run's own cancel or
+deadline cut an effect short (it lives here so that the modules below the kernel, such as
+compaction, can let it through).
 """
 
 from __future__ import annotations
@@ -332,3 +334,9 @@ class DurableRunError(FsmAgentError):
     def __init__(self, message: str, *, run_id: str | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class Interrupted(Exception):
+    """An effect was cut short by the run's interrupt (cancel or deadline): the kernel raises
+    it and turns it into the interrupt's outcome. Not an error, and not for user code to
+    raise."""

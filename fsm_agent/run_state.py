@@ -15,10 +15,10 @@ from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
-from .phases.table import PhaseChange
 
 __all__ = [
     "HumanRequest",
+    "PhaseChange",
     "RunState",
     "StoredCounters",
     "StoredMove",
@@ -112,6 +112,23 @@ class HumanRequest(BaseModel):
     reply: str | None = None
 
 
+class PhaseChange(BaseModel):
+    """One move of the task machine, as the run state's ``phase_trace`` keeps it: from
+    ``source`` (``None`` at the start) to ``dest``, made ``by`` the model (the move tool), by
+    code (a tool that returned :class:`~fsm_agent.phases.MovePhase`), by a spent budget, or
+    at the ``start``; ``step`` is the run's steps then and ``move`` the index in ``trace`` of
+    the loop move that followed (the two traces line up)."""
+
+    # Built on first use, like the messages: a run without phases never validates one.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    source: str | None
+    dest: str
+    by: Literal["start", "model", "code", "budget"]
+    step: int
+    move: int
+
+
 class RunState(BaseModel):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending."""
 
@@ -159,7 +176,7 @@ class RunState(BaseModel):
     suspensions: int = 0
     tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
     recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
-    definition: str | None = None  # a stored run's agent fingerprint (persistence.definition)
+    definition: str | None = None  # a stored run's agent fingerprint (kernel.definition)
     model: str | None = None  # a stored run's model by name (a fallback chain's, joined by " | ")
     answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
     # The task machine (an agent with phases): the current phase, the steps when it was

@@ -11,13 +11,14 @@ are cut to ``old_max_chars`` the same way. Only contents change: every call keep
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .messages import Message, Role, ToolResult
 from .tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from .kernel.context import RunContext
+    from .run_state import RunState
 
 __all__ = ["PAGER_NAME", "cut_result", "pager_tool", "trim_old_outputs"]
 
@@ -53,13 +54,15 @@ def cut_result(
     )
 
 
-def trim_old_outputs(ctx: RunContext, keep_recent: int, old_max_chars: int) -> None:
-    """Cut every tool result older than the newest ``keep_recent`` to ``old_max_chars``.
+def trim_old_outputs(
+    rs: RunState, count_tokens: Callable[[Message], int], keep_recent: int, old_max_chars: int
+) -> None:
+    """Cut every tool result of ``rs`` older than the newest ``keep_recent`` to
+    ``old_max_chars``, keeping ``rs.context_tokens`` as ``count_tokens`` counts.
 
     Walks back from the newest message and stops at the first result an earlier call already
     cut this way, so a long history is not rescanned once its old outputs are trimmed.
     """
-    rs = ctx.rs
     messages = rs.messages
     seen = 0
     for index in range(len(messages) - 1, -1, -1):
@@ -80,7 +83,7 @@ def trim_old_outputs(ctx: RunContext, keep_recent: int, old_max_chars: int) -> N
         )
         if any(a is not b for a, b in zip(new_parts, parts, strict=True)):
             replacement = Message.model_construct(role=Role.TOOL, parts=new_parts)
-            rs.context_tokens += ctx.count_tokens(replacement) - ctx.count_tokens(message)
+            rs.context_tokens += count_tokens(replacement) - count_tokens(message)
             messages[index] = replacement
 
 

@@ -24,11 +24,9 @@ from fsm_agent.persistence import (
     CrashingCheckpointer,
     InMemoryCheckpointer,
     SimulatedCrash,
-    crash_and_resume,
-    resume_differences,
 )
 from fsm_agent.run_state import RunState
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, crash_and_resume, resume_differences, text, tool_call
 from fsm_agent.tool_output import PAGER_NAME
 from postgres_store import DSN, postgres_checkpointer
 from test_durable_promises import _crashed_before_the_charge

@@ -270,7 +270,7 @@ def test_resuming_under_another_definition_is_refused_unless_allowed(store: Chec
 def test_equal_policies_give_one_fingerprint() -> None:
     """A set's iteration order depends on how it was built: two equal policies whose retryable
     statuses were inserted in another order give one fingerprint, so a worker resumes them."""
-    from fsm_agent.persistence.definition import definition_fingerprint
+    from fsm_agent.kernel.definition import definition_fingerprint
     from fsm_agent.policy import RetryPolicy
 
     def agent(statuses: list[int]) -> Agent[None]:

@@ -1,10 +1,12 @@
-"""The package's import graph has no cycle.
+"""The package's import graph points one way: down the layers of :data:`LAYERS`, with no cycle.
 
 The graph: every import a module under ``fsm_agent/`` makes, read with ``ast`` (at module level
 and deferred inside functions alike: a deferred import that closes a cycle only hides it), plus
 the parent packages each import loads (importing ``fsm_agent.kernel.context`` runs
-``fsm_agent/kernel/__init__.py`` first). Imports under ``if TYPE_CHECKING:`` never run and are
-left out; so is the root package as a target, which re-exports the public names.
+``fsm_agent/kernel/__init__.py`` first). For cycles, imports under ``if TYPE_CHECKING:`` never
+run and are left out; for layers they count (a type a lower module names from a higher one is
+still a dependency on it). The root package is left out as a target: it re-exports the public
+names and sits above every layer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,26 @@ import fsm_agent
 PACKAGE = Path(fsm_agent.__file__).parent
 ROOT = "fsm_agent"
 
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("errors", "log", "redaction", "_genai_names")),
+    ("values", ("messages", "model_settings", "models")),
+    ("machine", ("machine", "policy")),
+    ("run state", ("run_state", "events", "approval", "output")),
+    ("phases", ("phases",)),
+    ("seams", ("tools", "tool_output", "mcp", "compaction", "providers", "scripted")),
+    ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
+    ("diagrams", ("diagrams",)),
+    ("persistence", ("persistence",)),
+    ("kernel", ("kernel",)),
+    ("on the kernel", ("hooks", "conversation", "observability", "durable", "replay")),
+    ("checking", ("fuzzing", "testing")),
+    ("applications", ("inspector", "cli", "__main__")),
+)
+"""The layers, lowest first, each with the modules and packages it holds (names under
+``fsm_agent.``; a package holds its submodules unless a longer name places one elsewhere). A
+module may import its own layer and the layers below it, never one above. docs/machine.md
+draws the same list."""
+
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
     """Every module of the package by its dotted name (a package by its own name)."""
@@ -30,32 +52,36 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def _imports(body: Iterable[ast.stmt]) -> Iterable[ast.Import | ast.ImportFrom]:
-    """The import statements that may run (all but those under ``if TYPE_CHECKING:``)."""
+def _imports(body: Iterable[ast.stmt], type_only: bool) -> Iterable[ast.Import | ast.ImportFrom]:
+    """The import statements of ``body``; those under ``if TYPE_CHECKING:`` only when
+    ``type_only``."""
     for node in body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
         elif isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                yield from _imports(node.body)
-            yield from _imports(node.orelse)
+            if type_only or "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from _imports(node.body, type_only)
+            yield from _imports(node.orelse, type_only)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody):
-                yield from _imports(block)
+                yield from _imports(block, type_only)
             for handler in node.handlers:
-                yield from _imports(handler.body)
+                yield from _imports(handler.body, type_only)
         elif isinstance(
             node,
             ast.With | ast.For | ast.While | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
         ):
-            yield from _imports(node.body)
+            yield from _imports(node.body, type_only)
 
 
-def imports_of(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
-    """The package modules that importing ``name`` (at ``path``) imports directly."""
+def imports_of(
+    name: str, path: Path, known: Mapping[str, Path], *, type_only: bool = False
+) -> set[str]:
+    """The package modules that importing ``name`` (at ``path``) imports directly; with
+    ``type_only``, also those it names under ``if TYPE_CHECKING:``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8")).body):
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8")).body, type_only):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -151,3 +177,68 @@ def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Pat
     known = {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
     assert imports_of(f"{ROOT}.low", package / "low.py", known) == {f"{ROOT}.mid"}
     assert imports_of(f"{ROOT}.high", package / "high.py", known) == {f"{ROOT}.low"}
+
+
+def layer_of(name: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int:
+    """The index in ``layers`` of module ``name``: the layer of the longest name that is the
+    module or one of its packages (the root package sits above every layer)."""
+    if name == ROOT:
+        return len(layers)
+    relative = name.removeprefix(ROOT + ".")
+    best, found = -1, -1
+    for index, (_, members) in enumerate(layers):
+        for member in members:
+            if (relative == member or relative.startswith(member + ".")) and len(member) > best:
+                best, found = len(member), index
+    assert found >= 0, f"{name} is in no layer: add it to LAYERS and to docs/machine.md"
+    return found
+
+
+def upward_imports(
+    known: Mapping[str, Path], layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
+) -> list[str]:
+    """Every import, type-only and deferred ones included, of a module from a higher layer."""
+    found = []
+    for name, path in sorted(known.items()):
+        own = layer_of(name, layers)
+        for target in sorted(imports_of(name, path, known, type_only=True)):
+            theirs = layer_of(target, layers)
+            if theirs > own:
+                found.append(f"{name} ({layers[own][0]}) imports {target} ({layers[theirs][0]})")
+    return found
+
+
+def test_every_import_points_down_the_layers() -> None:
+    """No module imports one from a higher layer, not even for a type or inside a function."""
+    assert upward_imports(modules()) == []
+
+
+def test_the_layers_find_an_upward_import(tmp_path: Path) -> None:
+    """A type-only or deferred import from a higher layer is reported; one downward is not."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "low.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .high import X\n"
+        "def later():\n    from .mid import Y\n"
+    )
+    (package / "mid.py").write_text("Y = 1\n")
+    (package / "high.py").write_text("from .low import later\nX = 1\n")
+    known = {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
+    layers = (("bottom", ("low",)), ("middle", ("mid",)), ("top", ("high",)))
+    assert upward_imports(known, layers) == [
+        f"{ROOT}.low (bottom) imports {ROOT}.high (top)",
+        f"{ROOT}.low (bottom) imports {ROOT}.mid (middle)",
+    ]
+
+
+def test_the_layers_in_the_docs_are_the_layers_tested() -> None:
+    """docs/machine.md lists the same layers, in the same order, with the same members."""
+    text = (PACKAGE.parent / "docs" / "machine.md").read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    documented = [
+        (row.split("|")[1].strip(), tuple(m.strip("`") for m in row.split("|")[2].split()))
+        for row in rows
+    ]
+    assert documented == [(name, tuple(f"{ROOT}.{m}" for m in members)) for name, members in LAYERS]

@@ -52,13 +52,12 @@ from fsm_agent import _genai_names as names
 from fsm_agent.errors import AuthenticationError, ProviderServerError, RateLimitError
 from fsm_agent.messages import Usage
 from fsm_agent.observability import OpenTelemetryHooks
-from fsm_agent.persistence import crash_and_resume
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import RetryPolicy
 from fsm_agent.providers.anthropic import AnthropicModel
 from fsm_agent.providers.fallback import FallbackModel
 from fsm_agent.providers.openai import OpenAIChatModel
-from fsm_agent.testing import ScriptedModel, answer, fail, text, tool_call
+from fsm_agent.testing import ScriptedModel, answer, crash_and_resume, fail, text, tool_call
 
 CHAT = GenAiOperationNameValues.CHAT.value
 INVOKE_AGENT = GenAiOperationNameValues.INVOKE_AGENT.value

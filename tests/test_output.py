@@ -38,9 +38,16 @@ from fsm_agent.machine.table import Outcome
 from fsm_agent.mcp import MCPServerStdio
 from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
 from fsm_agent.output import OutputSpec
-from fsm_agent.persistence import InMemoryCheckpointer, crash_and_resume, resume_differences
+from fsm_agent.persistence import InMemoryCheckpointer
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
-from fsm_agent.testing import ScriptedModel, answer, text, tool_call
+from fsm_agent.testing import (
+    ScriptedModel,
+    answer,
+    crash_and_resume,
+    resume_differences,
+    text,
+    tool_call,
+)
 from provider_server import (
     FAST,
     ProviderServer,

@@ -11,7 +11,7 @@ import pytest
 
 from durable_scenario import PROMPT, RUN_ID, make_agent
 from fsm_agent.errors import CheckpointConflictError, RunFinishedError, SchemaVersionError
-from fsm_agent.persistence import crash_and_resume, resume_differences
+from fsm_agent.testing import crash_and_resume, resume_differences
 from postgres_store import DSN, postgres_checkpointer
 
 pytestmark = pytest.mark.postgres

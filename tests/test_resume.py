@@ -29,10 +29,15 @@ from fsm_agent.persistence import (
     InMemoryCheckpointer,
     SimulatedCrash,
     SQLiteCheckpointer,
+)
+from fsm_agent.testing import (
+    ScriptedModel,
+    Turn,
     crash_and_resume,
     resume_differences,
+    text,
+    tool_call,
 )
-from fsm_agent.testing import ScriptedModel, Turn, text, tool_call
 
 
 def _baseline(parallel: bool = False) -> tuple[RunResult, int, int]:

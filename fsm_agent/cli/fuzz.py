@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ..targets import load_factory
+from ..fuzzing.targets import load_factory
 from .args import UsageError, finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:

@@ -36,10 +36,10 @@ from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
 from typing import Any
 
-from ..targets import load_factory
 from . import FuzzProgress, FuzzReport, fuzz_failure
 from .engine import Engine, Found, ModeName, Session, check_limits
 from .seams import Attack
+from .targets import load_factory
 
 __all__ = ["fuzz_in_processes"]
 

@@ -34,7 +34,6 @@ from ..errors import (
     RunFinishedError,
 )
 from ..events import Event
-from ..hooks import HookSet
 from ..machine.agent_machine import AgentMachine, default_machine
 from ..machine.bounds import Bounds
 from ..machine.table import LIMITS, TERMINAL, Counter, State
@@ -43,7 +42,6 @@ from ..model_settings import ModelSettings, merge_settings
 from ..models import Model, ModelChain
 from ..output import ANSWER_TOOL, output_spec
 from ..persistence import Checkpoint, Checkpointer, Durability
-from ..persistence.definition import check_definition, definition_fingerprint
 from ..persistence.run_log import RunLog, UnknownOutcome, load_checkpoint
 from ..persistence.storable import storable_message
 from ..phases import Phases
@@ -55,8 +53,10 @@ from .abandon import abandon_run
 from .checks import check_done_tool, check_user_code
 from .composition import AgentTool, agent_bounds
 from .context import LoopSettings
+from .definition import check_definition, definition_fingerprint
 from .driver import drive
 from .fork import RunEdit, fork_run
+from .hooks import HookSet
 from .limits import usage_limited
 from .listening import listened
 from .phasing import compile_phases, phase_stop_conditions

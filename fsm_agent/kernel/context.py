@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import Interrupted
 from ..events import Event
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
@@ -95,10 +96,6 @@ class LoopSettings:
             max_messages=compaction.max_messages,
             use_reported_usage=compaction.use_reported_usage,
         )
-
-
-class Interrupted(Exception):
-    """An effect was cut short by the run's interrupt (cancel or deadline)."""
 
 
 class Emitted:

@@ -32,11 +32,11 @@ from typing import Any
 
 from ..errors import CheckpointError, FsmAgentError
 from ..events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
-from ..hooks import report_hook_failure
 from ..machine.agent_machine import Move
 from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State, StopReason
 from ..run_state import strip_unknown, unknown_write_error
 from .context import Interrupted, RunContext
+from .hooks import report_hook_failure
 from .limits import usage_exceeded
 from .run import RunResult
 from .states import FAST_PATHS, HANDLERS

@@ -20,11 +20,12 @@ WAL mode) and :class:`~fsm_agent.persistence.PostgresCheckpointer` (psycopg 3, t
 ``[postgres]`` extra; several processes and machines). :func:`open_checkpointer` opens one from
 a URL.
 
-For property tests and the fuzzer, :func:`crash_and_resume` stops a run the way a crash would,
-right after a chosen write, and resumes it (invariant 10: resume equivalence).
+For property tests and the fuzzer, :class:`CrashingCheckpointer` stops a run the way a crash
+would, right after a chosen write (:func:`fsm_agent.testing.crash_and_resume` then resumes it:
+invariant 10, resume equivalence).
 
 Read in order: this module (the :class:`Checkpointer` protocol, the in-memory store and the
-crash helper), :mod:`.run_log` (how a run writes its checkpoints and journal),
+crashing store), :mod:`.run_log` (how a run writes its checkpoints and journal),
 :mod:`.sql` (what the SQL stores share), then :mod:`.sqlite` and :mod:`.postgres`.
 """
 
@@ -40,13 +41,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from pydantic_core import PydanticSerializationError
 
 from ..errors import CheckpointConflictError, ConfigurationError, UnknownRunError
-from ..kernel.run import RunResult
 from ..machine.table import State, StopReason
-from ..messages import ToolResult
 from ..run_state import RunState
 
 if TYPE_CHECKING:
-    from ..kernel.agent import Agent
     from .postgres import PostgresCheckpointer
     from .sqlite import SQLiteCheckpointer
 
@@ -61,9 +59,7 @@ __all__ = [
     "RunSummary",
     "SQLiteCheckpointer",
     "SimulatedCrash",
-    "crash_and_resume",
     "open_checkpointer",
-    "resume_differences",
 ]
 
 
@@ -404,71 +400,5 @@ class CrashingCheckpointer:
         self.inner.close()
 
 
-async def crash_and_resume(
-    agent: Agent[Any, Any],
-    prompt: str,
-    *,
-    crash_after: int,
-    at: Literal["checkpoint", "any"] = "checkpoint",
-    store: Checkpointer | None = None,
-) -> tuple[RunResult[Any], bool]:
-    """Run ``agent`` on ``prompt`` with a fresh store (``store``, default in memory), stop it as
-    a crash would right after the store's ``crash_after``-th write, then resume it from its
-    latest checkpoint with the same agent, whose model and tools stand for the outside world
-    that a crash does not reset. Returns the final result and whether the crash happened (a
-    run with fewer writes just ends). A crash before the first checkpoint starts the run again.
-
-    Compare the result with an uninterrupted run's using :func:`resume_differences`. The
-    agent's own ``checkpointer`` is replaced for the duration of the call."""
-    from ..errors import RunFinishedError
-
-    inner = store if store is not None else InMemoryCheckpointer()
-    crashing = CrashingCheckpointer(inner, crash_after, at=at)
-    saved = agent.checkpointer
-    try:
-        agent.checkpointer = crashing
-        try:
-            return await agent.run(prompt), False
-        except SimulatedCrash:
-            pass
-        agent.checkpointer = inner
-        runs = inner.runs()
-        if not runs:
-            return await agent.run(prompt), True
-        run_id = runs[0].run_id
-        try:
-            return await agent.resume(run_id), True
-        except RunFinishedError:
-            return RunResult.of(inner.load(run_id).state, None, agent.output_spec), True
-    finally:
-        agent.checkpointer = saved
-
-
 UNKNOWN_OUTCOME_PREFIX = "Error: outcome unknown"
 """How the result of a call whose outcome a crash made unknown starts."""
-
-
-def resume_differences(expected: RunResult[Any], actual: RunResult[Any]) -> list[str]:
-    """What differs between an uninterrupted run's result and a resumed one's: output, stop
-    reason, final state, usage and message thread (invariant 10). A tool result that
-    reads "outcome unknown" in ``actual`` (a non-idempotent call a crash cut short) may stand
-    in for any result in ``expected``; everything else must be equal."""
-    problems: list[str] = []
-    for name in ("output", "stop_reason", "state", "usage"):
-        want, got = getattr(expected, name), getattr(actual, name)
-        if want != got:
-            problems.append(f"{name}: expected {want!r}, got {got!r}")
-    if len(expected.messages) != len(actual.messages):
-        problems.append(f"messages: expected {len(expected.messages)}, got {len(actual.messages)}")
-    for index, (want_m, got_m) in enumerate(zip(expected.messages, actual.messages, strict=False)):
-        if want_m == got_m:
-            continue
-        unknown = any(
-            isinstance(p, ToolResult) and p.content.startswith(UNKNOWN_OUTCOME_PREFIX)
-            for p in got_m.parts
-        )
-        if unknown and len(want_m.parts) == len(got_m.parts):
-            continue
-        problems.append(f"message {index} differs: expected {want_m!r}, got {got_m!r}")
-        break
-    return problems

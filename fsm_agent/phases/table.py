@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING
 
 from ..errors import PhaseDefinitionError
+from ..run_state import PhaseChange
 
 if TYPE_CHECKING:
     from ..run_state import RunState
@@ -87,23 +86,6 @@ class Transition:
     dest: str
     guard: PhaseGuard | None = field(default=None, compare=False)
     label: str = ""
-
-
-class PhaseChange(BaseModel):
-    """One move of the task machine, as the run state's ``phase_trace`` keeps it: from
-    ``source`` (``None`` at the start) to ``dest``, made ``by`` the model (the move tool), by
-    code (a tool that returned :class:`MovePhase`), by a spent budget, or at the ``start``;
-    ``step`` is the run's steps then and ``move`` the index in ``trace`` of the loop move that
-    followed (the two traces line up)."""
-
-    # Built on first use, like the messages: a run without phases never validates one.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    source: str | None
-    dest: str
-    by: Literal["start", "model", "code", "budget"]
-    step: int
-    move: int
 
 
 @dataclass(frozen=True, slots=True)

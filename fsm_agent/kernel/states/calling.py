@@ -194,7 +194,12 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
             ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
         if settings.keep_recent_outputs is not None:
-            trim_old_outputs(ctx, settings.keep_recent_outputs, settings.old_output_max_chars)
+            trim_old_outputs(
+                ctx.rs,
+                ctx.count_tokens,
+                settings.keep_recent_outputs,
+                settings.old_output_max_chars,
+            )
         phases = agent.phases
         if phases is None:
             tools = agent.tool_definitions

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DefinitionChangedError
 
 if TYPE_CHECKING:
-    from ..kernel.agent import Agent
     from ..phases import Phase
+    from .agent import Agent
 
 __all__ = ["check_definition", "definition_fingerprint"]
 
