@@ -14,14 +14,16 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    :mod:`fsm_agent.events` (what a listener hears), :mod:`fsm_agent.errors` (the exception
    tree), :mod:`fsm_agent.output` (a typed answer and its validation) and
    :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
-4. The seams the kernel calls: :mod:`fsm_agent.messages`, :mod:`fsm_agent.models`,
+4. The seams the kernel calls: :mod:`fsm_agent.messages` (with :mod:`fsm_agent.deep_json` for
+   arguments nested too deep for ``json``), :mod:`fsm_agent.models`,
    :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
    :mod:`fsm_agent.tools`, :mod:`fsm_agent.mcp` and :mod:`fsm_agent.tool_output` (tools);
    :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);
    :mod:`fsm_agent.compaction` (the context budget).
 5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
    :mod:`fsm_agent.conversation` (a conversation across runs), :mod:`fsm_agent.durable`
-   (DBOS), :mod:`fsm_agent.replay` (record and replay).
+   (DBOS), :mod:`fsm_agent.replay` (record and replay; :mod:`fsm_agent.replay_children` for
+   the runs an agent tool ran).
 6. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles,
    crash simulation), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
    :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),

@@ -21,7 +21,7 @@ PACKAGE = Path(fsm_agent.__file__).parent
 ROOT = "fsm_agent"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "log", "redaction", "_genai_names")),
+    ("foundation", ("errors", "log", "redaction", "_genai_names", "deep_json")),
     ("values", ("messages", "model_settings", "models")),
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),
@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
     ("kernel", ("kernel",)),
-    ("on the kernel", ("hooks", "conversation", "observability", "durable", "replay")),
+    ("on the kernel", ("hooks", "conversation", "observability", "durable", "replay", "replay_children")),
     ("checking", ("fuzzing", "testing")),
     ("applications", ("inspector", "cli", "__main__")),
 )
