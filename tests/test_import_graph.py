@@ -31,7 +31,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
     ("kernel", ("kernel",)),
-    ("on the kernel", ("hooks", "conversation", "observability", "durable", "replay", "replay_children")),
+    (
+        "on the kernel",
+        ("hooks", "conversation", "observability", "durable", "replay", "replay_children"),
+    ),
     ("checking", ("fuzzing", "testing")),
     ("applications", ("inspector", "cli", "__main__")),
 )
