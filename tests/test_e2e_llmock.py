@@ -83,11 +83,9 @@ FINISHES = {
 
 @pytest.fixture(scope="session")
 def llmock_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     """The base URL of an llmock server started for the session (and stopped after it)."""
-    if "e2e" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("end-to-end tests are opt-in: run pytest -m e2e")
     if importlib.util.find_spec("llmock") is None:
         pytest.skip("llmock is not installed: pip install -r benchmarks/requirements-e2e.txt")
     script = shutil.which("llmock", path=str(Path(sys.executable).parent)) or "llmock"

@@ -1,4 +1,4 @@
-"""Long tests are opt-in, as README.md says."""
+"""Long tests are opt-in, as README.md says: every opt-in marker is in conftest's one list."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from conftest import MARKERS
+
 ROOT = Path(__file__).resolve().parent.parent
-SLOW = "tests/test_compaction.py::test_ten_thousand_steps_with_a_small_window_stay_bounded"
+# One test carrying each opt-in marker.
+EXAMPLES = {
+    "slow": "tests/test_compaction.py::test_ten_thousand_steps_with_a_small_window_stay_bounded",
+    "e2e": "tests/test_e2e_output.py",
+    "browser": "tests/test_inspector_browser.py",
+}
 
 
 def _pytest(*args: str) -> str:
@@ -22,14 +31,21 @@ def _pytest(*args: str) -> str:
     return done.stdout
 
 
-def test_slow_tests_are_skipped_by_default() -> None:
-    """A test marked slow does not run under a plain ``pytest``, and says how to run it."""
-    out = _pytest(SLOW)
-    assert "1 skipped" in out
-    assert "slow tests are opt-in: run pytest -m slow" in out
+def test_every_opt_in_marker_has_an_example() -> None:
+    """The examples below cover exactly the opt-in markers of conftest's list."""
+    assert set(EXAMPLES) == {name for name, m in MARKERS.items() if m.opt_in}
+
+
+@pytest.mark.parametrize("marker", sorted(EXAMPLES))
+def test_opt_in_tests_are_skipped_by_default(marker: str) -> None:
+    """A test with an opt-in marker does not run under a plain ``pytest``, and the skip says
+    how to run it, in the words of conftest's list."""
+    out = _pytest(EXAMPLES[marker])
+    assert " skipped" in out and " passed" not in out and " failed" not in out
+    assert MARKERS[marker].opt_in in out
 
 
 def test_slow_tests_are_selected_by_their_marker() -> None:
     """``-m slow`` selects them."""
-    out = _pytest("--collect-only", "-m", "slow", SLOW)
-    assert SLOW in out.splitlines()
+    out = _pytest("--collect-only", "-m", "slow", EXAMPLES["slow"])
+    assert EXAMPLES["slow"] in out.splitlines()
