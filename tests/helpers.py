@@ -1,4 +1,5 @@
-"""Small helpers for the kernel tests: an agent on a virtual clock, and event collection."""
+"""The suite's shared doubles: the tools most tests call, an agent on a virtual clock, and event
+collection. Model doubles are :mod:`fsm_agent.testing`'s ``ScriptedModel`` (and its builders)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,29 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fsm_agent import Agent, Policy, RunHandle, RunResult, Runtime
+from fsm_agent import Agent, Policy, RunHandle, RunResult, Runtime, tool
 from fsm_agent.events import Event
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock
 
-__all__ = ["make_agent", "stream"]
+__all__ = ["add", "boom", "look", "make_agent", "stream"]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def boom(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+@tool
+def look(topic: str = "x") -> str:
+    """Look something up."""
+    return f"found {topic}"
 
 
 def make_agent(

@@ -40,13 +40,7 @@ from fsm_agent.machine.formulas import evaluate_all
 from fsm_agent.machine.table import TABLE, Outcome
 from fsm_agent.messages import FinishReason
 from fsm_agent.testing import ScriptedModel, finish, text, tool_call
-from helpers import make_agent, stream
-
-
-@tool
-def look(topic: str = "x") -> str:
-    """Look something up."""
-    return f"found {topic}"
+from helpers import look, make_agent, stream
 
 
 class Recorder:

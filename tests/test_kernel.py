@@ -46,13 +46,7 @@ from fsm_agent.testing import (
     tool_call,
     tool_calls,
 )
-from helpers import make_agent, stream
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+from helpers import add, make_agent, stream
 
 
 def states(result) -> list[str]:  # type: ignore[no-untyped-def]
