@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,11 @@ EXAMPLES = {
     "e2e": "tests/test_e2e_output.py",
     "browser": "tests/test_inspector_browser.py",
 }
+
+SLOW_MARK = re.compile(
+    r"^\s*@pytest\.mark\.slow\b|marks=pytest\.mark\.slow\b|^pytestmark = pytest\.mark\.slow\b",
+    re.MULTILINE,
+)
 
 
 def _pytest(*args: str) -> str:
@@ -49,3 +55,16 @@ def test_slow_tests_are_selected_by_their_marker() -> None:
     """``-m slow`` selects them."""
     out = _pytest("--collect-only", "-m", "slow", EXAMPLES["slow"])
     assert EXAMPLES["slow"] in out.splitlines()
+
+
+def test_readme_lists_every_module_with_slow_tests() -> None:
+    """README.md's test section names each test module that marks a test slow, and no other."""
+    marked = {
+        f"tests/{path.name}"
+        for path in (ROOT / "tests").glob("test_*.py")
+        if SLOW_MARK.search(path.read_text(encoding="utf-8"))
+    }
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("Run the whole test suite") : readme.index("## In code")]
+    listed = set(re.findall(r"^- `(tests/test_\w+\.py)`", section, re.MULTILINE))
+    assert listed == marked
