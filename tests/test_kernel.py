@@ -223,7 +223,7 @@ def test_a_malformed_response_is_retried() -> None:
     """A model returning something that is not a ModelResponse is a retryable malformed
     response, never a crash."""
 
-    class Broken:
+    class Broken:  # not a ScriptedModel: that one only plays well-formed responses
         name = "broken"
         context_window = None
         calls = 0
