@@ -7,6 +7,7 @@ by itself when ``CI=true``), ``fuzz`` (long). Choose one with ``--hypothesis-pro
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from conftest_network import no_external_network
 from postgres_store import store
 
-__all__ = ["no_external_network", "store"]
+__all__ = ["MARKERS", "Marker", "no_external_network", "store"]
 
 # The driver asserts that every outcome a handler reports is declared for its state.
 os.environ.setdefault("FSM_AGENT_CHECK_DECLARATIONS", "1")
@@ -31,20 +32,51 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-_OPT_IN = {
-    "slow": "slow tests are opt-in: run pytest -m slow",
-    "browser": "browser tests are opt-in: run pytest -m browser (needs /usr/bin/chromium)",
+@dataclass(frozen=True)
+class Marker:
+    """A marker of the suite: what it says of a test, and how to run it when it is opt-in."""
+
+    description: str
+    opt_in: str | None = None
+    """The skip message of an opt-in marker (``None``: the test runs by default)."""
+
+
+# Every marker of the suite, in one list (``--strict-markers`` accepts no other). An opt-in
+# marker's tests are skipped unless ``-m`` names it; its message says how to run them.
+MARKERS = {
+    "slow": Marker(
+        "slow by design: long fuzzing, soak, proof or build runs (README.md lists them)",
+        "slow tests are opt-in: run pytest -m slow",
+    ),
+    "e2e": Marker(
+        "drives a real local inference server",
+        "e2e tests are opt-in: run pytest -m e2e (pip install -r benchmarks/requirements-e2e.txt)",
+    ),
+    "browser": Marker(
+        "drives a headless Chromium (/usr/bin/chromium) against the inspector",
+        "browser tests are opt-in: run pytest -m browser (needs /usr/bin/chromium)",
+    ),
+    "postgres": Marker(
+        "needs a PostgreSQL server (FSM_AGENT_PG_DSN, default "
+        "postgresql://postgres@127.0.0.1:5432/test); skips, saying why, when none answers"
+    ),
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register :data:`MARKERS`."""
+    for name, marker in MARKERS.items():
+        how = f"; opt in with -m {name}" if marker.opt_in else ""
+        config.addinivalue_line("markers", f"{name}: {marker.description}{how}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` or ``browser`` are opt-in, as README.md says: they run when ``-m``
-    names their marker."""
+    """Tests with an opt-in marker run only when ``-m`` names their marker, as README.md says."""
     chosen = config.getoption("markexpr") or ""
-    for marker, reason in _OPT_IN.items():
-        if marker in chosen:
+    for name, marker in MARKERS.items():
+        if marker.opt_in is None or name in chosen:
             continue
-        skip = pytest.mark.skip(reason=reason)
+        skip = pytest.mark.skip(reason=marker.opt_in)
         for item in items:
-            if item.get_closest_marker(marker) is not None:
+            if item.get_closest_marker(name) is not None:
                 item.add_marker(skip)

@@ -1,16 +1,59 @@
-"""Small helpers for the kernel tests: an agent on a virtual clock, and event collection."""
+"""The suite's shared doubles: the tools most tests call, an agent on a virtual clock, and event
+collection. Model doubles are :mod:`fsm_agent.testing`'s ``ScriptedModel`` (and its builders)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from fsm_agent import Agent, Policy, RunHandle, RunResult, Runtime
+from fsm_agent import Agent, Policy, RunHandle, RunResult, Runtime, tool
 from fsm_agent.events import Event
+from fsm_agent.messages import ModelRequest, ModelResponse, StreamDelta
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock
 
-__all__ = ["make_agent", "stream"]
+__all__ = ["Held", "add", "boom", "look", "make_agent", "stream"]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def boom(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+@tool
+def look(topic: str = "x") -> str:
+    """Look something up."""
+    return f"found {topic}"
+
+
+class Held(ScriptedModel):
+    """A scripted model whose calls wait until ``release`` is set; ``entered`` is set as soon as
+    a call arrives (to cancel or interrupt a run while its model call is in flight)."""
+
+    def __init__(self, turns: Sequence[Turn] = (), *, context_window: int | None = None) -> None:
+        super().__init__(turns, name="held", context_window=context_window)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Wait for ``release``, then play the next turn."""
+        self.entered.set()
+        await self.release.wait()
+        return await super().complete(request)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Wait for ``release``, then stream the next turn."""
+        self.entered.set()
+        await self.release.wait()
+        async for item in super().stream(request):
+            yield item
 
 
 def make_agent(

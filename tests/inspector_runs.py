@@ -186,6 +186,7 @@ class Gate:
 
     def __init__(self) -> None:
         self._open = threading.Event()
+        self._reached = threading.Event()
 
     def open(self) -> None:
         """Let the waiting tool finish."""
@@ -193,8 +194,14 @@ class Gate:
 
     async def wait(self) -> None:
         """Wait until opened (polling, so the run's cancellation is honoured)."""
+        self._reached.set()
         while not self._open.is_set():  # noqa: ASYNC110 - opened from another thread
             await asyncio.sleep(0.02)
+
+    async def reached(self) -> None:
+        """Return once a tool waits at the gate (its run then rests in ``dispatching``)."""
+        if not await asyncio.to_thread(self._reached.wait, 60):
+            raise AssertionError("no tool reached the gate within a minute")
 
 
 def gated_agent(store: Checkpointer, gate: Gate) -> Agent[Any, Any]:

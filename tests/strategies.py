@@ -12,23 +12,11 @@ from fsm_agent import (
     RateLimitError,
     RetryPolicy,
     Verdict,
-    tool,
 )
 from fsm_agent.testing import Turn, fail, finish, text, tool_call, tool_calls
+from helpers import add, boom
 
 __all__ = ["TOOLS", "policies", "scripts", "verifiers"]
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-def boom(reason: str) -> str:
-    """Always fails."""
-    raise RuntimeError(reason)
 
 
 TOOLS = [add, boom]

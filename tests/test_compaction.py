@@ -48,6 +48,7 @@ from fsm_agent.events import CompactedEvent, Event
 from fsm_agent.kernel.agent import RunHandle, RunResult
 from fsm_agent.models import Model
 from fsm_agent.testing import ScriptedModel, fail, finish, text, tool_call
+from helpers import Held
 
 NO_INPUT = Usage(requests=1, output_tokens=5)  # no reported input tokens: the estimate stands
 # A length finish whose output filled the context (the policy names a 100,000-token window):
@@ -124,28 +125,13 @@ def tokens(messages: Sequence[Message]) -> int:
     return sum(estimate_tokens(m) for m in messages)
 
 
-class SummaryModel:
-    """Answers every call with a short summary, or raises when ``error`` is set."""
-
-    name = "summary"
-    context_window = None
-
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """A summary, or the error."""
-        self.requests.append(request)
-        if self.error is not None:
-            raise self.error
-        turn = text("they looked things up", usage=NO_INPUT)
-        assert isinstance(turn, ModelResponse)
-        return turn
+def summary_model(error: Exception | None = None) -> ScriptedModel:
+    """A model whose one call answers with a short summary, or raises ``error``."""
+    return ScriptedModel([fail(error) if error else text("they looked things up", usage=NO_INPUT)])
 
 
 def job_with(
-    model: SummaryModel, target: int, *, max_messages: int | None = None, keep_recent: int = 2
+    model: ScriptedModel, target: int, *, max_messages: int | None = None, keep_recent: int = 2
 ) -> CompactionJob:
     """A job whose model call goes to ``model``."""
 
@@ -349,7 +335,7 @@ def test_trimming_twice_changes_nothing_more() -> None:
 def test_summarize_replaces_the_oldest_part_and_keeps_recent_turns() -> None:
     """A summary message replaces the oldest groups; the recent turns stay verbatim."""
     history = long_history(10)
-    model = SummaryModel()
+    model = summary_model()
     result = compact(history, job_with(model, target=2_000), Compactor([Summarize()]))
     assert result.strategy == "summarize"
     summary = result.messages[2]
@@ -366,7 +352,7 @@ def test_summarize_replaces_the_oldest_part_and_keeps_recent_turns() -> None:
 
 def test_failed_summary_falls_back_to_the_window() -> None:
     """A summary call that fails is recorded and the sliding window shortens the history."""
-    model = SummaryModel(error=ProviderServerError("down", status_code=503))
+    model = summary_model(ProviderServerError("down", status_code=503))
     compactor = Compactor([Summarize(), SlidingWindow()])
     result = compact(long_history(10), job_with(model, target=2_000), compactor)
     assert result.strategy == "sliding_window"
@@ -422,7 +408,7 @@ def test_compaction_never_breaks_a_conversation(
     """Invariant 5 after any compaction: every call keeps exactly one result in order, no
     orphan, the system prompt first and once, the first and newest user messages kept; the
     result fits the goal unless nothing removable is left."""
-    model = SummaryModel(ProviderServerError("x") if "summary_fails" in names else None)
+    model = summary_model(ProviderServerError("x") if "summary_fails" in names else None)
     built: dict[str, CompactionStrategy] = {
         "window": SlidingWindow(),
         "trim": TrimToolOutputs(over=50),
@@ -643,23 +629,13 @@ def test_failed_summarisation_falls_back_and_is_never_fatal() -> None:
 def test_cancel_during_the_summary_call_aborts_the_run() -> None:
     """Cancelling while the summary call is in flight ends the run aborted, cancelled."""
     settings = CompactionSettings(strategies=("summarize", "sliding_window"))
-    started = asyncio.Event()
-
-    class Stuck:
-        name = "stuck"
-        context_window = 4_000
-
-        async def complete(self, request: ModelRequest) -> ModelResponse:
-            started.set()
-            await asyncio.sleep(3_600)
-            raise AssertionError("not reached")
-
-    agent = Agent(Stuck(), system_prompt="sys", policy=Policy(compaction=settings))
+    model = Held(context_window=4_000)
+    agent = Agent(model, system_prompt="sys", policy=Policy(compaction=settings))
     handle = RunHandle()
 
     async def go() -> RunResult:
         task = asyncio.create_task(agent.run("next", history=long_history(10)[1:], handle=handle))
-        await started.wait()
+        await model.entered.wait()
         handle.cancel()
         return await task
 
@@ -670,31 +646,15 @@ def test_cancel_during_the_summary_call_aborts_the_run() -> None:
 
 
 # -- a long run ------------------------------------------------------------------------------
-class LoopingModel:
-    """A scripted model that calls ``look`` ``steps`` times, then answers; it keeps no log of
-    its requests, so memory measured is the kernel's."""
-
-    name = "looping"
-
-    def __init__(self, steps: int, context_window: int) -> None:
-        self.left = steps
-        self.context_window = context_window
-        call = tool_call("look", {"q": 1}, id="call_1", usage=NO_INPUT)
-        answer = text("done", usage=NO_INPUT)
-        assert isinstance(call, ModelResponse)
-        assert isinstance(answer, ModelResponse)
-        self.call, self.answer = call, answer
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """The next turn."""
-        self.left -= 1
-        return self.call if self.left >= 0 else self.answer
-
-
 def long_run(steps: int) -> Agent[None]:
-    """An agent that will make ``steps`` tool calls under a 4,000-token window."""
+    """An agent whose model calls ``look`` ``steps`` times, then answers, under a 4,000-token
+    window; the model keeps no log of its requests, so memory measured is the kernel's."""
+    call = tool_call("look", {"q": 1}, id="call_1", usage=NO_INPUT)
+    model = ScriptedModel(
+        [call] * steps + [text("done", usage=NO_INPUT)], context_window=4_000, keep_requests=False
+    )
     policy = Policy(max_steps=steps + 1, max_compaction_attempts=steps)
-    return Agent(LoopingModel(steps, 4_000), tools=[look], system_prompt="sys", policy=policy)
+    return Agent(model, tools=[look], system_prompt="sys", policy=policy)
 
 
 def test_a_long_run_keeps_its_history_within_the_window() -> None:

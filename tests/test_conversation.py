@@ -12,8 +12,6 @@ from fsm_agent import (
     Counters,
     InvalidInputError,
     Message,
-    ModelRequest,
-    ModelResponse,
     Outcome,
     Role,
     State,
@@ -26,6 +24,7 @@ from fsm_agent.conversation import Conversation
 from fsm_agent.events import CompactedEvent
 from fsm_agent.kernel.agent import RunResult
 from fsm_agent.testing import ScriptedModel, text, tool_call
+from helpers import Held
 
 NO_INPUT = Usage(requests=1, output_tokens=5)
 
@@ -189,26 +188,15 @@ def test_a_suspended_last_run_must_be_resumed_first() -> None:
 
 def test_one_run_at_a_time() -> None:
     """A second run while one is in progress is refused."""
-    release = asyncio.Event()
-
-    class Slow:
-        name = "slow"
-        context_window = None
-
-        async def complete(self, request: ModelRequest) -> ModelResponse:
-            await release.wait()
-            turn = text("done")
-            assert isinstance(turn, ModelResponse)
-            return turn
-
-    conversation = Conversation(Agent(Slow()))
+    model = Held([text("done")])
+    conversation = Conversation(Agent(model))
 
     async def go() -> str | None:
         first = asyncio.create_task(conversation.run("one"))
         await asyncio.sleep(0)
         with pytest.raises(InvalidInputError, match="in progress"):
             await conversation.run("two")
-        release.set()
+        model.release.set()
         return (await first).output
 
     assert asyncio.run(go()) == "done"

@@ -18,25 +18,13 @@ from fsm_agent import (
 from fsm_agent.events import ToolCallEvent, ToolResultEvent
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.testing import text, tool_call, tool_calls
-from helpers import make_agent, stream
+from helpers import add, boom, make_agent, stream
 from invariants import check_history
 
 
 def results(messages: Any) -> list[ToolResult]:
     """Every tool result of a history, in order."""
     return [r for m in messages if m.role is Role.TOOL for r in m.tool_results]
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-def boom(reason: str) -> str:
-    """Always fails."""
-    raise RuntimeError(reason)
 
 
 def test_parallel_results_are_recorded_in_call_order_whatever_order_they_finish() -> None:

@@ -39,14 +39,8 @@ from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.formulas import evaluate_all
 from fsm_agent.machine.table import TABLE, Outcome
 from fsm_agent.messages import FinishReason
-from fsm_agent.testing import ScriptedModel, finish, text, tool_call
-from helpers import make_agent, stream
-
-
-@tool
-def look(topic: str = "x") -> str:
-    """Look something up."""
-    return f"found {topic}"
+from fsm_agent.testing import ScriptedModel, fail, finish, text, tool_call
+from helpers import look, make_agent, stream
 
 
 class Recorder:
@@ -64,7 +58,8 @@ class Recorder:
 
 
 class SlowSummary:
-    """A model that asks for a tool, then takes ``delay`` seconds over the tools-off summary."""
+    """A model that asks for a tool, then takes ``delay`` seconds over the tools-off summary
+    (not a ScriptedModel: it answers by the request, whether tools are offered)."""
 
     name = "slow-summary"
     context_window: int | None = None
@@ -185,7 +180,8 @@ def test_every_hook_sees_an_interrupted_run_to_its_end() -> None:
 
 # -- the caller's cancellation -----------------------------------------------------------------
 class Hangs:
-    """A model that calls ``on_call`` and then waits forever."""
+    """A model that calls ``on_call`` and then waits forever (not ``helpers.Held``: ``on_call``
+    must run in the very loop tick after the call arrives)."""
 
     def __init__(self, on_call: Any) -> None:
         self.on_call = on_call
@@ -521,22 +517,13 @@ def test_fsm_agent_fuzz_turns_the_declaration_check_on(monkeypatch: pytest.Monke
 
 
 # -- run_sync ----------------------------------------------------------------------------------
-class Broken:
-    """A model adapter with a bug: its call raises an error that is not a model error."""
-
-    name = "broken"
-    context_window = None
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        raise ValueError("adapter bug")
-
-
 @pytest.mark.parametrize("prompt", ["go", ""], ids=["adapter_error", "invalid_input"])
 def test_an_error_out_of_run_sync_carries_no_event_loop_check(prompt: str) -> None:
     """An exception out of ``run_sync`` has no ``RuntimeError('no running event loop')`` as its
     context: its traceback shows the error alone."""
     with pytest.raises((ValueError, InvalidInputError)) as caught:
-        Agent(Broken()).run_sync(prompt)
+        # a model adapter with a bug: its call raises an error that is not a model error
+        Agent(ScriptedModel([fail(ValueError("adapter bug"))])).run_sync(prompt)
     chain: list[BaseException] = []
     error: BaseException | None = caught.value
     while error is not None:

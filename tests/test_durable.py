@@ -27,18 +27,13 @@ from fsm_agent.durable import DurableRuns, register_agent
 from fsm_agent.errors import AuthenticationError, DurableRunError
 from fsm_agent.events import Event
 from fsm_agent.testing import ScriptedModel, Turn, fail, text, tool_call, tool_calls
+from helpers import add
 
 WORKER = Path(__file__).with_name("dbos_worker.py")
 DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 # -- in this process: a run on DBOS is the same run as a local one -------------------------------
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
 @tool
 def lookup(key: str) -> str:
     """Look a key up."""

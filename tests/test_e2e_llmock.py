@@ -25,6 +25,19 @@ from typing import Any
 import httpx
 import pytest
 
+from conformance import (
+    Backend,
+    ConformanceClaims,
+    Session,
+    anthropic_results,
+    anthropic_system,
+    gemini_results,
+    gemini_system,
+    openai_results,
+    openai_system,
+    responses_results,
+    responses_system,
+)
 from conftest_network import no_external_network  # noqa: F401
 from fsm_agent import Agent, Policy, RunHandle, tool
 from fsm_agent.errors import (
@@ -39,37 +52,9 @@ from fsm_agent.messages import FinishReason, Message, ModelRequest
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from provider_server import FAST, Turn, run
 from test_e2e_openai_server import _free_port, _stop, _wait_ready
-from test_providers_conformance import (
-    Backend,
-    Session,
-    _anthropic_results,
-    _anthropic_system,
-    _gemini_results,
-    _gemini_system,
-    _openai_results,
-    _openai_system,
-    _responses_results,
-    _responses_system,
-    test_every_finish_reason,
-    test_one_tool_call,
-    test_parallel_tool_calls,
-    test_streaming_equals_complete,
-    test_system_prompt_placement,
-    test_text_answer,
-    test_tool_result_round_trip,
-)
 
 pytestmark = pytest.mark.e2e
 
-__all__ = [
-    "test_every_finish_reason",
-    "test_one_tool_call",
-    "test_parallel_tool_calls",
-    "test_streaming_equals_complete",
-    "test_system_prompt_placement",
-    "test_text_answer",
-    "test_tool_result_round_trip",
-]
 
 KEY = "sk-llmock-e2e"
 # llmock's neutral finish names, which it writes in each provider's own terms.
@@ -83,11 +68,9 @@ FINISHES = {
 
 @pytest.fixture(scope="session")
 def llmock_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     """The base URL of an llmock server started for the session (and stopped after it)."""
-    if "e2e" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("end-to-end tests are opt-in: run pytest -m e2e")
     if importlib.util.find_spec("llmock") is None:
         pytest.skip("llmock is not installed: pip install -r benchmarks/requirements-e2e.txt")
     script = shutil.which("llmock", path=str(Path(sys.executable).parent)) or "llmock"
@@ -172,8 +155,8 @@ def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
             lambda url: OpenAIChatModel(
                 "gpt-e2e", base_url=f"{url}/v1", api_key=KEY, timeouts=FAST
             ),
-            _openai_system,
-            _openai_results,
+            openai_system,
+            openai_results,
         )
     if name == "openai-responses":
         return _llmock_backend(
@@ -182,8 +165,8 @@ def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
             lambda url: OpenAIResponsesModel(
                 "gpt-e2e", base_url=f"{url}/v1", api_key=KEY, timeouts=FAST
             ),
-            _responses_system,
-            _responses_results,
+            responses_system,
+            responses_results,
             # llmock writes a content_filter finish as a completed response: the Responses
             # format has no such status, only an incomplete response with that reason.
             finishes={k: v for k, v in FINISHES.items() if k is not FinishReason.CONTENT_FILTER},
@@ -195,8 +178,8 @@ def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
             lambda url: AnthropicModel(
                 "claude-e2e", base_url=f"{url}/anthropic", api_key=KEY, timeouts=FAST
             ),
-            _anthropic_system,
-            _anthropic_results,
+            anthropic_system,
+            anthropic_results,
         )
     return _llmock_backend(
         llmock_url,
@@ -204,10 +187,16 @@ def backend(request: pytest.FixtureRequest, llmock_url: str) -> Backend:
         lambda url: GeminiModel(
             "gemini-e2e", base_url=f"{url}/gemini/v1beta", api_key=KEY, timeouts=FAST
         ),
-        _gemini_system,
-        _gemini_results,
+        gemini_system,
+        gemini_results,
         sends_ids=False,  # llmock's Gemini function calls carry no id, as the API's often do
     )
+
+
+class TestLlmockConformance(ConformanceClaims):
+    """The conformance claims llmock can be scripted to show, against each provider on llmock."""
+
+    test_usage = None  # llmock estimates usage: it cannot report the scripted token counts
 
 
 FAULTS: dict[str, tuple[dict[str, Any], type[ModelError], bool]] = {

@@ -189,11 +189,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="session")
 def target(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Target]:
     """The server the session talks to: the user's, or the bundled one started (and stopped)."""
-    if "e2e" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("end-to-end tests are opt-in: run pytest -m e2e")
     base_url = os.environ.get("FSM_AGENT_E2E_BASE_URL")
     if base_url:
         model = os.environ.get("FSM_AGENT_E2E_MODEL")

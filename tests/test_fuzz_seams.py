@@ -101,6 +101,7 @@ def test_seams_catch_a_second_terminal_event() -> None:
 
 
 # -- 2. well-formed history -----------------------------------------------------------------------
+@pytest.mark.slow  # 600 examples whose deadlines run on the real clock
 def test_seams_catch_calls_left_unanswered_at_a_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: a run that stops while tools are pending leaves their calls unanswered."""
     monkeypatch.setattr(RunContext, "close_pending_calls", lambda self, reason: None)
@@ -145,6 +146,7 @@ async def _fail_open(self: HookSet, ctx: RunContext, call: ToolCall) -> Approval
     return None
 
 
+@pytest.mark.slow  # 300 examples whose hanging gates time out on the real clock
 def test_seams_catch_a_gate_that_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(HookSet, "run_approve_tool", _fail_open)
     report = fuzz(mode="seams", attacks=("gates",), examples=300, seed=0)
@@ -234,6 +236,7 @@ def test_a_short_seams_run_on_outside_attacks_finds_nothing() -> None:
     assert report.examples == 150
 
 
+@pytest.mark.slow  # every attack, hangs and deadlines on the real clock
 def test_a_short_seams_run_on_every_attack_finds_nothing() -> None:
     """Every attack family at once, on the real clock: no seam invariant breaks in 150
     examples (a fixed set, whatever the machine's load)."""

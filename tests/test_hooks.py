@@ -25,14 +25,8 @@ from fsm_agent.events import HookErrorEvent
 from fsm_agent.hooks import HookSet, MockResult, SkipTool
 from fsm_agent.messages import FinishReason, Role
 from fsm_agent.testing import text, tool_call
-from helpers import make_agent, stream
+from helpers import add, make_agent, stream
 from invariants import check_history
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def results(messages: Any) -> list[ToolResult]:

@@ -145,11 +145,9 @@ def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointe
 
     async def main() -> None:
         task = asyncio.create_task(agent.run("Build."))
-        for _ in range(500):  # the run's tool now waits for the gate
-            if any(r.state is State.DISPATCHING for r in store.runs()):
-                break
-            await asyncio.sleep(0.01)
+        await gate.reached()
         (summary,) = store.runs()
+        assert summary.state is State.DISPATCHING
         inspector = build(store, token=TOKEN)
         async with client(inspector) as http:
             svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
@@ -296,7 +294,7 @@ def test_a_second_answer_while_the_run_resumes_is_refused(store: SQLiteCheckpoin
             call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
             body = {"decisions": {call_id: {"decision": "allow"}}}
             assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
-            await asyncio.sleep(0.1)  # the approved tool now waits for the gate
+            await gate.reached()
             detail = (await http.get(url, headers=AUTH)).json()
             assert detail["resuming"] is True and detail["state"] == "dispatching"
             again = await http.post(f"{url}/decisions", json=body, headers=AUTH)

@@ -46,13 +46,7 @@ from fsm_agent.testing import (
     tool_call,
     tool_calls,
 )
-from helpers import make_agent, stream
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+from helpers import add, make_agent, stream
 
 
 def states(result) -> list[str]:  # type: ignore[no-untyped-def]
@@ -229,7 +223,7 @@ def test_a_malformed_response_is_retried() -> None:
     """A model returning something that is not a ModelResponse is a retryable malformed
     response, never a crash."""
 
-    class Broken:
+    class Broken:  # not a ScriptedModel: that one only plays well-formed responses
         name = "broken"
         context_window = None
         calls = 0

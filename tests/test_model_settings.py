@@ -21,12 +21,7 @@ from fsm_agent import (
 )
 from fsm_agent.conversation import Conversation
 from fsm_agent.testing import ScriptedModel, text, tool_call
-
-
-@tool
-def look(topic: str = "x") -> str:
-    """Look something up."""
-    return f"found {topic}"
+from helpers import look
 
 
 @tool

@@ -25,6 +25,7 @@ from fsm_agent.persistence import CrashingCheckpointer, SimulatedCrash
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import RetryPolicy
 from fsm_agent.testing import ScriptedModel, crash_and_resume, fail, text, tool_call, tool_calls
+from helpers import add
 
 
 @pytest.fixture
@@ -38,12 +39,6 @@ def _hooks(exporter: InMemorySpanExporter, **options: Any) -> OpenTelemetryHooks
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return OpenTelemetryHooks(tracer_provider=provider, request_model="scripted", **options)
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 @tool

@@ -47,7 +47,7 @@ from opentelemetry.semconv.attributes.exception_attributes import (
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from pydantic import BaseModel
 
-from fsm_agent import Agent, Conversation, Policy, tool
+from fsm_agent import Agent, Conversation, Policy
 from fsm_agent import _genai_names as names
 from fsm_agent.errors import AuthenticationError, ProviderServerError, RateLimitError
 from fsm_agent.messages import Usage
@@ -58,6 +58,7 @@ from fsm_agent.providers.anthropic import AnthropicModel
 from fsm_agent.providers.fallback import FallbackModel
 from fsm_agent.providers.openai import OpenAIChatModel
 from fsm_agent.testing import ScriptedModel, answer, crash_and_resume, fail, text, tool_call
+from helpers import add
 
 CHAT = GenAiOperationNameValues.CHAT.value
 INVOKE_AGENT = GenAiOperationNameValues.INVOKE_AGENT.value
@@ -88,12 +89,6 @@ def _attrs(span: ReadableSpan) -> dict[str, Any]:
 
 def _qualified(kind: type[BaseException]) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def _chat_json(model: str, content: str = "hello", usage: dict[str, Any] | None = None) -> Any:

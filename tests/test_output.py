@@ -48,6 +48,7 @@ from fsm_agent.testing import (
     text,
     tool_call,
 )
+from helpers import add
 from provider_server import (
     FAST,
     ProviderServer,
@@ -157,11 +158,6 @@ def test_the_verifier_sees_the_validated_object() -> None:
 
 def test_tool_calls_come_before_the_typed_answer() -> None:
     """Tools run as usual; only the final (no-tool) answer is validated."""
-
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), answer({"value": 3})])
     result = Agent(model, tools=[add], output_type=int).run_sync("add")
     assert result.output == 3

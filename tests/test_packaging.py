@@ -42,6 +42,7 @@ def test_the_licence_file_is_the_mit_licence_the_metadata_names() -> None:
     assert {"Repository", "Documentation", "Issues"} <= set(project["urls"])
 
 
+@pytest.mark.slow  # builds an sdist, then collects its whole suite in a fresh interpreter
 def test_the_sdist_ships_everything_its_tests_import(tmp_path: Path) -> None:
     """The sdist holds the licence and whatever the tests import (benchmarks/workload.py): its
     test suite is collected with no error."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, ConfigurationError, Message, Policy, RunState, Runtime, State, tool
+from fsm_agent import Agent, ConfigurationError, Message, Policy, RunState, Runtime, State
 from fsm_agent.errors import (
     CheckpointConflictError,
     CorruptCheckpointError,
@@ -28,12 +28,7 @@ from fsm_agent.persistence import (
 )
 from fsm_agent.persistence.sql import MIGRATIONS
 from fsm_agent.testing import ScriptedModel, text, tool_call
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+from helpers import add
 
 
 def _agent(store: Checkpointer, **kwargs: Any) -> Agent[None]:

@@ -47,7 +47,7 @@ from fsm_agent.approval import Approval
 from fsm_agent.events import HookErrorEvent, StepCompleteEvent, StepStartEvent, ToolResultEvent
 from fsm_agent.messages import MAX_ARGUMENT_DEPTH, FinishReason, Role, validate_history
 from fsm_agent.providers import AnthropicModel, OpenAIChatModel
-from fsm_agent.testing import Failure, text, tool_call, tool_calls
+from fsm_agent.testing import Failure, ScriptedModel, fail, text, tool_call, tool_calls
 from helpers import make_agent, stream
 from invariants import check_history
 
@@ -373,16 +373,8 @@ def test_a_store_failure_during_a_model_call_stops_the_run_with_that_error(
 def test_a_bug_in_a_model_adapter_is_not_disguised_as_a_model_error() -> None:
     """A model that raises something other than a ModelError makes the run raise it, itself:
     it is not turned into a fatal model_error the retry policy reasons about."""
-
-    class Broken:
-        name = "broken"
-        context_window = None
-
-        async def complete(self, request: ModelRequest) -> ModelResponse:
-            raise KeyError("choices")
-
     with pytest.raises(KeyError, match="choices"):
-        Agent(Broken()).run_sync("go")
+        Agent(ScriptedModel([fail(KeyError("choices"))])).run_sync("go")
 
 
 def test_a_retryable_model_error_is_still_an_outcome() -> None:

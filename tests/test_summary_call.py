@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from fsm_agent import Agent, Message, Policy, Role, StopReason, tool
+from fsm_agent import Agent, Message, Policy, Role, StopReason
 from fsm_agent.conversation import Conversation
 from fsm_agent.events import (
     AttemptDiscardedEvent,
@@ -22,14 +22,7 @@ from fsm_agent.kernel.states import SUMMARY_FALLBACK, SUMMARY_PROMPT
 from fsm_agent.messages import validate_history
 from fsm_agent.providers import OpenAIChatModel
 from fsm_agent.testing import ScriptedModel, fail, text, tool_call
-from helpers import make_agent, stream
-
-
-@tool
-def look(topic: str = "x") -> str:
-    """Look something up."""
-    return f"found {topic}"
-
+from helpers import look, make_agent, stream
 
 STEP_LIMIT = Policy(max_steps=1)
 

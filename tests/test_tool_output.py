@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsm_agent import CompactionSettings, Policy, StopReason, tool
+import pytest
+
+from fsm_agent import CompactionSettings, Policy, StopReason, Tool, tool
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.policy import ToolOutputSettings
 from fsm_agent.testing import text, tool_call
@@ -13,13 +15,23 @@ from fsm_agent.tool_output import PAGER_NAME
 from helpers import make_agent
 from invariants import check_history
 
-BIG = "".join(f"{i:07d}\n" for i in range(1_250_000))  # 10 MB of numbered lines
+
+@pytest.fixture(scope="module")
+def big() -> str:
+    """10 MB of numbered lines, built once and only for the tests that ask for it."""
+    return "".join(f"{i:07d}\n" for i in range(1_250_000))
 
 
-@tool
-def dump() -> str:
-    """Return a 10 MB text."""
-    return BIG
+@pytest.fixture
+def dump(big: str) -> Tool:
+    """A tool that returns :func:`big`."""
+
+    @tool
+    def dump() -> str:
+        """Return a 10 MB text."""
+        return big
+
+    return dump
 
 
 @tool
@@ -33,21 +45,23 @@ def results(messages: Any) -> list[ToolResult]:
     return [r for m in messages if m.role is Role.TOOL for r in m.tool_results]
 
 
-def test_a_10_mb_result_is_cut_in_the_history_with_a_marker_and_kept_whole() -> None:
+def test_a_10_mb_result_is_cut_in_the_history_with_a_marker_and_kept_whole(
+    big: str, dump: Tool
+) -> None:
     """The history holds max_chars plus a marker; the run's store holds all 10 MB."""
     agent, model, _ = make_agent([tool_call("dump", {}, id="d"), text("ok")], tools=[dump])
     result = agent.run_sync("go")
     (only,) = results(model.requests[1].messages)
-    assert len(BIG) == 10_000_000
-    assert only.content.startswith(BIG[:50_000])
+    assert len(big) == 10_000_000
+    assert only.content.startswith(big[:50_000])
     assert "showing 50000 of 10000000 characters" in only.content
     assert f'{PAGER_NAME}(call_id="d", offset=50000)' in only.content
     assert len(only.content) < 50_200
     assert result.run_state is not None
-    assert result.run_state.tool_outputs["d"] == BIG
+    assert result.run_state.tool_outputs["d"] == big
 
 
-def test_the_paging_tool_is_offered_only_once_an_output_was_cut() -> None:
+def test_the_paging_tool_is_offered_only_once_an_output_was_cut(dump: Tool) -> None:
     """Requests carry read_tool_output only after the store holds something."""
     agent, model, _ = make_agent(
         [tool_call("small", {"n": 3}), tool_call("dump", {}), text("ok")], tools=[small, dump]
@@ -57,7 +71,7 @@ def test_the_paging_tool_is_offered_only_once_an_output_was_cut() -> None:
     assert names == [["small", "dump"], ["small", "dump"], ["small", "dump", PAGER_NAME]]
 
 
-def test_the_model_pages_through_the_full_output() -> None:
+def test_the_model_pages_through_the_full_output(big: str, dump: Tool) -> None:
     """read_tool_output returns consecutive pages of the stored text."""
     policy = Policy(tool_output=ToolOutputSettings(max_chars=1_000))
     agent, model, _ = make_agent(
@@ -72,13 +86,13 @@ def test_the_model_pages_through_the_full_output() -> None:
     )
     result = agent.run_sync("go")
     pages = [r.content for r in results(result.messages)][1:]
-    assert pages[0].startswith(BIG[1_000:1_800])
+    assert pages[0].startswith(big[1_000:1_800])
     assert "next: offset=1800" in pages[0]
-    assert pages[1].startswith(BIG[1_800:2_600])
+    assert pages[1].startswith(big[1_800:2_600])
     check_history(model.requests[-1].messages)
 
 
-def test_paging_an_unknown_call_id_is_an_error_the_model_sees() -> None:
+def test_paging_an_unknown_call_id_is_an_error_the_model_sees(dump: Tool) -> None:
     """Asking for an output that was never stored gives an is_error result."""
     agent, _, _ = make_agent(
         [tool_call("dump", {}, id="d"), tool_call(PAGER_NAME, {"call_id": "zz"}), text("ok")],

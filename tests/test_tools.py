@@ -24,7 +24,7 @@ from fsm_agent import (
 from fsm_agent.events import AbortedEvent
 from fsm_agent.testing import text, tool_call
 from fsm_agent.tools import ToolRegistry, serialise_result
-from helpers import make_agent, stream
+from helpers import add, make_agent, stream
 
 
 def run_tool(t, arguments: dict | str, **context):  # type: ignore[no-untyped-def, type-arg]
@@ -72,12 +72,6 @@ def test_sync_and_async_tools_both_run() -> None:
 
 def test_invalid_arguments_become_an_error_result_the_model_can_act_on() -> None:
     """Arguments that fail validation give an is_error result naming the field (DESIGN §6)."""
-
-    @tool
-    def add(a: int, b: int) -> int:
-        """Add."""
-        return a + b
-
     result = run_tool(add, {"a": "x"}).result
     assert result.is_error
     assert "invalid arguments for tool 'add'" in result.content

@@ -16,19 +16,12 @@ from fsm_agent import (
     State,
     StopReason,
     UsageLimits,
-    tool,
 )
 from fsm_agent.events import AttemptDiscardedEvent, HookErrorEvent
 from fsm_agent.kernel.limits import usage_exceeded
 from fsm_agent.messages import Usage
 from fsm_agent.testing import text, tool_call
-from helpers import make_agent, stream
-
-
-@tool
-def look(topic: str = "x") -> str:
-    """Look something up."""
-    return f"found {topic}"
+from helpers import look, make_agent, stream
 
 
 def _usage(cost: float, **counts: int) -> Usage:

@@ -20,12 +20,7 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.testing import ScriptedModel, text
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+from helpers import add
 
 
 def _agent(**options: Any) -> Agent[Any, Any]:
