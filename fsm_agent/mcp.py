@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import importlib
 import json
 import re
 import sys
@@ -46,6 +47,12 @@ try:
     from mcp import Client, MCPError, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
+
+    # The SDK imports jsonschema inside the first call whose result has structured content, to
+    # validate it; that import blocks the event loop for tens of milliseconds (hundreds on a
+    # busy machine), long enough for parallel calls to time out with their answers unread.
+    # Imported here, it costs once, while nothing waits on the loop.
+    importlib.import_module("jsonschema")
 except ImportError as exc:
     raise MissingExtraError("fsm_agent.mcp", extra="mcp", module="mcp") from exc
 

@@ -5,6 +5,7 @@ the middle of a call, one that hangs, one that errs, and one restarted between t
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -390,6 +391,32 @@ def test_the_sdk_is_imported_only_by_fsm_agent_mcp() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert "[mcp] extra" in out
+
+
+def test_a_call_imports_no_module_while_the_event_loop_waits_on_it() -> None:
+    """A call imports no module: an import stalls the event loop, and a parallel call whose
+    answer sits unread meanwhile runs out its timeout (the SDK imports jsonschema to validate
+    the first structured result)."""
+    code = (
+        "import asyncio, json, sys\n"
+        "from fsm_agent import MCPServerError\n"
+        "from fsm_agent.mcp import MCPServerStdio\n"
+        "async def main():\n"
+        f"    async with MCPServerStdio(sys.executable, [{SERVER!r}, 'stdio']) as server:\n"
+        "        before = set(sys.modules)\n"
+        "        assert await server.call('add', {'a': 1, 'b': 2}) == '3'\n"
+        "        for name, arguments in (('fail', {'reason': 'no'}), ('reject', {})):\n"
+        "            try:\n"
+        "                await server.call(name, arguments)\n"
+        "            except MCPServerError:\n"
+        "                pass\n"
+        "        return sorted(set(sys.modules) - before)\n"
+        "print(json.dumps(asyncio.run(main())))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
 
 
 def test_bounds_count_mcp_tool_calls_like_any_tool_call() -> None:
