@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -71,7 +72,24 @@ def test_a_paused_run_resumed_from_json_equals_the_plain_run() -> None:
     record = run_case(case)
     assert record.reference is not None
     assert len(record.invocations) == 2  # the pause suspended the run, the fuzzer resumed it
+    assert record.paused
     assert check_case(case).result.output == "4"
+
+
+def test_a_pause_that_took_no_effect_is_named_when_the_twin_runs_differ() -> None:
+    """Invariant 10's report says when the pause came too late to take effect: both runs then
+    ran uninterrupted, so their difference is not the checkpoint's."""
+    case = FuzzCase(
+        script=(tool_call("add", {"a": 1, "b": 2}), text("3")),
+        policy=Policy(max_steps=3),
+        pause_after=15,  # after the only tool turn, where a pause is taken
+    )
+    record = run_case(case)
+    assert record.reference is not None
+    record.reference = replace(record.reference, output="4")  # a twin that ended otherwise
+    with pytest.raises(InvariantViolation, match="its pause took no effect: neither run paused"):
+        check_invariants(record)
+    assert not record.paused and len(record.invocations) == 1
 
 
 def test_approvals_and_questions_are_resumed_with_the_decisions() -> None:

@@ -426,6 +426,32 @@ def test_the_sdk_is_imported_only_by_fsm_agent_mcp() -> None:
     assert "[mcp] extra" in out
 
 
+def test_a_call_imports_no_module_while_the_event_loop_waits_on_it() -> None:
+    """A call imports no module: an import stalls the event loop, and a parallel call whose
+    answer sits unread meanwhile runs out its timeout (the SDK imports jsonschema to validate
+    the first structured result)."""
+    code = (
+        "import asyncio, json, sys\n"
+        "from fsm_agent import MCPServerError\n"
+        "from fsm_agent.mcp import MCPServerStdio\n"
+        "async def main():\n"
+        f"    async with MCPServerStdio(sys.executable, [{SERVER!r}, 'stdio']) as server:\n"
+        "        before = set(sys.modules)\n"
+        "        assert (await server.call('add', {'a': 1, 'b': 2})).text == '3'\n"
+        "        for name, arguments in (('fail', {'reason': 'no'}), ('reject', {})):\n"
+        "            try:\n"
+        "                await server.call(name, arguments)\n"
+        "            except MCPServerError:\n"
+        "                pass\n"
+        "        return sorted(set(sys.modules) - before)\n"
+        "print(json.dumps(asyncio.run(main())))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
+
+
 def test_bounds_count_mcp_tool_calls_like_any_tool_call() -> None:
     policy = Policy(max_tool_calls=2, max_consecutive_errors=10)
     model = ScriptedModel(
@@ -447,12 +473,17 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
     """Generated scripts call the server's tools (one fails, one errs over JSON-RPC, one hangs
     past its timeout), with cancels, pauses and approvals; every run invariant holds, the
     bounds included."""
+    # Invariant 10 compares a run with its uninterrupted twin, so a call must end the same way
+    # in both. A tool that answers is given a timeout no busy machine reaches: its answer is a
+    # real round trip through a subprocess, which a machine short of CPU can stretch past a
+    # short limit in one twin and not the other. Only "hang" keeps a short timeout (every call
+    # to it waits that long): it never answers, so it times out in both twins.
     server = stdio(
         include={"add", "fail", "reject", "hang", "whoami"},
-        timeout_s=0.05,
+        timeout_s=30,
         needs_approval={"whoami"},
     )
-    policy = Policy(max_steps=4, max_tool_calls=4, tool_timeout_s=0.05)
+    policy = Policy(max_steps=4, max_tool_calls=4)
     called: list[str] = []
     call = server.call
 
@@ -468,6 +499,8 @@ def test_the_fuzzer_runs_an_agent_whose_tools_are_a_real_mcp_servers() -> None:
     engine = Engine(None, seed=21)
     try:
         engine.loop.run_until_complete(server.__aenter__())
+        (hang,) = [t for t in server.tools if t.name == "hang"]
+        hang.timeout_s = 0.05
         engine.use(make_agent)
         session = engine.run(range(40))
         engine.loop.run_until_complete(server.__aexit__(None, None, None))

@@ -487,6 +487,7 @@ def _run_once(
         bounds=computed,
         runaway=control.runaway,
         played=list(model.played),
+        paused=control.paused,
     )
 
 
@@ -505,6 +506,7 @@ class _Control:
         self.moves = 0
         self.runaway: str | None = None
         self.cancelled_at: tuple[int, int] | None = None
+        self.paused = False  # the pause took effect: the run was checkpointed and resumed
 
     def cancel(self) -> None:
         """Cancel the run, recording how much work had started."""
@@ -555,6 +557,7 @@ class _Control:
                     break
                 resumes -= 1
             else:  # the pause: checkpoint, reload, resume the copy
+                self.paused = True
                 copy = RunState.model_validate_json(resume.run_state.model_dump_json())
                 resume = ResumeHandle.of(copy)
                 fresh = RunHandle()  # a handle controls one run state

@@ -105,7 +105,8 @@ class RunRecord:
     ``invocations`` splits ``events`` by invocation (the run, then each resume; default: one).
     ``played`` is the turn answered to each request (default: the script's first turns).
     ``runaway`` says why the fuzzer stopped a run that did not end by itself; ``reference`` is
-    the same run without its pause (invariant 10).
+    the same run without its pause (invariant 10); ``paused`` says whether the pause took effect
+    (a pause asked for after the run's last tool turn does not).
     """
 
     result: RunResult[Any]
@@ -120,6 +121,7 @@ class RunRecord:
     runaway: str | None = None
     played: list[Turn] | None = None
     reference: RunResult[Any] | None = None
+    paused: bool = False
 
 
 def check_history(messages: Sequence[Message], *, pending: bool = False) -> None:
@@ -210,11 +212,18 @@ def check_invariants(record: RunRecord) -> int:
         return 9
     # 10. Checkpoint (pause, JSON, reload) and resume = the uninterrupted run.
     ref = record.reference
+    # Without the pause the two runs should be the same run twice: say so, or the search for the
+    # difference starts in the checkpoint.
+    where = (
+        "after a checkpoint and resume"
+        if record.paused
+        else "between two runs of the case (its pause took no effect: neither run paused)"
+    )
     for name in ("state", "stop_reason", "output", "model_calls", "tool_executions", "messages"):
         if getattr(result, name) != getattr(ref, name):
             raise InvariantViolation(
                 10,
-                f"{name} differs after a checkpoint and resume: {getattr(result, name)!r:.200} vs "
+                f"{name} differs {where}: {getattr(result, name)!r:.200} vs "
                 f"{getattr(ref, name)!r:.200} uninterrupted",
             )
     return 10

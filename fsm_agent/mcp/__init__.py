@@ -25,8 +25,16 @@ Needs the ``[mcp]`` extra (the official ``mcp`` SDK); importing this module with
 
 from __future__ import annotations
 
+import importlib
+
 try:
     import mcp as _sdk  # noqa: F401  (the SDK must be there before the modules that use it load)
+
+    # The SDK imports jsonschema inside the first call whose result has structured content, to
+    # validate it; that import blocks the event loop for tens of milliseconds (hundreds on a
+    # busy machine), long enough for parallel calls to time out with their answers unread.
+    # Imported here, it costs once, while nothing waits on the loop (the SDK depends on it).
+    importlib.import_module("jsonschema")
 except ImportError as exc:
     from ..errors import MissingExtraError
 
