@@ -84,3 +84,17 @@ def test_a_run_result_is_filled_by_field_name() -> None:
         _filled(**values)
     with pytest.raises(TypeError, match="stopdetail"):
         _filled(**values, stopdetail=None)
+
+
+def test_a_new_system_prompt_reaches_the_model_of_later_runs() -> None:
+    """Assigning ``system_prompt`` changes the system message the next runs send, and the
+    definition their stored runs are checked against."""
+    agent, model, _ = make_agent([text("a"), text("b")], system_prompt="Be brief.")
+    before = agent._plan.definition
+    agent.run_sync("one")
+    agent.system_prompt = "Be thorough."
+    agent.run_sync("two")
+    firsts = [request.messages[0] for request in model.requests]
+    assert [m.role.value for m in firsts] == ["system", "system"]
+    assert [m.text for m in firsts] == ["Be brief.", "Be thorough."]
+    assert agent._plan.definition != before

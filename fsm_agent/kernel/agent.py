@@ -121,8 +121,6 @@ class Agent(Generic[DepsT, OutputT]):
                 f"model must implement fsm_agent.Model (an object with 'async def "
                 f"complete(request)'); got {type(model).__name__}"
             )
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ConfigurationError("system_prompt must be a string")
         if verifier is not None and not callable(verifier):
             raise ConfigurationError("verifier must be callable")
         for condition in stop_conditions:
@@ -151,7 +149,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.output_type = cast("type[OutputT]", str if output_type is None else output_type)
         self._output_spec = output_spec(self.output_type)
         self.model = model
-        self.system_prompt = system_prompt
+        self._system_prompt = _checked_prompt(system_prompt)
         self.hooks = HookSet(hooks)
         self.verifier = verifier
         self.phases = phases
@@ -172,7 +170,7 @@ class Agent(Generic[DepsT, OutputT]):
             tools=self._tools_given,
             policy=policy,
             machine=self.machine,
-            system_prompt=self.system_prompt,
+            system_prompt=self._system_prompt,
             verifier=self.verifier,
             stop_conditions=self.stop_conditions,
             hooks=self.hooks,
@@ -193,6 +191,22 @@ class Agent(Generic[DepsT, OutputT]):
     @policy.setter
     def policy(self, policy: Policy) -> None:
         self._plan = self._compile(policy)
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt. Assigning a new one applies to the runs started after it (and
+        changes the definition a stored run is resumed under)."""
+        return self._system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, system_prompt: str | None) -> None:
+        previous = self._system_prompt
+        self._system_prompt = _checked_prompt(system_prompt)
+        try:
+            self._plan = self._compile(self.policy)
+        except BaseException:
+            self._system_prompt = previous
+            raise
 
     @property
     def tools(self) -> ToolRegistry:
@@ -422,6 +436,14 @@ class Agent(Generic[DepsT, OutputT]):
         async with contextlib.aclosing(listened(ctx, drive(ctx))) as events:
             async for event in events:
                 yield event
+
+
+def _checked_prompt(system_prompt: object) -> str | None:
+    """``system_prompt``, refused with a :class:`~fsm_agent.ConfigurationError` unless it is a
+    string or ``None``."""
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise ConfigurationError("system_prompt must be a string")
+    return system_prompt
 
 
 def _result_of(ctx: RunContext) -> RunResult[Any]:

@@ -67,11 +67,7 @@ class Plan:
     verifier: Callable[..., Any] | None
     stop_conditions: tuple[Callable[[RunState], object], ...]  # the phases' own included
     output_spec: OutputSpec | None  # how answers are validated (None: text output)
-
-    @property
-    def output_schema(self) -> OutputSchema | None:
-        """The JSON schema the model's answer must follow (``None``: text output)."""
-        return None if self.output_spec is None else self.output_spec.schema
+    output_schema: OutputSchema | None  # the JSON schema of the answer (None: text output)
 
     @cached_property
     def definition(self) -> str:
@@ -145,6 +141,7 @@ def compile_plan(
         verifier=verifier,
         stop_conditions=stops,
         output_spec=output_spec,
+        output_schema=None if output_spec is None else output_spec.schema,
     )
 
 
