@@ -186,17 +186,18 @@ class OpenTelemetryHooks:
         self, invocation: _Invocation, agent: Agent[Any, Any], run_state: RunState
     ) -> dict[str, Any]:
         """The agent's attributes of the invocation span; keeps its tools' descriptions."""
-        tools = agent.tool_definitions
-        if agent.pager is not None:
-            tools = (*tools, agent.pager.definition)
+        plan = agent._plan
+        tools = plan.tool_definitions
+        if plan.pager is not None:
+            tools = (*tools, plan.pager.definition)
         invocation.descriptions = {t.name: t.description for t in tools if t.description}
-        models = agent.models  # the model taking the calls now: models[model_switches]
+        models = plan.models  # the model taking the calls now: models[model_switches]
         model = models[min(run_state.counters.model_switches, len(models) - 1)]
         return {
             # The definition's fingerprint (tools, instructions, policy): the same in every
             # process that runs this agent, as durable runs need (hashed: it is long).
-            n.GEN_AI_AGENT_ID: hashlib.sha256(agent._definition().encode()).hexdigest()[:32],
-            n.GEN_AI_OUTPUT_TYPE: n.OUTPUT_TEXT if agent.output_schema is None else n.OUTPUT_JSON,
+            n.GEN_AI_AGENT_ID: hashlib.sha256(plan.definition.encode()).hexdigest()[:32],
+            n.GEN_AI_OUTPUT_TYPE: n.OUTPUT_TEXT if plan.output_schema is None else n.OUTPUT_JSON,
             **self._model_info(invocation, model).attributes,
         }
 

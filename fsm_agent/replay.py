@@ -155,7 +155,7 @@ class Recorder:
             input=Message.user(prompt) if isinstance(prompt, str) else prompt,
             history=list(history),
             policy=agent.policy,
-            tools=list(agent.tool_definitions),
+            tools=list(agent._plan.tool_definitions),
             verifier=agent.verifier is not None,
             children=child_headers(agent),
         )

@@ -48,7 +48,7 @@ def child_headers(agent: Agent[Any, Any]) -> dict[str, ChildHeader]:
             description=tool.description,
             system_prompt=tool.agent.system_prompt,
             policy=tool.agent.policy,
-            tools=list(tool.agent.tool_definitions),
+            tools=list(tool.agent._plan.tool_definitions),
             verifier=tool.agent.verifier is not None,
             children=child_headers(tool.agent),
         )

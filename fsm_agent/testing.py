@@ -140,7 +140,7 @@ async def crash_and_resume(
         try:
             return await agent.resume(run_id), True
         except RunFinishedError:
-            return RunResult.of(inner.load(run_id).state, None, agent.output_spec), True
+            return RunResult.of(inner.load(run_id).state, None, agent._plan.output_spec), True
     finally:
         agent.checkpointer = saved
 

@@ -138,7 +138,7 @@ def test_a_tool_asking_for_a_tool_context_gets_run_call_step_and_deps() -> None:
     )
     result = agent.run_sync("go")
     assert seen == [(result.run_id, "c1", 1, {"k": 1})]
-    assert "ctx" not in json.dumps(agent.tool_definitions[0].parameters)
+    assert "ctx" not in json.dumps(agent.tools["where"].definition.parameters)
 
 
 # -- bad input and faults ----------------------------------------------------------------------

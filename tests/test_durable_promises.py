@@ -24,7 +24,7 @@ from fsm_agent.errors import (
     RunFinishedError,
 )
 from fsm_agent.events import AbortedEvent
-from fsm_agent.messages import Message, validate_history
+from fsm_agent.messages import validate_history
 from fsm_agent.persistence import (
     Checkpoint,
     Checkpointer,
@@ -257,7 +257,6 @@ def test_resuming_under_another_definition_is_refused_unless_allowed(store: Chec
     position, _, _ = _crashed_before_the_charge(store, seen)
     other = make_agent(store, lambda w: seen.update([w]), position=position)
     other.system_prompt = "Spend freely."
-    other.system_message = Message.system(other.system_prompt)
     before = Counter(seen)
     with pytest.raises(DefinitionChangedError, match="system_prompt") as caught:
         asyncio.run(other.resume(RUN_ID))
@@ -270,7 +269,6 @@ def test_resuming_under_another_definition_is_refused_unless_allowed(store: Chec
 def test_equal_policies_give_one_fingerprint() -> None:
     """A set's iteration order depends on how it was built: two equal policies whose retryable
     statuses were inserted in another order give one fingerprint, so a worker resumes them."""
-    from fsm_agent.kernel.definition import definition_fingerprint
     from fsm_agent.policy import RetryPolicy
 
     def agent(statuses: list[int]) -> Agent[None]:
@@ -279,7 +277,7 @@ def test_equal_policies_give_one_fingerprint() -> None:
 
     one, other = agent([504, 408, 429]), agent([408, 504, 429])
     assert one.policy == other.policy
-    assert definition_fingerprint(one) == definition_fingerprint(other)
+    assert one._plan.definition == other._plan.definition
 
 
 # -- counters after a crash -----------------------------------------------------------------------

@@ -367,12 +367,12 @@ def test_an_effect_adapter_that_replaces_the_chain_makes_the_agent_single_model(
     """``with_effects(model=...)`` with a plain model gives an agent whose guards read one
     model (no switch row can fire); with another chain, that chain's length."""
     agent = _agent(_model("a"), _model("b"), _model("c"))
-    assert agent.limits.max_model_switches == 2
+    assert agent._plan.limits.max_model_switches == 2
     plain = agent.with_effects(model=_model("wrapped", text("hi")))
-    assert plain.limits.max_model_switches == 0 and plain.models == (plain.model,)
+    assert plain._plan.limits.max_model_switches == 0 and plain._plan.models == (plain.model,)
     assert plain.run_sync("hi").output == "hi"
     rechained = agent.with_effects(model=FallbackModel(_model("x"), _model("y")))
-    assert rechained.limits.max_model_switches == 1 and len(rechained.models) == 2
+    assert rechained._plan.limits.max_model_switches == 1 and len(rechained._plan.models) == 2
 
 
 def test_a_recorded_run_that_moved_down_the_chain_replays_without_divergence(

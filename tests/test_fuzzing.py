@@ -3,6 +3,7 @@ failure prints as a test; the CLI and the one-line CI helper."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from dataclasses import replace
@@ -184,7 +185,8 @@ def test_fuzz_agent_fails_with_the_counterexample() -> None:
     def broken(model: Model) -> Agent[Any, Any]:
         agent = small_agent(model)
         # The kernel decides by other limits than its policy's: the bound now disagrees.
-        agent.decide = agent.machine.deciding(limits_of(Policy(max_steps=1), verification=False))
+        wrong = agent.machine.deciding(limits_of(Policy(max_steps=1), verification=False))
+        agent._plan = dataclasses.replace(agent._plan, decide=wrong)
         return agent
 
     with pytest.raises(AssertionError, match="def test_fuzz_counterexample"):

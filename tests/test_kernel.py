@@ -730,4 +730,4 @@ def test_with_effects_routes_model_and_tools_through_adapters() -> None:
     assert result.output == "3"
     assert seen == ["model", "tool add", "model"]
     assert agent.model is model and not isinstance(agent.tools["add"], Logged)
-    assert adapted.tool_definitions == agent.tool_definitions
+    assert adapted.tools.definitions == agent.tools.definitions

@@ -479,7 +479,7 @@ def test_the_checker_and_the_fuzzer_run_an_agent_with_mcp_tools_typed_output_and
     try:
         engine.loop.run_until_complete(server.__aenter__())
         probe = make_agent(ScriptedModel([]))
-        assert (len(probe.models), probe.limits.output_validation) == (2, True)
+        assert (len(probe._plan.models), probe._plan.limits.output_validation) == (2, True)
         report = check(policy, models=2, output_validation=True)
         engine.use(make_agent)
         session = engine.run(range(40))

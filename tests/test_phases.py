@@ -406,7 +406,7 @@ def test_resuming_under_another_phase_table_is_refused() -> None:
         asyncio.run(agent_for(turns[2:], other, checkpointer=store).resume(first.resume_handle))
     assert caught.value.changed == ("phases",)
     plain = Agent(ScriptedModel([]), tools=[read])
-    assert "phases=" not in plain._definition()
+    assert "phases=" not in plain._plan.definition
 
 
 def test_resuming_under_another_exit_check_is_refused() -> None:

@@ -22,6 +22,7 @@ from fsm_agent.errors import (
     RunFinishedError,
     UnknownRunError,
 )
+from fsm_agent.kernel.resuming import resume_context
 from fsm_agent.persistence import (
     Checkpoint,
     Checkpointer,
@@ -262,7 +263,7 @@ def test_a_zombie_worker_stops_at_its_next_write(tmp_path: Path) -> None:
         if not taken:
             taken = True
             other = make_agent(SQLiteCheckpointer(path), lambda _: None)
-            resuming = other._resume_context(RUN_ID, None, None, None, listening=False)
+            resuming = resume_context(other, RUN_ID, None, None, None, None, False, False)
             with ThreadPoolExecutor(1) as worker:  # another worker, with a loop of its own
                 ctx = worker.submit(asyncio.run, resuming).result()
             assert ctx.durable is not None  # the other worker claimed the run

@@ -153,4 +153,4 @@ def test_max_chars_none_keeps_outputs_whole_and_offers_no_pager() -> None:
     agent.run_sync("go")
     (only,) = results(model.requests[1].messages)
     assert len(only.content) == 60_000
-    assert agent.pager is None
+    assert agent._plan.pager is None

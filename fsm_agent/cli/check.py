@@ -114,8 +114,8 @@ def run_check_command(args: argparse.Namespace) -> int:
         policy = agent.policy
         # The agent's own settings stand for the flags that describe an agent.
         args.verifier = args.verifier or agent.verifier is not None
-        args.output_type = args.output_type or agent.output_spec is not None
-        args.models = len(agent.models)
+        args.output_type = args.output_type or agent._plan.output_spec is not None
+        args.models = len(agent._plan.models)
     if args.phases is not None:
         return _check_phases(args, policy)
     proof = prove()

@@ -37,8 +37,8 @@ def agent_drawings(
         agent.policy,
         verifier=agent.verifier is not None,
         stop_conditions=bool(agent.stop_conditions),
-        models=len(agent.models),
-        output_type=agent.output_spec is not None,
+        models=len(agent._plan.models),
+        output_type=agent._plan.output_spec is not None,
     )
     drawing = diagrams.plan(scope=scope, title=f"fsm_agent: {title}")
     draw = composition_mermaid if fmt == "mermaid" else composition_dot

@@ -458,8 +458,8 @@ def _run_once(
     )
     computed = bounds(
         agent.policy,
-        verification=agent.limits.verification or agent.limits.output_validation,
-        models=len(agent.models),
+        verification=agent._plan.limits.verification or agent._plan.limits.output_validation,
+        models=len(agent._plan.models),
         children=children_bounds(agent),  # agents it uses as tools share the fuzzed model
     )
     calls, turns = computed.max_model_calls, computed.max_tool_turns
@@ -480,7 +480,7 @@ def _run_once(
         events=control.events,
         model=model,
         policy=agent.policy,
-        limits=agent.limits,
+        limits=agent._plan.limits,
         cancelled_at=control.cancelled_at,
         invocations=control.invocations,
         machine=agent.machine,

@@ -103,9 +103,9 @@ def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | No
     if make_agent is None:
         return None
     agent = make_agent(FuzzModel(()))
-    definitions = list(agent.tool_definitions)
-    if agent.output_schema is not None:
-        definitions.append(answer_tool(agent.output_schema))
+    definitions = list(agent._plan.tool_definitions)
+    if agent._plan.output_schema is not None:
+        definitions.append(answer_tool(agent._plan.output_schema))
     return definitions
 
 

@@ -139,7 +139,7 @@ async def _play(
 ) -> list[tuple[str, str]]:
     handle = RunHandle()
     events = [e async for e in agent.run_stream("go", handle=handle)]
-    compiled = agent.phases
+    compiled = agent._plan.phases
     assert compiled is not None
     assert handle.result is not None
     rs = handle.result.run_state

@@ -59,7 +59,7 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
         version += 1
         await in_store_thread(store, lambda: store.save(rs, version=version))  # the claim
         await _settle_from_journal(agent, store, rs)
-    move = agent.decide(rs.state, Outcome.CANCEL, rs.counters)
+    move = agent._plan.decide(rs.state, Outcome.CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
@@ -71,7 +71,7 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
     error = RunAbandonedError(f"the run was abandoned: {reason}", run_id=run_id, reason=reason)
     rs.error = str(error)
     await in_store_thread(store, lambda: store.save(rs, version=version + 1))
-    return RunResult.of(rs, error, agent.output_spec)
+    return RunResult.of(rs, error, agent._plan.output_spec)
 
 
 async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: RunState) -> None:
@@ -80,7 +80,7 @@ async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: 
     effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
-    max_chars = agent.settings.max_output_chars
+    max_chars = agent._plan.settings.max_output_chars
     results = list(rs.tool_results)
     for call in rs.pending_tool_calls:
         if call.id in settled:

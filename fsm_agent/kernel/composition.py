@@ -198,7 +198,7 @@ def _shared_limits(
     """The child's usage limits under ``parent``'s: each the smaller of the child's own and
     what the parent has left; the grant taken from the parent; and, when the parent has
     nothing left of a limit, which one."""
-    theirs = parent.agent.policy.usage_limits
+    theirs = parent.plan.policy.usage_limits
     used = _used(parent.rs.usage, parent.rs.model_calls)
     values: dict[str, Any] = {}
     granted: dict[str, float] = {}
@@ -226,13 +226,13 @@ def _bounded(
     policy = agent.policy
     update: dict[str, Any] = {}
     grant = None
-    if parent.agent.usage_limited:
+    if parent.plan.usage_limited:
         limits, grant, spent = _shared_limits(policy.usage_limits, parent, grants)
         if spent is not None:
             return agent, None, f"the run's usage limit usage_limits.{spent} is reached"
         update["usage_limits"] = limits
     if parent.deadline is not None:
-        left = parent.deadline - parent.agent.runtime.clock()
+        left = parent.deadline - parent.runtime.clock()
         if left <= 0:
             return agent, None, "the run's wall-clock limit has passed"
         own = policy.max_wall_clock_s
@@ -273,7 +273,7 @@ async def _run_child(
             rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
             _charge(parent, rs)
-            return _answer(name, RunResult.of(rs, None, child.output_spec))
+            return _answer(name, RunResult.of(rs, None, child._plan.output_spec))
     else:
         rs = RunState.start(child.runtime.new_id())
     ctx = ChildRunContext(
@@ -374,9 +374,9 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
     way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
     return bounds(
         agent.policy,
-        verification=agent.verifier is not None or agent.output_spec is not None,
+        verification=agent.verifier is not None or agent._plan.output_spec is not None,
         model_timeout_s=model_timeout_s,
-        models=len(agent.models),
+        models=len(agent._plan.models),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
     )
 
@@ -398,8 +398,8 @@ def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
         machine=agent.machine,
         verification=agent.verifier is not None,
         stop_conditions=bool(agent.stop_conditions),
-        models=len(agent.models),
-        output_validation=agent.output_spec is not None,
+        models=len(agent._plan.models),
+        output_validation=agent._plan.output_spec is not None,
     )
 
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..model_settings import ModelSettings
     from ..persistence.run_log import RunLog
     from .agent import Agent, RunHandle
+    from .plan import Plan
+    from .run import Runtime
 
 __all__ = [
     "ONE_REQUEST",
@@ -132,12 +134,17 @@ _NOTHING = _Nothing()
 
 
 class RunContext:
-    """What the handlers of one run share: the agent, the run state, the interrupt."""
+    """What the handlers of one run share: the agent's plan, the run state, the interrupt.
+
+    ``plan`` is the agent's plan when the run started: the run reads it, not the agent, so a
+    policy assigned while it moves applies to the runs started after it."""
 
     def __init__(
         self, agent: Agent[Any, Any], state: RunState, *, listening: bool, handle: RunHandle
     ) -> None:
         self.agent = agent
+        self.plan: Plan = agent._plan
+        self.runtime: Runtime = agent.runtime
         self.rs = state
         self.listening = listening
         self.handle = handle
@@ -154,7 +161,7 @@ class RunContext:
         self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
-        self.count_tokens = agent.compactor.tokenizer  # the context budget's counter
+        self.count_tokens = self.plan.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
         # The agent's and the run's model settings merged (None: neither sets any).
         self.model_settings: ModelSettings | None = agent.model_settings
@@ -191,7 +198,7 @@ class RunContext:
         interrupt when it is (the timer does the same in real time; this sees a virtual clock
         too, so a run and its resumed copy stop at the same point)."""
         deadline = self.deadline
-        if deadline is None or self.agent.runtime.clock() < deadline:
+        if deadline is None or self.runtime.clock() < deadline:
             return False
         self.request_interrupt(Outcome.DEADLINE)
         return True

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import DefinitionChangedError
 
 if TYPE_CHECKING:
     from ..phases import Phase
-    from .agent import Agent
+    from .plan import Plan
 
 __all__ = ["check_definition", "definition_fingerprint"]
 
@@ -46,8 +46,9 @@ def _digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def definition_fingerprint(agent: Agent[Any, Any]) -> str:
-    """``tools=…;system_prompt=…;policy=…``: a digest of each part of ``agent``'s definition."""
+def definition_fingerprint(plan: Plan) -> str:
+    """``tools=…;system_prompt=…;policy=…``: a digest of each part of an agent's definition,
+    read from its compiled plan."""
     tools = sorted(
         (
             tool.name,
@@ -56,14 +57,14 @@ def definition_fingerprint(agent: Agent[Any, Any]) -> str:
             tool.idempotent,
             tool.needs_approval,
         )
-        for tool in agent.tools.values()
+        for tool in plan.tools.values()
     )
     parts = {
         "tools": _digest(tools),
-        "system_prompt": _digest(agent.system_prompt),
-        "policy": _digest(agent.policy.model_dump()),
+        "system_prompt": _digest(plan.system_prompt),
+        "policy": _digest(plan.policy.model_dump()),
     }
-    phases = agent.phases
+    phases = plan.phases
     if phases is not None:
         table = phases.phases
         parts["phases"] = _digest(
@@ -77,7 +78,7 @@ def definition_fingerprint(agent: Agent[Any, Any]) -> str:
                 "goals": sorted(table.goals),
             }
         )
-    spec = agent.output_spec
+    spec = plan.output_spec
     if spec is not None:
         parts["output"] = _digest(spec.schema.json_schema)
     return ";".join(f"{name}={parts[name]}" for name in PARTS if name in parts)

@@ -85,18 +85,18 @@ def _interrupt(ctx: RunContext, state: State, deadline: float | None) -> Outcome
     interrupt = ctx.interrupt
     if interrupt is _CANCEL or interrupt is _HOOK_ERROR:
         return interrupt
-    agent = ctx.agent
-    if state not in agent.limit_states:
+    plan = ctx.plan
+    if state not in plan.limit_states:
         return None
-    if interrupt is _DEADLINE or (deadline is not None and agent.runtime.clock() >= deadline):
+    if interrupt is _DEADLINE or (deadline is not None and ctx.runtime.clock() >= deadline):
         return _DEADLINE
     if (
-        agent.usage_limited
+        plan.usage_limited
         and (state is _COMPACTING or state is _CALLING)
-        and usage_exceeded(agent.policy, ctx.rs.usage, ctx.rs.model_calls)
+        and usage_exceeded(plan.policy, ctx.rs.usage, ctx.rs.model_calls)
     ):
         return Outcome.USAGE_EXCEEDED
-    if state is _COMPACTING and agent.stop_conditions:
+    if state is _COMPACTING and plan.stop_conditions:
         return _stop_condition(ctx)
     return None
 
@@ -106,7 +106,7 @@ def _stop_condition(ctx: RunContext) -> Outcome | None:
     kept as the run's stop detail). A condition that raises is a failing hook: ``hook_error``
     is reported and it does not fire, or under ``hook_failure_mode="fail"`` the run aborts."""
     rs = ctx.rs
-    for condition in ctx.agent.stop_conditions:
+    for condition in ctx.plan.stop_conditions:
         error: str | None = None
         cause: BaseException | None = None
         try:
@@ -176,7 +176,7 @@ async def apply(ctx: RunContext, move: Move) -> None:
 async def _notify(ctx: RunContext, hooks: Any, resting: bool, **kwargs: object) -> None:
     """Run observing hooks from the driver. While the run moves, an interrupt cuts them short
     (it is taken before the next handler); once it rests, each runs to its own timeout."""
-    notify = ctx.agent.hooks.notify(ctx, hooks, **kwargs)
+    notify = ctx.plan.hooks.notify(ctx, hooks, **kwargs)
     if resting:
         await notify
         return
@@ -188,7 +188,7 @@ async def publish(ctx: RunContext, move: Move) -> None:
     """Layer 4: tell the hooks and the listener about ``move``; when the run rests, set the
     handle's result, run ``after_run`` and emit the terminal event."""
     rs = ctx.rs
-    hooks = ctx.agent.hooks
+    hooks = ctx.plan.hooks
     dest = move.dest
     resting = dest in TERMINAL or dest is _SUSPENDED
     if hooks.on_transition:
@@ -233,7 +233,7 @@ def _terminal_event(ctx: RunContext) -> FinalEvent | AbortedEvent | SuspendedEve
 
 
 def _set_result(ctx: RunContext) -> RunResult[Any]:
-    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error, ctx.agent.output_spec)
+    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error, ctx.plan.output_spec)
     return result
 
 
@@ -241,12 +241,12 @@ def _set_result(ctx: RunContext) -> RunResult[Any]:
 async def drive(ctx: RunContext) -> None:
     """Run ``ctx``'s run until it rests, emitting its events when someone listens."""
     rs = ctx.rs
-    agent = ctx.agent
-    decide = agent.decide
+    plan = ctx.plan
+    decide = plan.decide
     # max_wall_clock_s bounds the run's active time over all its invocations (a suspended
     # run's wait for a human does not count): a resumed run continues the same budget.
-    wall = agent.policy.max_wall_clock_s
-    clock = agent.runtime.clock
+    wall = plan.policy.max_wall_clock_s
+    clock = ctx.runtime.clock
     started = clock()
     spent = rs.active_s
     deadline = ctx.deadline = None if wall is None else started + wall - spent
@@ -255,14 +255,14 @@ async def drive(ctx: RunContext) -> None:
         timer = asyncio.get_running_loop().call_later(
             max(0.0, deadline - started), ctx.request_interrupt, _DEADLINE
         )
-    hooks = agent.hooks
-    quiet = deadline is None and not agent.usage_limited and not agent.stop_conditions
+    hooks = plan.hooks
+    quiet = deadline is None and not plan.usage_limited and not plan.stop_conditions
     observed = bool(ctx.listening or hooks.on_transition)  # else only a rest is published
     check = _checking()
     ctx.task = current_task()
     try:
         if hooks.before_run:
-            await _notify(ctx, hooks.before_run, False, run_state=rs, agent=agent)
+            await _notify(ctx, hooks.before_run, False, run_state=rs, agent=ctx.agent)
             if ctx.listening:
                 await ctx.emit_all(ctx.take_events())
         while True:
@@ -302,7 +302,7 @@ async def _record_cancel(ctx: RunContext) -> None:
     last = ctx.last_move
     if rs.state in TERMINAL or (last is not None and last.dest is _SUSPENDED):
         return  # the run already rests
-    move = ctx.agent.decide(rs.state, _CANCEL, rs.counters)
+    move = ctx.plan.decide(rs.state, _CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
@@ -312,7 +312,7 @@ async def _record_cancel(ctx: RunContext) -> None:
         ctx.close_pending_calls("the run was cancelled")
     rs.error = "the task running the agent was cancelled"
     result = _set_result(ctx)
-    hooks = ctx.agent.hooks
+    hooks = ctx.plan.hooks
     if hooks.after_run:
         await _notify(ctx, hooks.after_run, True, result=result, run_state=rs)
     if ctx.durable is not None:  # last: the writes already handed to the store, awaited

@@ -47,7 +47,7 @@ async def open_child(
     child.checkpointer = store
     child.durability = parent.agent.durability
     build_run_validators(durable=True)
-    definition = agent._definition()
+    definition = agent._plan.definition
     heard = parent.listening or bool(child.hooks)
     try:
         checkpoint = await load_checkpoint(store, run_id)

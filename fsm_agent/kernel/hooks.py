@@ -270,7 +270,7 @@ _FAILED = "the call was not run; the operator can see why in the hook_error even
 
 async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tuple[bool, object]:
     """Run one hook: ``(True, its answer)``, or ``(False, None)`` after reporting a failure."""
-    timeout = hook.timeout_s if hook.timeout_s is not None else ctx.agent.policy.hook_timeout_s
+    timeout = hook.timeout_s if hook.timeout_s is not None else ctx.plan.policy.hook_timeout_s
     try:
         value = hook.fn(**kwargs)
         if inspect.isawaitable(value):
@@ -315,7 +315,7 @@ def report_hook_failure(
     at_rest = state in TERMINAL or (state is State.SUSPENDED and ctx.last_move is not None)
     if at_rest:
         logger.warning("run %s: %s failed (%s); the run was at rest", ctx.rs.run_id, label, error)
-    elif ctx.agent.policy.hook_failure_mode is not HookFailureMode.FAIL:
+    elif ctx.plan.policy.hook_failure_mode is not HookFailureMode.FAIL:
         logger.warning("run %s: %s failed (%s); the run goes on", ctx.rs.run_id, label, error)
     elif ctx.interrupt is None:
         ctx.error = HookError(f"hook {label} failed: {error}", hook=label)

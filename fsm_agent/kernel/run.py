@@ -88,30 +88,24 @@ class RunResult(Generic[OutputT]):
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
         suspended = state is _SUSPENDED and rs.resume_token is not None
-        values = (
-            rs.run_id,
-            rs.output if output is None else output.result_value(rs),
-            rs.stop_reason,
-            state,
-            rs.usage,
-            tuple(rs.messages),
-            tuple(rs.trace),
-            rs.counters,
-            rs.model_calls,
-            rs.tool_executions,
-            error if state is _ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
-            tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
-            rs,
-            ResumeHandle.of(rs) if suspended else None,
-            rs.stop_detail,
-            rs.raw_finish_reason,
+        return _filled(
+            run_id=rs.run_id,
+            output=rs.output if output is None else output.result_value(rs),
+            stop_reason=rs.stop_reason,
+            state=state,
+            usage=rs.usage,
+            messages=tuple(rs.messages),
+            trace=tuple(rs.trace),
+            counters=rs.counters,
+            model_calls=rs.model_calls,
+            tool_executions=rs.tool_executions,
+            error=error if state is _ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
+            pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
+            run_state=rs,
+            resume_handle=ResumeHandle.of(rs) if suspended else None,
+            stop_detail=rs.stop_detail,
+            raw_finish_reason=rs.raw_finish_reason,
         )
-        # Every run ends here: set the slots directly (the frozen dataclass's __init__ costs
-        # twice as much); tests/test_kernel.py checks the result equals the constructed one.
-        result: RunResult[Any] = _new(cls)
-        for set_field, value in zip(_FIELD_SETTERS, values, strict=True):
-            set_field(result, value)
-        return result
 
     @property
     def output_text(self) -> str | None:
@@ -145,9 +139,23 @@ class RunResult(Generic[OutputT]):
         return f"RunResult({', '.join(parts)})"
 
 
-_new = object.__new__
-_FIELD_SETTERS = tuple(getattr(RunResult, f.name).__set__ for f in fields(RunResult))
-"""The slot setters of :class:`RunResult`, in field order (what ``RunResult.of`` fills)."""
+_SETTERS = {f.name: getattr(RunResult, f.name).__set__ for f in fields(RunResult)}
+"""The slot setters of :class:`RunResult`, by field name."""
+
+
+def _filled(**values: Any) -> RunResult[Any]:
+    """A :class:`RunResult` of ``values``, one per field, set in its slots: every run ends
+    here, and the frozen dataclass's ``__init__`` costs twice as much (it sets each field
+    through ``object.__setattr__``). Raises ``TypeError`` unless ``values`` names every
+    field and only those; tests/test_kernel.py checks the result equals the constructed one."""
+    if values.keys() != _SETTERS.keys():
+        raise TypeError(f"RunResult fields: expected {sorted(_SETTERS)}, got {sorted(values)}")
+    result: RunResult[Any] = object.__new__(RunResult)
+    for name, value in values.items():
+        _SETTERS[name](result, value)
+    return result
+
+
 _SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
 

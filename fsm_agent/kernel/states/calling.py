@@ -97,7 +97,7 @@ def _output_cut(ctx: RunContext, output_tokens: int) -> bool:
     """A ``length`` finish with room left in the context: the output cap cut the answer (near
     the context budget, or with no known budget and a context-window error, it is context
     pressure and compaction's case)."""
-    limit = ctx.agent.settings.compact_above
+    limit = ctx.plan.settings.compact_above
     return limit is None or ctx.rs.context_tokens + output_tokens < limit
 
 
@@ -115,12 +115,12 @@ def _classify(ctx: RunContext, exc: ModelError) -> Outcome:
     """Retryable or fatal, by the error and the retry policy."""
     if isinstance(exc, ContextWindowExceededError):
         return Outcome.LENGTH
-    falls_back_on = ctx.agent.falls_back_on
+    falls_back_on = ctx.plan.falls_back_on
     if falls_back_on is not None and falls_back_on(exc):
         return Outcome.FALLBACK  # the rows hand the call to the next model (or retry the last)
     if not exc.retryable:
         return Outcome.FATAL_ERROR
-    retry = ctx.agent.policy.retry
+    retry = ctx.plan.policy.retry
     if exc.status_code is not None and exc.status_code not in retry.retryable_statuses:
         return Outcome.FATAL_ERROR
     after = exc.retry_after
@@ -159,18 +159,16 @@ def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
 async def handle_calling(ctx: RunContext) -> Outcome:
     """One model call (after the backoff when this is a retry)."""
     rs = ctx.rs
-    agent = ctx.agent
+    plan = ctx.plan
     run_id = rs.run_id
     move = ctx.last_move
     try:
-        if move is not None and move.source is _CALLING and move.row in agent.switch_rows:
+        if move is not None and move.source is _CALLING and move.row in plan.switch_rows:
             await _switched(ctx)  # the next model takes the call at once
         elif move is not None and move.source is _CALLING:
             error = ctx.last_error
             after = error.retry_after if isinstance(error, ModelError) else None
-            delay = backoff_delay(
-                agent.policy.retry, rs.counters.retries, after, agent.runtime.random
-            )
+            delay = backoff_delay(plan.policy.retry, rs.counters.retries, after, ctx.runtime.random)
             if ctx.listening:  # the failed attempt streamed to the listener: withdraw it
                 await ctx.emit(AttemptDiscardedEvent(run_id=run_id, attempt=rs.counters.retries))
                 await ctx.emit(
@@ -185,11 +183,11 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                     raise Interrupted
             deadline = ctx.deadline
             if deadline is not None:  # never sleep past the wall-clock limit
-                delay = min(delay or 0.0, max(0.0, deadline - agent.runtime.clock()))
-            await ctx.effect(agent.runtime.sleep(delay or 0.0))
-            if deadline is not None and agent.runtime.clock() >= deadline:
+                delay = min(delay or 0.0, max(0.0, deadline - ctx.runtime.clock()))
+            await ctx.effect(ctx.runtime.sleep(delay or 0.0))
+            if deadline is not None and ctx.runtime.clock() >= deadline:
                 return Outcome.DEADLINE
-        settings = agent.settings
+        settings = plan.settings
         last = rs.messages[-1] if rs.messages else None
         if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
             ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
@@ -200,16 +198,16 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                 settings.keep_recent_outputs,
                 settings.old_output_max_chars,
             )
-        phases = agent.phases
+        phases = plan.phases
         if phases is None:
-            tools = agent.tool_definitions
+            tools = plan.tool_definitions
             messages = tuple(rs.messages)
         else:  # the current phase's tools and instructions
             move_by_budget(ctx, phases)
             tools = phases.tools_of[phases.settle(rs)]
             messages = phases.messages(rs)
-        if rs.tool_outputs and agent.pager is not None:  # offer paging once outputs were cut
-            tools = (*tools, agent.pager.definition)
+        if rs.tool_outputs and plan.pager is not None:  # offer paging once outputs were cut
+            tools = (*tools, plan.pager.definition)
         model_settings = ctx.model_settings
         if model_settings is None:
             request = trusted(
@@ -226,7 +224,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                     "stop_sequences": (),
                     "reasoning_effort": None,
                     "reasoning_budget_tokens": None,
-                    "output": agent.output_schema,
+                    "output": plan.output_schema,
                 },
             )
         else:
@@ -236,10 +234,10 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                 tools,
                 parallel_tool_calls=settings.parallel_tool_calls,
                 first_turn=not rs.counters.steps,
-                output=agent.output_schema,
+                output=plan.output_schema,
             )
         try:
-            if ctx.listening or agent.hooks.before_model_call:
+            if ctx.listening or plan.hooks.before_model_call:
                 answer = await call_model(
                     ctx,
                     request,
@@ -258,7 +256,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
     # Context budget: the provider's count of the request replaces the estimate (compaction).
     input_tokens = response.usage.input_tokens
-    if input_tokens and agent.settings.use_reported_usage:
+    if input_tokens and plan.settings.use_reported_usage:
         rs.context_tokens = input_tokens
     message = response.message
     calls = message.tool_calls
@@ -305,7 +303,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         # text event in verifying only if rejected (the accepted answer is the final event's).
         if rs.last_text and outcome is _TOOL_CALLS:
             await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
-    if agent.hooks.after_model_call:
+    if plan.hooks.after_model_call:
         await notify_answered(ctx, answer)
         await ctx.emit_all(ctx.take_events())
     return outcome
@@ -317,7 +315,7 @@ async def _switched(ctx: RunContext) -> None:
         return
     rs = ctx.rs
     switches = rs.counters.model_switches
-    models = ctx.agent.models
+    models = ctx.plan.models
     await ctx.emit(AttemptDiscardedEvent(run_id=rs.run_id, attempt=rs.counters.retries + 1))
     await ctx.emit(
         ModelSwitchedEvent(
@@ -334,7 +332,7 @@ async def _switched(ctx: RunContext) -> None:
 
 def current_model(ctx: RunContext) -> Model:
     """The model that takes the run's calls: a fallback chain's ``models[model_switches]``."""
-    models = ctx.agent.models
+    models = ctx.plan.models
     if len(models) == 1:
         return models[0]
     return models[min(ctx.rs.counters.model_switches, len(models) - 1)]
@@ -370,11 +368,11 @@ async def call_model(
     error once the journal has it. With no hook and no listener this is
     :func:`answer_quietly`."""
     rs = ctx.rs
-    agent = ctx.agent
-    streamed = stream and ctx.listening and agent.streams
-    if agent.hooks.before_model_call:
+    plan = ctx.plan
+    streamed = stream and ctx.listening and plan.streams
+    if plan.hooks.before_model_call:
         changed = await ctx.effect(
-            agent.hooks.run_before_model_call(ctx, request, current_model(ctx), streamed)
+            plan.hooks.run_before_model_call(ctx, request, current_model(ctx), streamed)
         )
         await ctx.emit_all(ctx.take_events())
         if ctx.interrupt is not None:
@@ -446,7 +444,7 @@ async def _failed(ctx: RunContext, key: str | None, request: ModelRequest, exc: 
     while they run is the driver's to take, as after an answer)."""
     if key is not None and ctx.durable is not None:
         await ctx.durable.model_failed(key, exc, model=_chain_member(ctx))
-    hooks = ctx.agent.hooks
+    hooks = ctx.plan.hooks
     if hooks.model_call_failed:
         with contextlib.suppress(Interrupted):
             await ctx.effect(
@@ -458,7 +456,7 @@ async def _failed(ctx: RunContext, key: str | None, request: ModelRequest, exc: 
 
 def _chain_member(ctx: RunContext) -> str | None:
     """The name of the chain's model that takes the call (``None`` for a single model)."""
-    return None if len(ctx.agent.models) == 1 else model_name(current_model(ctx))
+    return None if len(ctx.plan.models) == 1 else model_name(current_model(ctx))
 
 
 async def _answered(
@@ -480,7 +478,7 @@ async def _answered(
 async def notify_answered(ctx: RunContext, answer: Answer) -> None:
     """The ``after_model_call`` hooks. On an interrupt the answer stands: the driver takes the
     interrupt before the next handler."""
-    hooks = ctx.agent.hooks
+    hooks = ctx.plan.hooks
     with contextlib.suppress(Interrupted):
         await ctx.effect(
             hooks.notify(
@@ -498,7 +496,7 @@ async def _stream(ctx: RunContext, request: ModelRequest) -> ModelResponse:
     run_id = ctx.rs.run_id
     stream = current_model(ctx).stream(request).__aiter__()  # type: ignore[attr-defined]
     response: ModelResponse | None = None
-    spec = ctx.agent.output_spec if request.output is not None else None
+    spec = ctx.plan.output_spec if request.output is not None else None
     text: list[str] = []  # a typed answer's text so far, for its partial value
     partial: JsonValue = None
     try:

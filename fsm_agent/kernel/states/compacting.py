@@ -43,7 +43,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     move = ctx.last_move
     if move is not None and move.outcome is _LENGTH:
         return None
-    settings = ctx.agent.settings
+    settings = ctx.plan.settings
     limit = settings.compact_above
     if limit is not None and rs.context_tokens > limit:
         return None
@@ -57,22 +57,22 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
     """Inject pending feedback, then compact when over budget, over the message window, or
     forced by ``length``."""
     rs = ctx.rs
-    agent = ctx.agent
+    plan = ctx.plan
     if rs.feedback is not None:
         ctx.append(Message.user(FEEDBACK_PREFIX + rs.feedback))
         rs.feedback = None
     move = ctx.last_move
     forced = move is not None and move.outcome is Outcome.LENGTH
-    settings = agent.policy.compaction
-    limit = agent.settings.compact_above
+    settings = plan.policy.compaction
+    limit = plan.settings.compact_above
     tokens = rs.context_tokens
     over = limit is not None and tokens > limit
-    max_messages = agent.settings.max_messages
+    max_messages = plan.settings.max_messages
     crowded = max_messages is not None and len(rs.messages) > max_messages
     if not (forced or over or crowded):
         return Outcome.PROCEED
     needed = forced or over
-    if rs.counters.compactions >= agent.policy.max_compaction_attempts:
+    if rs.counters.compactions >= plan.policy.max_compaction_attempts:
         return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
 
     goal: int | None = None
@@ -80,7 +80,7 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
         goal = tokens // 2 if limit is None else int(limit * settings.target)
         if forced:
             goal = min(goal, tokens // 2)  # a forced compaction at least halves the context
-    compactor = agent.compactor
+    compactor = plan.compactor
     thread = compactor.count(rs.messages)
     scale = tokens / thread.tokens if thread.tokens else 1.0  # the provider's correction
     events: list[Event] = []

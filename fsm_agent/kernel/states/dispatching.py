@@ -64,9 +64,9 @@ def _error(call: ToolCall, content: str) -> ToolResult:
 
 
 def _find(ctx: RunContext, name: str) -> Tool | None:
-    found = ctx.agent.tools.find(name)
+    found = ctx.plan.tools.find(name)
     if found is None and name == PAGER_NAME and ctx.rs.tool_outputs:
-        return ctx.agent.pager
+        return ctx.plan.pager
     return found
 
 
@@ -76,11 +76,11 @@ async def _prepare(
 ) -> tuple[ToolCall, ToolResult | HumanRequest | None]:
     """The call after the ``before_tool`` hooks, and its settled result, or the human request
     it waits on, or ``None`` when it is approved to run."""
-    hooks = ctx.agent.hooks
+    hooks = ctx.plan.hooks
     found = _find(ctx, call.name)
     if found is None:  # nothing to change or approve: running it answers "Unknown tool"
         return call, None
-    phases = ctx.agent.phases
+    phases = ctx.plan.phases
     if phases is not None and call.name not in phases.allowed[phases.settle(ctx.rs)]:
         return call, None  # refused before it runs, so neither hooks nor humans see it
     if hooks.before_tool:
@@ -111,13 +111,13 @@ async def _prepare(
 async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) -> ToolExecution:
     """Execute one call, then its ``after_tool`` hooks and the output limit; its progress
     reports go to ``reports``."""
-    agent = ctx.agent
+    plan = ctx.plan
     rs = ctx.rs
     if ctx.interrupt is not None:  # a sibling's tool interrupted the run before this one began
         return ToolExecution(
             _error(call, f"Error: not run: the run was interrupted ({ctx.interrupt.value})")
         )
-    phases = agent.phases
+    phases = plan.phases
     if phases is not None:  # the move tool, or a tool outside the phase, never runs
         answer = gate_call(ctx, phases, call)
         if answer is not None:
@@ -126,7 +126,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     if found is None:  # a tool error like any other (tool_failure_mode="fail" aborts on it)
         message = f"Error: Unknown tool '{call.name}'"
         return ToolExecution(_error(call, message), error=LookupError(message[7:]))
-    limit = agent.settings.max_tool_calls
+    limit = plan.settings.max_tool_calls
     if limit is not None and rs.tool_executions >= limit:
         message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
         return ToolExecution(_error(call, message))
@@ -144,17 +144,17 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     durable = ctx.durable
     if durable is None:
         execution = await found.execute(
-            call, context, default_timeout_s=agent.settings.tool_timeout_s
+            call, context, default_timeout_s=plan.settings.tool_timeout_s
         )
     else:  # through the write-ahead journal: a recorded outcome is reused, not run again
-        execution = await durable.execute_tool(found, call, context, agent.settings.tool_timeout_s)
+        execution = await durable.execute_tool(found, call, context, plan.settings.tool_timeout_s)
     if execution.question is not None:
         return execution
     result = execution.result
     if execution.phase is not None:  # the tool returned MovePhase: a move by code
         result = _moved_by(ctx, result, execution.phase)
-    if agent.hooks.after_tool:
-        result, move = await agent.hooks.run_after_tool(ctx, call, result)
+    if plan.hooks.after_tool:
+        result, move = await plan.hooks.run_after_tool(ctx, call, result)
         if move is not None:  # an after_tool hook returned MovePhase
             result = _moved_by(ctx, result, move)
     result = _limited(ctx, result)
@@ -166,7 +166,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
 
 
 def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:
-    phases = ctx.agent.phases
+    phases = ctx.plan.phases
     if phases is None:
         content = (
             f"{result.content}\n\nError: this agent has no phases; MovePhase({target!r}) "
@@ -177,7 +177,7 @@ def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:
 
 
 def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
-    max_chars = ctx.agent.settings.max_output_chars
+    max_chars = ctx.plan.settings.max_output_chars
     if max_chars is None or len(result.content) <= max_chars:
         return result
     return cut_result(ctx.rs.tool_outputs, result, max_chars)
@@ -233,8 +233,8 @@ def _settled_events(
 async def handle_dispatching(ctx: RunContext) -> Outcome:
     """Run the pending tool calls; every call ends with exactly one result in the history."""
     rs = ctx.rs
-    agent = ctx.agent
-    hooks = agent.hooks
+    plan = ctx.plan
+    hooks = plan.hooks
     listening = ctx.listening
     calls = rs.pending_tool_calls  # copied before the hooks may change a call
     settled: dict[str, ToolResult] = (
@@ -245,7 +245,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     done: ToolExecution | None = None
     failure: ToolExecution | None = None
     interrupted = paused = False
-    fail_fast = agent.settings.fail_fast
+    fail_fast = plan.settings.fail_fast
     announced: set[str] = set()  # calls whose start events went out
     running: list[ToolCall] = []  # calls whose execution started and has not ended
     reports = Reports() if listening else None  # the progress the running tools report
@@ -272,7 +272,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
 
     try:
         # 1. Prepare: before_tool hooks and the permission check.
-        if hooks.before_tool or hooks.approve_tool or agent.approval_needed:
+        if hooks.before_tool or hooks.approve_tool or plan.approval_needed:
             calls = list(calls)
             for index, call in enumerate(calls):
                 if call.id in settled or call.id in approved:
@@ -300,7 +300,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
             to_run = [c for c in calls if c.id not in settled] if settled else calls
         if to_run and ctx.handle.pause_requested:
             paused = True
-        elif to_run and agent.settings.parallel_tool_calls and len(to_run) > 1:
+        elif to_run and plan.settings.parallel_tool_calls and len(to_run) > 1:
             if listening:
                 for call in to_run:
                     await ctx.emit_all(_start_events(ctx, call))
@@ -431,7 +431,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
         outcome = _TOOLS_FAILED
         # The reason, should the table end the run on this turn (its error limits).
         ctx.error = _failed_turn_error(ctx, failure)
-    elif agent.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
+    elif plan.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)
         if listening and detected is not None:
@@ -445,7 +445,7 @@ def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolEx
     against ``max_consecutive_errors`` (and the run's errors against ``max_total_errors``), with
     the turn's first failure (a tool's exception as the cause)."""
     rs = ctx.rs
-    limits = ctx.agent.limits
+    limits = ctx.plan.limits
     result = failure.result if failure is not None else rs.tool_results[0]
     turns = rs.counters.consecutive_error_turns + 1
     reason = (
@@ -563,7 +563,7 @@ def _loop_guard(ctx: RunContext) -> LoopDetectedEvent | None:
     """When this repeating turn trips the loop guard: warn the model (in the turn's last
     result) unless the policy finalizes; the event says which."""
     rs = ctx.rs
-    limits = ctx.agent.limits
+    limits = ctx.plan.limits
     if not repeats_spent(rs.counters, limits):
         return None
     assert limits.max_repeated_tool_calls is not None

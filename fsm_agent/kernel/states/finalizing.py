@@ -56,7 +56,7 @@ def finalizing_needs_no_call(ctx: RunContext) -> Outcome | None:
     message); ``None`` when the step limit asks for the summary call."""
     rs = ctx.rs
     reason = rs.stop_reason
-    if reason is _MAX_STEPS and ctx.agent.policy.summarize_on_max_steps:
+    if reason is _MAX_STEPS and ctx.plan.policy.summarize_on_max_steps:
         return None
     if reason is _DONE_TOOL:
         rs.output = rs.done_message or rs.last_text
@@ -89,11 +89,11 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
     if without_call is not None:
         return without_call
     rs = ctx.rs
-    agent = ctx.agent
+    plan = ctx.plan
     if ctx.interrupt is _DEADLINE or ctx.deadline_passed():
         _fall_back(ctx, "the wall-clock limit passed")
         return _DEADLINE
-    if agent.usage_limited and usage_exceeded(agent.policy, rs.usage, rs.model_calls):
+    if plan.usage_limited and usage_exceeded(plan.policy, rs.usage, rs.model_calls):
         _fall_back(ctx, "a usage limit is reached")
         return Outcome.USAGE_EXCEEDED
     # The same seams as any model call: the model-call hooks and the effect journal.
@@ -125,7 +125,7 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
             await ctx.emit(UsageEvent(run_id=rs.run_id, call=answer.call_usage, total=rs.usage))
             for part in message.reasoning:
                 await ctx.emit(ReasoningEvent(run_id=rs.run_id, text=part.text))
-        if agent.hooks.after_model_call:
+        if plan.hooks.after_model_call:
             await notify_answered(ctx, answer)
             await ctx.emit_all(ctx.take_events())
     return _FINALIZED

@@ -13,7 +13,7 @@ _START = Outcome.START
 
 async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
-    system = ctx.agent.system_message
+    system = ctx.plan.system_message
     history = ctx.history
     if system is not None:
         ctx.append(system)
@@ -22,7 +22,7 @@ async def handle_idle(ctx: RunContext) -> Outcome:
         ctx.append(message)
     assert ctx.input is not None
     ctx.append(ctx.input)
-    phases = ctx.agent.phases
+    phases = ctx.plan.phases
     if phases is not None:
         phases.start(ctx.rs)
     return _START

@@ -65,27 +65,27 @@ async def _awaited(answer: Awaitable[Verdict | bool], timeout_s: float) -> Verdi
 async def handle_verifying(ctx: RunContext) -> Outcome:
     """Ask the verifier (or apply the done-tool requirement) about the last answer."""
     rs = ctx.rs
-    agent = ctx.agent
+    plan = ctx.plan
     feedback: str | None = None
     output: object = rs.last_text
-    spec = agent.output_spec
+    spec = plan.output_spec
     if spec is not None:
         try:
             output = spec.validate(rs.last_text)
         except ValidationError as exc:
             return await _invalid(ctx, spec.feedback(exc))
         ctx.error = None  # a valid answer: an earlier invalid one no longer explains the ending
-    if agent.policy.require_done_tool:
+    if plan.policy.require_done_tool:
         feedback = DONE_REMINDER
-    elif agent.verifier is not None:
+    elif plan.verifier is not None:
         try:
-            answer = agent.verifier(output=output, run_state=rs)
+            answer = plan.verifier(output=output, run_state=rs)
             if not isinstance(answer, Verdict | bool) and not inspect.isawaitable(answer):
                 raise TypeError(f"the verifier returned {type(answer).__name__}")
             verdict: Verdict | bool = (
                 answer
                 if isinstance(answer, Verdict | bool)
-                else await ctx.effect(_awaited(answer, agent.policy.hook_timeout_s))
+                else await ctx.effect(_awaited(answer, plan.policy.hook_timeout_s))
             )
             if not isinstance(verdict, Verdict | bool):
                 raise TypeError(f"the verifier returned {type(verdict).__name__}")

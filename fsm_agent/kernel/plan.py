@@ -1,0 +1,176 @@
+"""The plan of an agent: what its runs read, compiled once from what the user set.
+
+An :class:`~fsm_agent.Agent` keeps what its user gave it (model, tools, policy, hooks...);
+:func:`compile_plan` turns those into the frozen :class:`Plan` the driver and the state
+handlers read (the tool registry with the done tool and the pager, the limits and the compiled
+``decide``, the loop settings, the output spec...). A run takes its agent's plan when it starts
+and keeps it to its end: assigning ``agent.policy`` compiles a new plan for the runs started
+after it, and a run in flight goes on under the plan it started with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ..compaction import Compactor
+from ..errors import ConfigurationError, ModelError
+from ..machine.agent_machine import AgentMachine, Move
+from ..machine.guards import Limits
+from ..machine.table import LIMITS, Counter, Counters, Outcome, State
+from ..messages import Message, OutputSchema, ToolDefinition
+from ..models import Model, ModelChain
+from ..output import ANSWER_TOOL, OutputSpec
+from ..phases import CompiledPhases, Phases
+from ..policy import Policy, limits_of
+from ..run_state import RunState
+from ..tool_output import PAGER_NAME, pager_tool
+from ..tools import Tool, ToolRegistry, done_tool
+from .checks import check_done_tool
+from .context import LoopSettings
+from .definition import definition_fingerprint
+from .hooks import HookSet
+from .limits import usage_limited
+from .phasing import compile_phases, phase_stop_conditions
+
+__all__ = ["Plan", "compile_plan"]
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What the runs of one agent read, compiled from what its user set; never changed (a new
+    policy, model or tool adapter compiles a new plan). Not slotted: :attr:`definition` is
+    computed on first use and kept in the instance's ``__dict__``."""
+
+    policy: Policy
+    machine: AgentMachine
+    limits: Limits  # the policy's limits, as the guards read them
+    decide: Callable[[State, Outcome, Counters], Move]  # the machine's, compiled for ``limits``
+    settings: LoopSettings  # the policy values read on every step
+    usage_limited: bool  # the policy sets a usage limit
+    limit_states: frozenset[State]  # the states whose handler a reached limit replaces
+    switch_rows: frozenset[int]  # the rows that move down a fallback chain (no backoff)
+    models: tuple[Model, ...]  # a fallback chain's models, else the one model
+    falls_back_on: Callable[[ModelError], bool] | None  # a chain's test of an error
+    streams: bool  # listened runs stream the model's answer
+    tools: ToolRegistry  # the tools offered, the done tool included, through any adapter
+    tool_definitions: tuple[ToolDefinition, ...]
+    pager: Tool | None  # offered to the model once a tool output was cut
+    approval_needed: bool  # some tool needs a human's approval
+    phases: CompiledPhases | None
+    compactor: Compactor
+    system_prompt: str | None
+    system_message: Message | None  # shared by every run's history (messages are immutable)
+    hooks: HookSet
+    verifier: Callable[..., Any] | None
+    stop_conditions: tuple[Callable[[RunState], object], ...]  # the phases' own included
+    output_spec: OutputSpec | None  # how answers are validated (None: text output)
+    output_schema: OutputSchema | None  # the JSON schema of the answer (None: text output)
+
+    @cached_property
+    def definition(self) -> str:
+        """The fingerprint of the agent's definition (tools, system prompt, policy, phases,
+        output), checked when a stored run is resumed; computed once per plan."""
+        return definition_fingerprint(self)
+
+
+def compile_plan(
+    *,
+    model: Model,
+    tools: Sequence[Tool | Callable[..., Any]],
+    policy: Policy,
+    machine: AgentMachine,
+    system_prompt: str | None,
+    verifier: Callable[..., Any] | None,
+    stop_conditions: Sequence[Callable[[RunState], object]],
+    hooks: HookSet,
+    compactor: Compactor | None,
+    phases: Phases | None,
+    output_spec: OutputSpec | None,
+    wrap_tool: Callable[[Tool], Tool] | None = None,
+    streams: bool | None = None,
+) -> Plan:
+    """The plan of an agent built from these parts (raises
+    :class:`~fsm_agent.ConfigurationError` for parts that do not fit together)."""
+    if not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
+    check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
+    stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
+    registry, pager = _tools(tools, policy, output_spec, wrap_tool)
+    if isinstance(model, ModelChain):
+        models, falls_back_on = model.models, model.falls_back_on
+    else:
+        models, falls_back_on = (model,), None
+    if streams is None:
+        streams = all(callable(getattr(m, "stream", None)) for m in models)
+    limits = limits_of(
+        policy,
+        verification=verifier is not None,
+        models=len(models),
+        output_validation=output_spec is not None,
+    )
+    return Plan(
+        policy=policy,
+        machine=machine,
+        limits=limits,
+        decide=machine.deciding(limits),
+        settings=LoopSettings.of(policy, getattr(model, "context_window", None)),
+        usage_limited=usage_limited(policy),
+        limit_states=frozenset(
+            s for s, declared in machine.declarations.items() if declared.interrupts >= LIMITS
+        ),
+        switch_rows=frozenset(
+            i
+            for i, row in enumerate(machine.rows)
+            if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
+        ),
+        models=models,
+        falls_back_on=falls_back_on,
+        streams=streams,
+        tools=registry,
+        tool_definitions=registry.definitions,
+        pager=pager,
+        approval_needed=any(t.needs_approval for t in registry.values()),
+        phases=compile_phases(phases, registry, system_prompt, policy),
+        compactor=compactor or Compactor.from_settings(policy.compaction),
+        system_prompt=system_prompt,
+        system_message=None if system_prompt is None else Message.system(system_prompt),
+        hooks=hooks,
+        verifier=verifier,
+        stop_conditions=stops,
+        output_spec=output_spec,
+        output_schema=None if output_spec is None else output_spec.schema,
+    )
+
+
+def _tools(
+    given: Sequence[Tool | Callable[..., Any]],
+    policy: Policy,
+    output_spec: OutputSpec | None,
+    wrap_tool: Callable[[Tool], Tool] | None,
+) -> tuple[ToolRegistry, Tool | None]:
+    """The tool registry the policy asks for (the done tool added) and the pager, both
+    through ``wrap_tool``."""
+    tool_list = list(given)
+    if policy.require_done_tool and not any(
+        (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done" for t in tool_list
+    ):
+        tool_list.append(done_tool())
+    registry = ToolRegistry(tool_list)
+    if output_spec is not None and ANSWER_TOOL in registry:
+        raise ConfigurationError(
+            f"a tool named {ANSWER_TOOL!r} clashes with the tool a typed-output agent offers "
+            f"the model for its answer: rename the tool"
+        )
+    output = policy.tool_output
+    pager: Tool | None = None
+    if (output.max_chars is not None or output.keep_recent is not None) and (
+        PAGER_NAME not in registry
+    ):
+        pager = pager_tool((output.max_chars or 10_000) - 200)
+    if wrap_tool is not None:
+        registry = ToolRegistry(wrap_tool(t) for t in registry.values())
+        pager = None if pager is None else wrap_tool(pager)
+    return registry, pager

@@ -1,0 +1,100 @@
+"""The agent's plan: compiled from what the user set, frozen, taken by each run when it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fsm_agent import Policy, RunHandle
+from fsm_agent.events import ToolResultEvent
+from fsm_agent.kernel.run import _filled
+from fsm_agent.testing import text, tool_call
+from helpers import make_agent
+
+
+def look(topic: str = "x") -> str:
+    """Look a topic up."""
+    return f"about {topic}"
+
+
+def test_a_plan_is_frozen() -> None:
+    """No field of a compiled plan can be assigned: a run reads it without copying it."""
+    agent, _, _ = make_agent([text("hi")], tools=[look])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        agent._plan.policy = Policy(max_steps=1)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        agent._plan.tools = agent._plan.tools  # type: ignore[misc]
+
+
+def test_a_new_policy_reaches_new_runs_and_a_run_in_flight_keeps_its_own() -> None:
+    """A policy assigned while a run moves applies to the runs started after it; the run in
+    flight asks its model under the policy it started with to its end."""
+    turns = [tool_call("look"), text("first done"), tool_call("look"), text("second done")]
+    agent, model, _ = make_agent(turns, tools=[look], policy=Policy(parallel_tool_calls=True))
+
+    async def main() -> None:
+        handle = RunHandle()
+        async for event in agent.run_stream("go", handle=handle):
+            if isinstance(event, ToolResultEvent):
+                agent.policy = Policy(parallel_tool_calls=False, max_steps=3)
+        assert handle.result is not None and handle.result.output == "first done"
+        second = await agent.run("again")
+        assert second.output == "second done"
+
+    asyncio.run(main())
+    asked = [request.parallel_tool_calls for request in model.requests]
+    assert asked == [True, True, False, False]
+    assert agent.policy.max_steps == 3 and agent._plan.limits.max_steps == 3
+
+
+def test_the_definition_follows_every_policy_assigned() -> None:
+    """The fingerprint checked on resume is the current policy's, however often the policy is
+    replaced (a cache keyed by object ids could hand back a collected policy's)."""
+    agent, _, _ = make_agent([], tools=[look])
+    for steps in range(1, 40):
+        agent.policy = Policy(max_steps=steps)
+        fresh, _, _ = make_agent([], tools=[look], policy=Policy(max_steps=steps))
+        assert agent._plan.definition == fresh._plan.definition
+
+
+def test_a_plan_is_compiled_again_only_when_a_part_changes() -> None:
+    """Runs started one after another share the agent's plan; ``with_effects`` with a new
+    runtime only keeps it, with a tool adapter compiles its own and leaves the original's."""
+    agent, _, _ = make_agent([text("a"), text("b")], tools=[look])
+    plan = agent._plan
+    agent.run_sync("one")
+    agent.run_sync("two")
+    assert agent._plan is plan
+    assert agent.with_effects(runtime=agent.runtime)._plan is plan
+    wrapped = agent.with_effects(wrap_tool=lambda tool: tool)
+    assert wrapped._plan is not plan and agent._plan is plan
+
+
+def test_a_run_result_is_filled_by_field_name() -> None:
+    """The result is built by keyword, one per field: a missing or unknown one is refused."""
+    agent, _, _ = make_agent([text("hi")])
+    result = agent.run_sync("go")
+    values: dict[str, Any] = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    assert _filled(**values) == result
+    del values["stop_detail"]
+    with pytest.raises(TypeError, match="stop_detail"):
+        _filled(**values)
+    with pytest.raises(TypeError, match="stopdetail"):
+        _filled(**values, stopdetail=None)
+
+
+def test_a_new_system_prompt_reaches_the_model_of_later_runs() -> None:
+    """Assigning ``system_prompt`` changes the system message the next runs send, and the
+    definition their stored runs are checked against."""
+    agent, model, _ = make_agent([text("a"), text("b")], system_prompt="Be brief.")
+    before = agent._plan.definition
+    agent.run_sync("one")
+    agent.system_prompt = "Be thorough."
+    agent.run_sync("two")
+    firsts = [request.messages[0] for request in model.requests]
+    assert [m.role.value for m in firsts] == ["system", "system"]
+    assert [m.text for m in firsts] == ["Be brief.", "Be thorough."]
+    assert agent._plan.definition != before
