@@ -23,7 +23,8 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
 5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
    :mod:`fsm_agent.conversation` (a conversation across runs), :mod:`fsm_agent.durable`
    (DBOS), :mod:`fsm_agent.replay` (record and replay; :mod:`fsm_agent.replay_children` for
-   the runs an agent tool ran).
+   the runs an agent tool ran, :mod:`fsm_agent.replay_compare` for a replay against its
+   recording).
 6. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles,
    crash simulation), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
    :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),

@@ -33,7 +33,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernel", ("kernel",)),
     (
         "on the kernel",
-        ("hooks", "conversation", "observability", "durable", "replay", "replay_children"),
+        (
+            "hooks",
+            "conversation",
+            "observability",
+            "durable",
+            "replay",
+            "replay_children",
+            "replay_compare",
+        ),
     ),
     ("checking", ("fuzzing", "testing")),
     ("applications", ("inspector", "cli", "__main__")),
