@@ -20,14 +20,15 @@ What the machine needs comes first:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from .errors import ConfigurationError
 from .messages import ModelRequest, ToolChoice, ToolDefinition, trusted
 
-__all__ = ["ModelSettings", "merge_settings", "settings_request", "summary_settings"]
+__all__ = ["NO_SAMPLING", "ModelSettings", "merge_settings", "settings_request", "summary_settings"]
 
 _FREE = frozenset({"auto", "none"})  # the tool choices that force no call
 _EFFORTS = ("low", "medium", "high")
@@ -197,11 +198,11 @@ def settings_request(
     )
 
 
-def summary_settings(settings: ModelSettings | None) -> dict[str, Any]:
+def summary_settings(settings: ModelSettings | None) -> Mapping[str, Any]:
     """The request fields of the step-limit summary call under ``settings``: sampling as set,
     never a tool choice (the call sends no tools)."""
     if settings is None:
-        return _NO_SAMPLING
+        return NO_SAMPLING
     return {
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
@@ -213,12 +214,15 @@ def summary_settings(settings: ModelSettings | None) -> dict[str, Any]:
     }
 
 
-_NO_SAMPLING: dict[str, Any] = {
-    "max_tokens": None,
-    "temperature": None,
-    "top_p": None,
-    "seed": None,
-    "stop_sequences": (),
-    "reasoning_effort": None,
-    "reasoning_budget_tokens": None,
-}
+NO_SAMPLING: Mapping[str, Any] = MappingProxyType(
+    {
+        "max_tokens": None,
+        "temperature": None,
+        "top_p": None,
+        "seed": None,
+        "stop_sequences": (),
+        "reasoning_effort": None,
+        "reasoning_budget_tokens": None,
+    }
+)
+"""A request's sampling fields when no setting is given (the provider's defaults)."""

@@ -49,7 +49,7 @@ from ...messages import (
     Usage,
     trusted,
 )
-from ...model_settings import settings_request
+from ...model_settings import NO_SAMPLING, settings_request
 from ...models import Model
 from ...policy import backoff_delay
 from ...tool_output import trim_old_outputs
@@ -217,13 +217,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
                     "tools": tools,
                     "tool_choice": None,
                     "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
-                    "max_tokens": None,
-                    "temperature": None,
-                    "top_p": None,
-                    "seed": None,
-                    "stop_sequences": (),
-                    "reasoning_effort": None,
-                    "reasoning_budget_tokens": None,
+                    **NO_SAMPLING,
                     "output": plan.output_schema,
                 },
             )
