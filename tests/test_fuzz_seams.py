@@ -295,3 +295,30 @@ def test_a_failing_after_run_hook_on_a_suspended_run_does_not_stop_the_later_one
         hooks=HookPlan(after_run=("raise", "none")),
     )
     check_seam_case(case)
+
+
+def test_a_cancel_from_one_parallel_call_and_a_failed_write_in_another_stay_the_runs() -> None:
+    """Seam invariant 3, found by the seams fuzzer: in a parallel turn, one tool cancels the run
+    while another's journal write fails. A wait that woke for each progress report let that
+    cancel reach the run as one nobody made; the turn's calls are now awaited together. On the
+    real clock: before the fix this failed in 3 runs of 3 with two busy processes beside it
+    (the store's thread must lose the race), and passed on an idle machine."""
+    from fsm_agent import CompactionSettings, RetryPolicy
+    from fsm_agent.policy import ToolOutputSettings
+
+    case = SeamCase(
+        script=(tool_calls(("interrupt", {}), ("add", {"a": -3, "b": -3})),),
+        policy=Policy(
+            max_steps=1,
+            retry=RetryPolicy(max_retries=0, base_delay_s=0.001, max_delay_s=0.002),
+            max_consecutive_errors=1,
+            max_compaction_attempts=0,
+            max_verifications=0,
+            compaction=CompactionSettings(keep_recent_messages=1),
+            tool_output=ToolOutputSettings(max_chars=None),
+        ),
+        store=True,
+        fail_writes=(6,),
+    )
+    for _ in range(200):
+        check_seam_case(case)

@@ -16,7 +16,7 @@ from ..events import ToolProgressEvent
 from ..messages import ToolCall
 from .context import RunContext
 
-__all__ = ["Reports", "reporter", "wait_reporting"]
+__all__ = ["Reports", "emit_reported", "reporter", "wait_reporting"]
 
 Reports = asyncio.Queue[ToolProgressEvent]
 
@@ -72,3 +72,9 @@ async def wait_reporting(
             ready.append(queue.get_nowait())
         for event in ready:
             await ctx.emit(event)
+
+
+async def emit_reported(ctx: RunContext, queue: Reports) -> None:
+    """Emit the progress events ``queue`` holds, in the order they were reported."""
+    while not queue.empty():
+        await ctx.emit(queue.get_nowait())

@@ -44,7 +44,7 @@ from ...tools import Tool, ToolContext, ToolExecution
 from ..context import Interrupted, RunContext
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code
-from ..progress import Reports, reporter, wait_reporting
+from ..progress import Reports, emit_reported, reporter, wait_reporting
 
 __all__ = ["handle_dispatching"]
 
@@ -483,10 +483,11 @@ async def _run_all(
                 tasks.append(group.create_task(_run(ctx, call, reports)))
             # Wait here, not in the group's exit: on Python 3.11, a branch that fails while the
             # exit waits cancels this task and never withdraws it (task.cancelling() stays 1).
-            if reports is None:
-                await asyncio.wait(tasks)
-            else:
-                await wait_reporting(ctx, reports, tasks)
+            # And wait for all of them at once: a loop of waits that wakes for each progress
+            # report let a cancel of the run from one branch, with a journal write failing in
+            # another, reach the run as a cancel nobody made (the seams fuzzer found it). So
+            # the calls' progress is emitted when they have ended, before their results.
+            await asyncio.wait(tasks)
     except BaseExceptionGroup as failed:
         failure = failed.exceptions[0]
         # A group hides a cancel of this task that landed while a branch failed: when someone
@@ -496,6 +497,8 @@ async def _run_all(
             raise asyncio.CancelledError from failure
     if failure is not None:
         raise failure
+    if reports is not None:
+        await emit_reported(ctx, reports)
 
 
 def _reports_progress(ctx: RunContext, call: ToolCall) -> bool:
