@@ -64,6 +64,14 @@ def _run_path(record: RunRecord) -> int:
     return hash(tuple(m.row for m in record.result.trace))
 
 
+def _checked_and_closed(record: SeamRecord) -> int:
+    """:func:`check_seam_record`, then the record's store released."""
+    try:
+        return check_seam_record(record)
+    finally:
+        record.close()
+
+
 def _seam_path(record: SeamRecord) -> int:
     rs = record.run_state
     return hash((record.ending, tuple(m.row for m in rs.trace) if rs is not None else ()))
@@ -79,7 +87,7 @@ MODES: dict[str, Mode] = {
     "seams": Mode(
         read_seam_case,
         lambda c, m, loop: run_seam_case(c, m, loop=loop),
-        check_seam_record,
+        _checked_and_closed,
         _seam_path,
         tries=3,
     ),

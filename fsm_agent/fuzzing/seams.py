@@ -343,6 +343,12 @@ class SeamRecord:
     agent: Agent[Any, Any] | None = None
     elapsed_s: float = 0.0
 
+    def close(self) -> None:
+        """Release the planted store (its I/O thread) once the checks are done with it: a
+        session plays tens of thousands of cases, and each store's thread would outlive it."""
+        if self.store is not None:
+            self.store.close()
+
 
 # -- running ---------------------------------------------------------------------------------------
 def _agent(
