@@ -186,13 +186,7 @@ def settings_request(
             "parallel_tool_calls": (parallel_tool_calls if parallel is None else parallel)
             if tools
             else None,
-            "max_tokens": settings.max_tokens,
-            "temperature": settings.temperature,
-            "top_p": settings.top_p,
-            "seed": settings.seed,
-            "stop_sequences": settings.stop_sequences or (),
-            "reasoning_effort": settings.reasoning_effort,
-            "reasoning_budget_tokens": settings.reasoning_budget_tokens,
+            **_sampling(settings),
             "output": output,
         },
     )
@@ -201,8 +195,11 @@ def settings_request(
 def summary_settings(settings: ModelSettings | None) -> Mapping[str, Any]:
     """The request fields of the step-limit summary call under ``settings``: sampling as set,
     never a tool choice (the call sends no tools)."""
-    if settings is None:
-        return NO_SAMPLING
+    return NO_SAMPLING if settings is None else _sampling(settings)
+
+
+def _sampling(settings: ModelSettings) -> dict[str, Any]:
+    """The request's sampling fields as ``settings`` sets them."""
     return {
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,

@@ -27,7 +27,17 @@ from dataclasses import dataclass
 
 from ..machine.table import TERMINAL as _TERMINAL
 from ..machine.table import State
-from .text import DOT_STYLES, Edge, Node, Plan, _attrs, _mermaid_classes, _quote, plan
+from .text import (
+    DOT_STYLES,
+    Edge,
+    Node,
+    Plan,
+    _attrs,
+    _mermaid_classes,
+    _node_styles,
+    _quote,
+    plan,
+)
 
 __all__ = ["OVERVIEW_STYLES", "overview_dot", "overview_mermaid"]
 
@@ -221,16 +231,7 @@ def overview_dot(diagram: Plan | None = None, *, link: Callable[[State], str] | 
         ]
         if link is not None:
             parts.append({"URL": link(node.state), "tooltip": f"{node.state.value}: the detail"})
-        if node.terminal:
-            parts.append(base["terminal"])
-        if not node.reachable:
-            parts.append(base["unreachable"] | {"style": "rounded,dotted"})
-        if node.visits:
-            parts.append(base["visited_node"])
-            if node.terminal:
-                parts.append({"style": "rounded,filled,bold"})
-        if node.final:
-            parts.append(base["final"])
+        parts += _node_styles(node, base)
         lines.append(f"  {node.state.value} [{_attrs(*parts)}];")
     notes = [pair for pair in pairs if pair.source is None]
     if notes:

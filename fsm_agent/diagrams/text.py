@@ -342,19 +342,26 @@ def _dot_nodes(
     for node in p.nodes:
         if node.state not in container or any(node.state in child for child in children):
             continue
-        parts: list[Mapping[str, str]] = [{"label": _node_label(node, p.run)}]
-        if node.terminal:
-            parts.append(s["terminal"])
-        if not node.reachable:
-            parts.append(s["unreachable"] | {"style": "rounded,dotted"})
-        if node.visits:
-            parts.append(s["visited_node"])
-            if node.terminal:
-                parts.append({"style": "rounded,filled,bold"})
-        if node.final:
-            parts.append(s["final"])
+        parts = [{"label": _node_label(node, p.run)}, *_node_styles(node, s)]
         lines.append(f"{indent}{node.state.value} [{_attrs(*parts)}];")
     return lines
+
+
+def _node_styles(node: Node, s: Mapping[str, dict[str, str]]) -> list[Mapping[str, str]]:
+    """The styles ``s`` gives a state's box for what it is: terminal, unreachable, visited by
+    the run, where the run ended."""
+    parts: list[Mapping[str, str]] = []
+    if node.terminal:
+        parts.append(s["terminal"])
+    if not node.reachable:
+        parts.append(s["unreachable"] | {"style": "rounded,dotted"})
+    if node.visits:
+        parts.append(s["visited_node"])
+        if node.terminal:
+            parts.append({"style": "rounded,filled,bold"})
+    if node.final:
+        parts.append(s["final"])
+    return parts
 
 
 def _dot_edge(
