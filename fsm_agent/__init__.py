@@ -14,8 +14,9 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    :mod:`fsm_agent.events` (what a listener hears), :mod:`fsm_agent.errors` (the exception
    tree), :mod:`fsm_agent.output` (a typed answer and its validation) and
    :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
-4. The seams the kernel calls: :mod:`fsm_agent.messages` (with :mod:`fsm_agent.deep_json` for
-   arguments nested too deep for ``json``), :mod:`fsm_agent.models`,
+4. The seams the kernel calls: :mod:`fsm_agent.messages` (cheap values on
+   :mod:`fsm_agent.record`, with :mod:`fsm_agent.deep_json` for arguments nested too deep for
+   ``json``), :mod:`fsm_agent.models`,
    :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
    :mod:`fsm_agent.tools`, :mod:`fsm_agent.mcp` and :mod:`fsm_agent.tool_output` (tools);
    :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);

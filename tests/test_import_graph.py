@@ -21,7 +21,7 @@ PACKAGE = Path(fsm_agent.__file__).parent
 ROOT = "fsm_agent"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "log", "redaction", "_genai_names", "deep_json")),
+    ("foundation", ("errors", "log", "redaction", "_genai_names", "deep_json", "record")),
     ("values", ("messages", "model_settings", "models")),
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),
