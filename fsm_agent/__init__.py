@@ -18,7 +18,8 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    :mod:`fsm_agent.record`, with :mod:`fsm_agent.deep_json` for arguments nested too deep for
    ``json``), :mod:`fsm_agent.models`,
    :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
-   :mod:`fsm_agent.tools`, :mod:`fsm_agent.mcp` and :mod:`fsm_agent.tool_output` (tools);
+   :mod:`fsm_agent.tools` (tools, with their output limits and MCP servers' tools;
+   :mod:`fsm_agent.mcp` is the short path to the latter);
    :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);
    :mod:`fsm_agent.compaction` (the context budget).
 5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from durable_scenario import PROMPT, RUN_ID, make_agent
 from fsm_agent.errors import RunFinishedError, UnknownRunError
-from fsm_agent.persistence import CrashingCheckpointer, SQLiteCheckpointer
+from fsm_agent.persistence import SQLiteCheckpointer
+from fsm_agent.testing import CrashingCheckpointer
 
 
 class Killing(CrashingCheckpointer):

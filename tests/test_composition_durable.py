@@ -12,12 +12,8 @@ import pytest
 from fsm_agent import Agent, RunFinishedError, RunResult, Runtime, UnknownRunError, tool
 from fsm_agent.kernel.durable_child import child_run_id
 from fsm_agent.messages import ModelRequest, ModelResponse, Role, ToolResult
-from fsm_agent.persistence import (
-    CrashingCheckpointer,
-    InMemoryCheckpointer,
-    SimulatedCrash,
-)
-from fsm_agent.testing import text, tool_call
+from fsm_agent.persistence import InMemoryCheckpointer
+from fsm_agent.testing import CrashingCheckpointer, SimulatedCrash, text, tool_call
 
 PARENT_ID = "run_parent"
 

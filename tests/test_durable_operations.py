@@ -19,15 +19,18 @@ from durable_scenario import PROMPT, RUN_ID, make_agent
 from fsm_agent import Agent, Policy, RunAbandonedError, Runtime, State, StopReason, tool
 from fsm_agent.errors import CheckpointConflictError, CheckpointError
 from fsm_agent.messages import ToolResult, validate_history
-from fsm_agent.persistence import (
-    Checkpointer,
-    CrashingCheckpointer,
-    InMemoryCheckpointer,
-    SimulatedCrash,
-)
+from fsm_agent.persistence import Checkpointer, InMemoryCheckpointer
 from fsm_agent.run_state import RunState
-from fsm_agent.testing import ScriptedModel, crash_and_resume, resume_differences, text, tool_call
-from fsm_agent.tool_output import PAGER_NAME
+from fsm_agent.testing import (
+    CrashingCheckpointer,
+    ScriptedModel,
+    SimulatedCrash,
+    crash_and_resume,
+    resume_differences,
+    text,
+    tool_call,
+)
+from fsm_agent.tools.output import PAGER_NAME
 from postgres_store import DSN, postgres_checkpointer
 from test_durable_promises import _crashed_before_the_charge
 

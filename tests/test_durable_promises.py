@@ -28,15 +28,13 @@ from fsm_agent.messages import validate_history
 from fsm_agent.persistence import (
     Checkpoint,
     Checkpointer,
-    CrashingCheckpointer,
     EffectRecord,
     InMemoryCheckpointer,
     RunSummary,
-    SimulatedCrash,
     SQLiteCheckpointer,
 )
 from fsm_agent.run_state import RunState
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.testing import CrashingCheckpointer, ScriptedModel, SimulatedCrash, text, tool_call
 from postgres_store import DSN, postgres_checkpointer
 
 

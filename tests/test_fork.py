@@ -22,14 +22,16 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.messages import Message, Role, ToolResult
-from fsm_agent.persistence import (
-    Checkpointer,
-    CrashingCheckpointer,
-    InMemoryCheckpointer,
-    SimulatedCrash,
-)
+from fsm_agent.persistence import Checkpointer, InMemoryCheckpointer
 from fsm_agent.run_state import RunState
-from fsm_agent.testing import ScriptedModel, Turn, text, tool_call
+from fsm_agent.testing import (
+    CrashingCheckpointer,
+    ScriptedModel,
+    SimulatedCrash,
+    Turn,
+    text,
+    tool_call,
+)
 from postgres_store import postgres_checkpointer
 
 ROOT = Path(__file__).resolve().parent.parent

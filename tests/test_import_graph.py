@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),
     ("phases", ("phases",)),
-    ("seams", ("tools", "tool_output", "mcp", "compaction", "providers", "scripted")),
+    ("seams", ("tools", "mcp", "compaction", "providers", "scripted")),
     ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),

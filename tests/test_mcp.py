@@ -28,13 +28,13 @@ from fsm_agent import (
 from fsm_agent.events import ModelRequestEvent, ToolProgressEvent
 from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.machine.bounds import bounds
-from fsm_agent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
 from fsm_agent.messages import ImagePart, ResourceLinkPart, ToolResult
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings
 from fsm_agent.providers import AnthropicModel, OpenAIChatModel
 from fsm_agent.replay import read_recording, record, replay
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
+from fsm_agent.tools.mcp import MCPServer, MCPServerHTTP, MCPServerStdio, MCPTool
 from mcp_server import PIXEL
 from provider_server import (
     FAST,
@@ -408,14 +408,14 @@ def test_tools_outside_the_async_with_are_refused() -> None:
     assert is_error and "is not connected" in content
 
 
-def test_the_sdk_is_imported_only_by_fsm_agent_mcp() -> None:
+def test_the_sdk_is_imported_only_by_fsm_agent_tools_mcp() -> None:
     code = (
         "import sys, fsm_agent\n"
         "assert 'mcp' not in sys.modules\n"
         "sys.modules['mcp'] = None\n"
         "from fsm_agent import MissingExtraError\n"
         "try:\n"
-        "    import fsm_agent.mcp\n"
+        "    import fsm_agent.tools.mcp\n"
         "except MissingExtraError as exc:\n"
         "    assert exc.extra == 'mcp' and isinstance(exc, ImportError)\n"
         "    print(exc)\n"
@@ -433,7 +433,7 @@ def test_a_call_imports_no_module_while_the_event_loop_waits_on_it() -> None:
     code = (
         "import asyncio, json, sys\n"
         "from fsm_agent import MCPServerError\n"
-        "from fsm_agent.mcp import MCPServerStdio\n"
+        "from fsm_agent.tools.mcp import MCPServerStdio\n"
         "async def main():\n"
         f"    async with MCPServerStdio(sys.executable, [{SERVER!r}, 'stdio']) as server:\n"
         "        before = set(sys.modules)\n"

@@ -21,10 +21,18 @@ from opentelemetry.trace import StatusCode
 from fsm_agent import Agent, Policy, StopReason, tool
 from fsm_agent.approval import Approval
 from fsm_agent.observability import TRANSITION_EVENT, OpenTelemetryHooks, trace_id_of
-from fsm_agent.persistence import CrashingCheckpointer, SimulatedCrash
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import RetryPolicy
-from fsm_agent.testing import ScriptedModel, crash_and_resume, fail, text, tool_call, tool_calls
+from fsm_agent.testing import (
+    CrashingCheckpointer,
+    ScriptedModel,
+    SimulatedCrash,
+    crash_and_resume,
+    fail,
+    text,
+    tool_call,
+    tool_calls,
+)
 from helpers import add
 
 

@@ -35,7 +35,6 @@ from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.fuzzing.primary import FailingPrimary
 from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
-from fsm_agent.mcp import MCPServerStdio
 from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
 from fsm_agent.output import OutputSpec
 from fsm_agent.persistence import InMemoryCheckpointer
@@ -48,6 +47,7 @@ from fsm_agent.testing import (
     text,
     tool_call,
 )
+from fsm_agent.tools.mcp import MCPServerStdio
 from helpers import add
 from provider_server import (
     FAST,

@@ -23,16 +23,11 @@ from fsm_agent.errors import (
     UnknownRunError,
 )
 from fsm_agent.kernel.resuming import resume_context
-from fsm_agent.persistence import (
-    Checkpoint,
-    Checkpointer,
-    CrashingCheckpointer,
-    InMemoryCheckpointer,
-    SimulatedCrash,
-    SQLiteCheckpointer,
-)
+from fsm_agent.persistence import Checkpoint, Checkpointer, InMemoryCheckpointer, SQLiteCheckpointer
 from fsm_agent.testing import (
+    CrashingCheckpointer,
     ScriptedModel,
+    SimulatedCrash,
     Turn,
     crash_and_resume,
     resume_differences,

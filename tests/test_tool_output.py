@@ -11,7 +11,7 @@ from fsm_agent import CompactionSettings, Policy, StopReason, Tool, tool
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.policy import ToolOutputSettings
 from fsm_agent.testing import text, tool_call
-from fsm_agent.tool_output import PAGER_NAME
+from fsm_agent.tools.output import PAGER_NAME
 from helpers import make_agent
 from invariants import check_history
 

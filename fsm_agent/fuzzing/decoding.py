@@ -38,7 +38,7 @@ from ..policy import (
 )
 from ..providers._output import ANSWER_TOOL
 from ..scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
-from ..tool_output import PAGER_NAME
+from ..tools.output import PAGER_NAME
 from .case import DEFAULT_TOOLS, FuzzAnswer, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 
 __all__ = [

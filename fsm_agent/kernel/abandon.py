@@ -19,7 +19,7 @@ from ..messages import ToolCall, ToolResult
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
 from ..run_state import RunState
-from ..tool_output import cut_result
+from ..tools.output import cut_result
 from .run import RunHandle, RunResult
 from .states import RunContext
 

@@ -17,8 +17,8 @@ from ..messages import ToolCall, ToolResult
 from ..phases import CompiledPhases, Phases
 from ..policy import Policy
 from ..run_state import RunState
-from ..tool_output import PAGER_NAME
 from ..tools import ToolRegistry
+from ..tools.output import PAGER_NAME
 from .context import RunContext
 
 __all__ = [

@@ -26,8 +26,8 @@ from ..output import ANSWER_TOOL, OutputSpec
 from ..phases import CompiledPhases, Phases
 from ..policy import Policy, limits_of
 from ..run_state import RunState
-from ..tool_output import PAGER_NAME, pager_tool
 from ..tools import Tool, ToolRegistry, done_tool
+from ..tools.output import PAGER_NAME, pager_tool
 from .checks import check_done_tool
 from .context import LoopSettings
 from .definition import definition_fingerprint

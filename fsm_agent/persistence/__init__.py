@@ -20,13 +20,12 @@ WAL mode) and :class:`~fsm_agent.persistence.PostgresCheckpointer` (psycopg 3, t
 ``[postgres]`` extra; several processes and machines). :func:`open_checkpointer` opens one from
 a URL.
 
-For property tests and the fuzzer, :class:`CrashingCheckpointer` stops a run the way a crash
-would, right after a chosen write (:func:`fsm_agent.testing.crash_and_resume` then resumes it:
-invariant 10, resume equivalence).
+A store that stops a run the way a crash would, for tests, is
+:class:`fsm_agent.testing.CrashingCheckpointer`.
 
-Read in order: this module (the :class:`Checkpointer` protocol, the in-memory store and the
-crashing store), :mod:`.run_log` (how a run writes its checkpoints and journal),
-:mod:`.sql` (what the SQL stores share), then :mod:`.sqlite` and :mod:`.postgres`.
+Read in order: this module (the :class:`Checkpointer` protocol and the in-memory store),
+:mod:`.run_log` (how a run writes its checkpoints and journal), :mod:`.sql` (what the SQL stores
+share), then :mod:`.sqlite` and :mod:`.postgres`.
 """
 
 from __future__ import annotations
@@ -51,14 +50,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Checkpoint",
     "Checkpointer",
-    "CrashingCheckpointer",
     "Durability",
     "EffectRecord",
     "InMemoryCheckpointer",
     "PostgresCheckpointer",
     "RunSummary",
     "SQLiteCheckpointer",
-    "SimulatedCrash",
     "open_checkpointer",
 ]
 
@@ -314,90 +311,6 @@ def __getattr__(name: str) -> Any:
 
         return PostgresCheckpointer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# --- crash simulation, for property tests and the fuzzer ------------------------------------------
-
-
-class SimulatedCrash(BaseException):
-    """Raised by :class:`CrashingCheckpointer` to stop a run the way a crash would. A
-    ``BaseException``, so that no handler in the kernel or in a tool catches it."""
-
-
-class CrashingCheckpointer:
-    """Wraps a checkpointer and raises :class:`SimulatedCrash` right after its ``crash_after``-th
-    write has been stored, as if the process died at that boundary. ``at="checkpoint"`` counts
-    the checkpoints only; ``at="any"`` counts effect records (intents and results) too."""
-
-    def __init__(
-        self,
-        inner: Checkpointer,
-        crash_after: int,
-        *,
-        at: Literal["checkpoint", "any"] = "checkpoint",
-    ) -> None:
-        self.inner = inner
-        self.crash_after = crash_after
-        self.at = at
-        self.writes = 0
-        self.crashed = False
-
-    def _wrote(self) -> None:
-        self.writes += 1
-        if self.writes == self.crash_after:
-            self.crashed = True
-            raise SimulatedCrash(f"simulated crash after write {self.writes}")
-
-    def save(self, state: RunState, *, version: int) -> None:
-        """Store, then crash when this is the chosen write."""
-        self.inner.save(state, version=version)
-        self._wrote()
-
-    def load(self, run_id: str) -> Checkpoint:
-        """The inner store's latest checkpoint."""
-        return self.inner.load(run_id)
-
-    def record_intent(
-        self, run_id: str, key: str, kind: Literal["model", "tool"], *, version: int
-    ) -> None:
-        """Record, then crash when effect records count and this is the chosen write."""
-        self.inner.record_intent(run_id, key, kind, version=version)
-        if self.at == "any":
-            self._wrote()
-
-    def record_result(self, run_id: str, key: str, result: str, *, version: int) -> None:
-        """Record, then crash when effect records count and this is the chosen write."""
-        self.inner.record_result(run_id, key, result, version=version)
-        if self.at == "any":
-            self._wrote()
-
-    def effects(self, run_id: str) -> dict[str, EffectRecord]:
-        """The inner store's journal."""
-        return self.inner.effects(run_id)
-
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """The inner store's checkpoints of ``run_id``, oldest first."""
-        return self.inner.checkpoints(run_id)  # type: ignore[attr-defined,no-any-return]
-
-    def runs(self) -> list[RunSummary]:
-        """The inner store's runs."""
-        return self.inner.runs()
-
-    def io_threads(self) -> None:
-        """None: an agent calls this store in place, so that the simulated crash stops the run
-        right at the chosen write, as a real one would (on a store's thread it would surface
-        only at the run's next awaited write)."""
-        return
-
-    def forget(self, run_id: str) -> None:
-        """Let the inner store drop what it keeps for ``run_id``."""
-        forget = getattr(self.inner, "forget", None)
-        if callable(forget):
-            forget(run_id)
-
-    def close(self) -> None:
-        """Close the inner store."""
-        self.inner.close()
 
 
 UNKNOWN_OUTCOME_PREFIX = "Error: outcome unknown"

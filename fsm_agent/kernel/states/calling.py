@@ -52,7 +52,7 @@ from ...messages import (
 from ...model_settings import NO_SAMPLING, settings_request
 from ...models import Model
 from ...policy import backoff_delay
-from ...tool_output import trim_old_outputs
+from ...tools.output import trim_old_outputs
 from ..context import ONE_REQUEST, Interrupted, RunContext
 from ..limits import usage_fault
 from ..phasing import move_by_budget

@@ -39,8 +39,8 @@ from ...events import (
 from ...machine.table import Outcome, repeats_spent
 from ...messages import ToolCall, ToolResult
 from ...run_state import HumanRequest
-from ...tool_output import PAGER_NAME, cut_result
 from ...tools import Tool, ToolContext, ToolExecution
+from ...tools.output import PAGER_NAME, cut_result
 from ..context import Interrupted, RunContext
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code

@@ -7,8 +7,8 @@ manager: entering it connects and lists the server's tools, leaving it closes th
 from the server's listing, so everything the kernel does with a tool applies to them: the
 schema and description the model sees, the timeout, approval, output limits, the journal. A
 call's result keeps what is not text (images, resource links, structured content, annotations:
-see :mod:`fsm_agent.mcp.content`), and the server's progress notifications during a call are
-``tool_progress`` events of a streamed run.
+see :mod:`fsm_agent.tools.mcp.content`), and the server's progress notifications during a call
+are ``tool_progress`` events of a streamed run.
 
 What can go wrong with a server becomes an error result the model reads, never a hang or a
 crash: a result the server marks ``isError``, a JSON-RPC error, a server that is gone or dies
@@ -36,9 +36,9 @@ try:
     # Imported here, it costs once, while nothing waits on the loop (the SDK depends on it).
     importlib.import_module("jsonschema")
 except ImportError as exc:
-    from ..errors import MissingExtraError
+    from ...errors import MissingExtraError
 
-    raise MissingExtraError("fsm_agent.mcp", extra="mcp", module="mcp") from exc
+    raise MissingExtraError("fsm_agent.tools.mcp", extra="mcp", module="mcp") from exc
 
 from .server import MCPServer, MCPServerHTTP, MCPServerStdio
 from .tool import MCPTool

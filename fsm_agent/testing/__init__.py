@@ -9,7 +9,7 @@ receives. Build turns with :func:`text`, :func:`answer`, :func:`tool_call`, :fun
 
 The doubles live in :mod:`fsm_agent.scripted` (the fuzzer builds on them); this module adds
 :func:`fuzz_agent`, which runs the fuzzer, and the crash simulation: :func:`crash_and_resume`
-stops a run as a crash would (with :class:`~fsm_agent.persistence.CrashingCheckpointer`) and
+stops a run as a crash would (with :class:`CrashingCheckpointer`, in :mod:`.crash`) and
 resumes it, and :func:`resume_differences` compares the result with an uninterrupted run's.
 """
 
@@ -18,17 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import MissingExtraError, RunFinishedError
-from .kernel.run import RunResult
-from .messages import ToolResult
-from .persistence import (
-    UNKNOWN_OUTCOME_PREFIX,
-    Checkpointer,
-    CrashingCheckpointer,
-    InMemoryCheckpointer,
-    SimulatedCrash,
-)
-from .scripted import (
+from ..errors import MissingExtraError, RunFinishedError
+from ..kernel.run import RunResult
+from ..messages import ToolResult
+from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpointer, InMemoryCheckpointer
+from ..scripted import (
     DEFAULT_USAGE,
     Failure,
     ScriptedModel,
@@ -42,17 +36,20 @@ from .scripted import (
     tool_call,
     tool_calls,
 )
+from .crash import CrashingCheckpointer, SimulatedCrash
 
 if TYPE_CHECKING:
-    from .fuzzing import FuzzReport
-    from .kernel.agent import Agent
-    from .models import Model
+    from ..fuzzing import FuzzReport
+    from ..kernel.agent import Agent
+    from ..models import Model
 
 __all__ = [
     "DEFAULT_USAGE",
+    "CrashingCheckpointer",
     "Failure",
     "ScriptExhaustedError",
     "ScriptedModel",
+    "SimulatedCrash",
     "Turn",
     "VirtualClock",
     "answer",
@@ -90,7 +87,7 @@ def fuzz_agent(
     except ImportError:
         raise MissingExtraError("fuzz_agent", extra="testing", module="hypothesis") from None
 
-    from .fuzzing import fuzz
+    from ..fuzzing import fuzz
 
     profile = settings.default
     assert profile is not None, "hypothesis always has a current profile"

@@ -13,7 +13,7 @@ import httpx2
 import mcp_types
 from mcp import Client, MCPError
 
-from ..errors import MCPServerError
+from ...errors import MCPServerError
 
 if TYPE_CHECKING:
     from .server import MCPServer

@@ -32,8 +32,8 @@ from typing import Any, Generic, NoReturn, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
 from pydantic_core import to_json
 
-from .errors import ToolDefinitionError
-from .messages import (
+from ..errors import ToolDefinitionError
+from ..messages import (
     MAX_ARGUMENT_DEPTH,
     ToolCall,
     ToolDefinition,
@@ -42,7 +42,7 @@ from .messages import (
     arguments_too_deep,
     trusted,
 )
-from .phases.table import MovePhase
+from ..phases.table import MovePhase
 
 __all__ = [
     "HumanInputRequired",

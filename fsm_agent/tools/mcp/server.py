@@ -17,8 +17,8 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ..errors import ConfigurationError, MCPServerError
-from ..tools import Tool, ToolReturn
+from ...errors import ConfigurationError, MCPServerError
+from .. import Tool, ToolReturn
 from .connection import Link, Refusal, bounded, note_refusal, session_lost, watched
 from .content import tool_return
 from .tool import MCPTool
@@ -116,7 +116,7 @@ class MCPServer:
         self, name: str, arguments: dict[str, Any], *, progress: Progress | None = None
     ) -> ToolReturn:
         """Call the server's tool ``name`` (its name on the server) and return its result (see
-        :mod:`fsm_agent.mcp.content`); raise :class:`~fsm_agent.errors.MCPServerError` when
+        :mod:`fsm_agent.tools.mcp.content`); raise :class:`~fsm_agent.errors.MCPServerError` when
         the server reports an error or fails. ``progress`` is called with each progress
         notification the server sends during the call (progress, total, message)."""
         notify = None if progress is None else _notifier(progress)

@@ -15,8 +15,8 @@ import json
 import mcp_types
 from pydantic import JsonValue
 
-from ..messages import ImagePart, ResourceLinkPart, ToolResultPart
-from ..tools import ToolReturn
+from ...messages import ImagePart, ResourceLinkPart, ToolResultPart
+from .. import ToolReturn
 
 __all__ = ["result_text", "tool_return"]
 

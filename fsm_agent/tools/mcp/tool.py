@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import mcp_types
 from pydantic import ValidationError
 
-from ..errors import MCPServerError
-from ..messages import ToolDefinition
-from ..tools import Tool, ToolContext, ToolReturn
+from ...errors import MCPServerError
+from ...messages import ToolDefinition
+from .. import Tool, ToolContext, ToolReturn
 
 if TYPE_CHECKING:
     from .server import MCPServer
