@@ -426,6 +426,16 @@ def test_the_sdk_is_imported_only_by_fsm_agent_tools_mcp() -> None:
     assert "[mcp] extra" in out
 
 
+def test_the_short_path_names_the_same_classes() -> None:
+    """``fsm_agent.mcp``, the path the guides used before MCP moved under ``fsm_agent.tools``,
+    exports every public name of ``fsm_agent.tools.mcp``, as the same objects."""
+    import fsm_agent.mcp as short
+    import fsm_agent.tools.mcp as home
+
+    assert short.__all__ == home.__all__
+    assert all(getattr(short, name) is getattr(home, name) for name in home.__all__)
+
+
 def test_a_call_imports_no_module_while_the_event_loop_waits_on_it() -> None:
     """A call imports no module: an import stalls the event loop, and a parallel call whose
     answer sits unread meanwhile runs out its timeout (the SDK imports jsonschema to validate
