@@ -7,7 +7,8 @@ receives. Build turns with :func:`text`, :func:`answer`, :func:`tool_call`, :fun
 
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
 
-The doubles live in :mod:`fsm_agent.scripted` (the fuzzer builds on them); this module adds
+The doubles live in :mod:`fsm_agent.scripted`, below this package in the import graph (the
+fuzzer and replay build on them, and this package on the fuzzer); this package adds
 :func:`fuzz_agent`, which runs the fuzzer, and the crash simulation: :func:`crash_and_resume`
 stops a run as a crash would (with :class:`CrashingCheckpointer`, in :mod:`.crash`) and
 resumes it, and :func:`resume_differences` compares the result with an uninterrupted run's.
