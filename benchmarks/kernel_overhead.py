@@ -1,6 +1,7 @@
-"""Kernel overhead: µs per loop step of fsm_agent against two hand-written typed loops doing
-the same work, in one run, and the ratios: the typed floor (fsm_agent's message types) and the
-plain floor (its own plain pydantic models).
+"""Kernel overhead: µs per loop step of fsm_agent against three hand-written loops doing the
+same work, in one run, and the ratios: the typed floor (its own plain pydantic models, built per
+call: the reference of the targets), the asyncio floor (dicts, no types) and the types floor
+(fsm_agent's public message types).
 
 All play the workload of ``benchmarks/workload.py`` (N - 1 ``add`` tool calls, then an answer),
 each response built per call from the wire body. Rounds interleave the systems; the ratios
@@ -31,15 +32,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workload import Adapter, FloorAdapter, FsmAgentAdapter, PhasedAdapter, PlainFloorAdapter
+from workload import (
+    Adapter,
+    AsyncioFloorAdapter,
+    FloorAdapter,
+    FsmAgentAdapter,
+    PhasedAdapter,
+    TypedFloorAdapter,
+)
 
 SYSTEMS: dict[str, type[Adapter]] = {
-    "plain": PlainFloorAdapter,
-    "floor": FloorAdapter,
+    "typed": TypedFloorAdapter,
+    "asyncio": AsyncioFloorAdapter,
+    "types": FloorAdapter,
     "fsm_agent": FsmAgentAdapter,
     "phases": PhasedAdapter,
 }
-FLOORS = ("plain", "floor")
+FLOORS = ("typed", "asyncio", "types")
 
 
 async def _time_runs(adapter: Adapter, steps: int, runs: int) -> float:

@@ -1,28 +1,35 @@
-"""Peer benchmark: fsm_agent against two hand-written typed loops (the floors) and agent
-frameworks.
+"""Peer benchmark: fsm_agent against three hand-written loops (the floors) and agent
+frameworks, and every figure the targets of ``claims.py`` name, in one round.
 
 Every system plays the workload of ``workload.py`` (N - 1 ``add`` calls, then an answer); the
-floors and fsm_agent build each response per call from the wire body.
+floors and fsm_agent build each response per call from the wire body. The targets' reference is
+the typed floor: a minimal typed loop on its own plain pydantic models, built per call.
 
 - **µs per step** at N = 2, 10, 50, 1,000. Systems run interleaved in rounds (order rotated
   each round); in a round each system plays a batch of runs sized to a time budget, whose
   agents and models are built before the clock starts. Reported: the median and range over
-  rounds, and the median of same-round ratios to the floor and to fsm_agent. A system whose
+  rounds, and the median of same-round ratios to each floor and to fsm_agent. A system whose
   single run takes longer than ``long_run_s`` is timed once, on the run that checks it.
 - **Memory per concurrent run**: 1,000 and 10,000 runs of N = 10 at once in one event loop,
   each measurement in a fresh process: the tracemalloc peak over the baseline, per run.
 - **Start-up**: building what a run starts from (the agent).
 - **Responses from the wire**: µs to build one response from a decoded Chat Completions body,
-  fsm_agent's OpenAI provider against the plain floor's reader, in interleaved rounds.
+  fsm_agent's OpenAI provider against the typed floor's reader, in interleaved rounds.
 - **The real HTTP path** (``http_path.py``, in a child process, its server in another): µs and
   client CPU per step against a loopback server, JSON and SSE, fsm_agent and the peers.
+- **Durable runs** (``durable_lag.py``, in a cold child process, no ``gc.freeze()``): the worst
+  event-loop lag with 1,000 durable runs in flight on SQLite and PostgreSQL, and a ``sync``
+  step on SQLite against the same step without a checkpointer.
+- **Process start-up** (``startup.py``): ``import fsm_agent`` and ``fsm-agent demo
+  --no-diagram``.
 - Rows from the other benchmarks in this folder, run as scripts when they exist.
 
     pip install -e . -r benchmarks/requirements.txt   # in a separate environment
-    python benchmarks/run.py [--quick] [--systems fsm_agent,floor] [--steps 50] [--measure steps]
+    python benchmarks/run.py [--quick] [--systems fsm_agent,typed floor] [--steps 50]
 
 A complete run (every system, N and measurement) writes the results block of
-``docs/performance.md``; a partial one only prints.
+``docs/performance.md``; a partial one only prints, unless ``--write`` is given (the block
+then says which systems, run lengths and measurements it holds).
 """
 
 from __future__ import annotations
@@ -48,14 +55,28 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from claims import (
+    COLUMNS,
+    END,
+    PEER_TARGETS,
+    SENTENCES_HEADING,
+    START,
+    TABLE_HEADING,
+    TARGETS,
+    parse,
+    row_cells,
+    sentences,
+)
+from external import DURABLE, EXTERNAL, STARTUP, durable_rows, run_external, startup_rows
 from peers import PEERS
 from workload import (
     ANSWER,
     Adapter,
+    AsyncioFloorAdapter,
     Call,
     FloorAdapter,
     FsmAgentAdapter,
-    PlainFloorAdapter,
+    TypedFloorAdapter,
     add_calls,
     openai_parser,
     plain_response,
@@ -66,12 +87,14 @@ from fsm_agent import AgentMachine
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "performance.md"
-START, END = "<!-- results:start -->", "<!-- results:end -->"
 STEPS = (2, 10, 50, 1000)
 MEMORY_STEPS = 10
 CONCURRENCY = (1000, 10_000)
 FALLBACK_CONCURRENCY = 100
-ADAPTERS: tuple[type[Adapter], ...] = (PlainFloorAdapter, FloorAdapter, FsmAgentAdapter, *PEERS)
+FLOORS: tuple[type[Adapter], ...] = (TypedFloorAdapter, AsyncioFloorAdapter, FloorAdapter)
+ADAPTERS: tuple[type[Adapter], ...] = (*FLOORS, FsmAgentAdapter, *PEERS)
+TYPED = TypedFloorAdapter.name
+TARGET_STEPS = (2, 10, 50)
 MEASUREMENTS = ("startup", "steps", "wire", "http", "external", "memory")
 HTTP_STEPS = 10
 
@@ -87,14 +110,13 @@ class Settings:
     long_run_s: float  # a run longer than this is timed once
     skip_run_s: float | None  # a run predicted longer than this is skipped
     peer_memory: bool  # measure the peers' memory too
-    many: bool  # 10,000 concurrent runs too
     probe_timeout_s: float  # a memory probe taking longer is redone with fewer runs
     external_timeout_s: float
     http_budget_s: float  # one HTTP batch: one system, one mode, one round
 
 
-FULL = Settings("full", 5, 0.3, 300, 5.0, None, True, True, 180.0, 600.0, 0.5)
-QUICK = Settings("quick", 3, 0.15, 100, 2.0, 1.0, False, False, 180.0, 180.0, 0.2)
+FULL = Settings("full", 5, 0.3, 300, 5.0, None, True, 180.0, 600.0, 0.5)
+QUICK = Settings("quick", 3, 0.15, 100, 2.0, 1.0, False, 180.0, 180.0, 0.2)
 
 
 class Memory(NamedTuple):
@@ -119,6 +141,7 @@ class Results:
     wire: dict[str, list[float]] = field(default_factory=dict)
     http: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    scope: str = ""  # what a partial round left out, for the block's first line
     load: float = field(default_factory=lambda: os.getloadavg()[0])
 
 
@@ -236,11 +259,11 @@ WIRE_TURNS = {"tool call": Call(3), "answer": None}
 
 def measure_wire(results: Results) -> None:
     """µs to build one response from its decoded body: fsm_agent's OpenAI provider and the
-    plain floor's reader, for a tool-call turn and an answer, in interleaved rounds (each
+    typed floor's reader, for a tool-call turn and an answer, in interleaved rounds (each
     timing includes building the body, the same for both)."""
     readers: dict[str, Callable[[dict[str, Any]], object]] = {
         "fsm_agent": openai_parser(),
-        "plain floor": plain_response,
+        TYPED: plain_response,
     }
     number = 20_000 if results.settings.mode == "full" else 5_000
     for turn, call in WIRE_TURNS.items():
@@ -255,8 +278,8 @@ def measure_wire(results: Results) -> None:
 
 
 def wire_ratio(results: Results, turn: str) -> list[float]:
-    """fsm_agent's µs per response over the plain floor's, per round."""
-    ours, theirs = results.wire.get(f"fsm_agent: {turn}"), results.wire.get(f"plain floor: {turn}")
+    """fsm_agent's µs per response over the typed floor's, per round."""
+    ours, theirs = results.wire.get(f"fsm_agent: {turn}"), results.wire.get(f"{TYPED}: {turn}")
     return [a / b for a, b in zip(ours or [], theirs or [], strict=False)]
 
 
@@ -333,8 +356,8 @@ def memory_in_subprocess(name: str, concurrency: int, timeout_s: float) -> Memor
 
 def measure_memory(results: Results) -> None:
     """Probes in fresh processes, two at a time (the figures are memory, not time), the
-    costliest first. 10,000 runs only for fsm_agent and the floors (a peer's 1,000 runs take
-    minutes under tracemalloc); a probe past the time limit is redone with fewer runs."""
+    costliest first. 10,000 runs only for fsm_agent and the typed floor (a peer's 1,000 runs
+    take minutes under tracemalloc); a probe past the time limit is redone with fewer runs."""
     settings = results.settings
     few, many = CONCURRENCY
     names = [a.name for a in results.systems if a.concurrent]
@@ -344,17 +367,14 @@ def measure_memory(results: Results) -> None:
                 f"{adapter.name}: no memory figure (synchronous: its runs cannot share an "
                 "event loop)"
             )
-    ours = [
-        n for n in names if n in (PlainFloorAdapter.name, FloorAdapter.name, FsmAgentAdapter.name)
-    ]
+    own: tuple[type[Adapter], ...] = (*FLOORS, FsmAgentAdapter)
+    ours = [n for n in names if n in {a.name for a in own}]
     peers = [n for n in names if n not in ours]
     if peers and not settings.peer_memory:
         results.notes.append(f"peers' memory is measured in the full run only ({', '.join(peers)})")
         peers = []
-    if not settings.many:
-        results.notes.append(f"no {many:,}-run memory figures in {settings.mode} mode")
-    counts = CONCURRENCY if settings.many else (few,)
-    jobs = [(n, c) for n in ours for c in counts] + [(n, few) for n in peers]
+    targeted = [n for n in ours if n in (TYPED, FsmAgentAdapter.name)]
+    jobs = [(n, few) for n in ours + peers] + [(n, many) for n in targeted]
     per_step = results.per_step.get(MEMORY_STEPS, {})
     jobs.sort(key=lambda job: -_median(per_step.get(job[0]) or {0: 1.0}) * job[1])
 
@@ -372,73 +392,8 @@ def measure_memory(results: Results) -> None:
             )
             figure = probe((name, FALLBACK_CONCURRENCY)) or "not measured: timed out"
         results.memory[name, runs] = figure
-    if settings.many and peers:
+    if peers:
         results.notes.append(f"peers: no {many:,}-run memory figures (see their {few:,}-run times)")
-
-
-# -- the other benchmarks -----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class External:
-    """Another benchmark script of this folder, whose summary becomes a row."""
-
-    label: str
-    script: str
-    quick_args: tuple[str, ...]
-    target: str
-    args: tuple[str, ...] = ()
-    """Arguments for both modes (``quick_args`` are added in quick mode)."""
-
-
-EXTERNAL = (
-    External("fuzz throughput", "fuzz_throughput.py", ("--examples", "500"), "≥ 1,000 examples/s"),
-    External(
-        "streaming client vs the official SDK",
-        "streaming.py",
-        ("--chunks", "5000", "--rounds", "3"),
-        "ours / SDK ≤ 1.0",
-    ),
-    External("checkpoint overhead", "checkpoint.py", (), "—"),
-    External(
-        "event-loop lag with 1,000 durable runs in flight",
-        "durable_lag.py",
-        ("--runs", "300", "--step-runs", "10"),
-        "worst lag ≤ 10 ms; sync step ≤ 3× plain (SQLite)",
-        ("--service",),  # a thousand runs in flight is a long-running service's situation
-    ),
-    External("process start-up", "startup.py", ("--runs", "5"), "import ≤ 150 ms, demo ≤ 0.5 s"),
-)
-
-
-def run_external(results: Results) -> None:
-    """Run each script that exists; its printed summary (or why it failed) becomes the row."""
-    quick = results.settings.mode == "quick"
-    for bench in EXTERNAL:
-        if not (HERE / bench.script).exists():
-            results.external[bench.label] = "not yet measured"
-            continue
-        command = [
-            sys.executable,
-            str(HERE / bench.script),
-            *bench.args,
-            *(bench.quick_args if quick else ()),
-        ]
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=results.settings.external_timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            results.external[bench.label] = "not measured: timed out"
-            continue
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            results.external[bench.label] = f"not measured: {last}"
-            continue
-        lines = [" ".join(line.split()) for line in done.stdout.splitlines() if line.strip()]
-        results.external[bench.label] = "; ".join(lines)
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -489,58 +444,82 @@ def _memory(figure: Memory | str | None, runs: int) -> str:
     return f"{figure.kib:,.1f} KiB ({fewer}{figure.seconds:,.1f} s)"
 
 
-def _met(ok: bool | None) -> str:
-    return "—" if ok is None else ("yes" if ok else "no")
+def _ms(figures: tuple[float, float] | None) -> str:
+    return "—" if figures is None else f"{figures[0]:,.1f} ms (fastest {figures[1]:,.1f})"
 
 
-def summary_rows(results: Results) -> list[list[str]]:
-    """fsm_agent against the floors, the peers and the targets."""
-    ours, floor, plain = FsmAgentAdapter.name, FloorAdapter.name, PlainFloorAdapter.name
-    rows = []
-    for steps in results.steps:
+Cells = tuple[str, str, str]
+"""A target row's fsm_agent, reference and same-round ratio cells."""
+
+
+def _step_cells(results: Results) -> dict[str, Cells]:
+    ours = FsmAgentAdapter.name
+    cells = {}
+    for steps in TARGET_STEPS:
         samples = results.per_step.get(steps, {})
-        mine, base = samples.get(ours), samples.get(plain)
-        typed = samples.get(floor)
-        ratio = ratios(results, steps, ours, plain)
-        typed_ratio = ratios(results, steps, ours, floor)
-        references = []
-        if base:
-            references.append(f"{_median(base):,.1f} (plain floor)")
-        if typed:
-            references.append(f"{_median(typed):,.1f} (typed floor)")
-        shown = []
-        if ratio:
-            shown.append(f"{statistics.median(ratio):.2f}× plain")
-        if typed_ratio:
-            shown.append(f"{statistics.median(typed_ratio):.2f}× typed")
-        rows.append(
-            [
-                f"µs per step, N = {steps:,}",
-                f"{_median(mine):,.1f}" if mine else "—",
-                "; ".join(references) or "—",
-                "; ".join(shown) or "—",
-                "≤ 2× the plain floor",
-                _met(statistics.median(ratio) <= 2 if ratio else None),
-            ]
+        mine, base = samples.get(ours), samples.get(TYPED)
+        cells[f"µs per step, N = {steps}"] = (
+            f"{_median(mine):,.1f}" if mine else "—",
+            f"{_median(base):,.1f} ({TYPED})" if base else "—",
+            _ratio(ratios(results, steps, ours, TYPED)),
         )
+    return cells
+
+
+def _memory_cells(results: Results) -> dict[str, Cells]:
+    cells = {}
+    for concurrency in CONCURRENCY:
+        mine = results.memory.get((FsmAgentAdapter.name, concurrency))
+        base = results.memory.get((TYPED, concurrency))
+        ratio = "—"
+        if isinstance(mine, Memory) and isinstance(base, Memory) and mine.runs == base.runs:
+            ratio = f"{mine.kib / base.kib:.2f}×"
+        cells[f"memory per concurrent run, {concurrency:,} runs of N = {MEMORY_STEPS}"] = (
+            _memory(mine, concurrency),
+            f"{_memory(base, concurrency)} ({TYPED})" if base else "—",
+            ratio,
+        )
+    return cells
+
+
+def _wire_cells(results: Results) -> dict[str, Cells]:
+    cells = {}
     for turn in WIRE_TURNS:
-        mine_w = results.wire.get(f"fsm_agent: {turn}")
-        base_w = results.wire.get(f"plain floor: {turn}")
-        ratio = wire_ratio(results, turn)
-        rows.append(
-            [
-                f"µs to build a response from the wire ({turn})",
-                f"{_median(mine_w):,.2f}" if mine_w else "—",
-                f"{_median(base_w):,.2f} (plain floor)" if base_w else "—",
-                _ratio(ratio),
-                "≤ 1× the plain floor",
-                _met(statistics.median(ratio) <= 1 if ratio else None),
-            ]
+        mine, base = results.wire.get(f"fsm_agent: {turn}"), results.wire.get(f"{TYPED}: {turn}")
+        cells[f"building a response from the wire ({turn})"] = (
+            f"{_median(mine):,.2f} µs" if mine else "—",
+            f"{_median(base):,.2f} µs ({TYPED})" if base else "—",
+            _ratio(wire_ratio(results, turn)),
         )
+    return cells
+
+
+def _external_cells(results: Results) -> dict[str, Cells]:
+    durable = durable_rows(results.external.get(DURABLE, ""))
+    cells: dict[str, Cells] = {
+        "a durable sync step on SQLite": (
+            f"{durable.sync_us:,.0f} µs" if durable.sync_us is not None else "—",
+            f"{durable.plain_us:,.0f} µs (no checkpointer)" if durable.plain_us else "—",
+            f"{durable.sync_ratio:.2f}×" if durable.sync_ratio is not None else "—",
+        )
+    }
+    for store, shown in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+        worst = durable.worst_ms.get(store)
+        label = f"worst event-loop lag, 1,000 durable runs in flight on {shown} (cold process)"
+        cells[label] = (f"{worst:,.1f} ms" if worst is not None else "—", "—", "—")
+    startup = startup_rows(results.external.get(STARTUP, ""))
+    cells["import fsm_agent"] = (_ms(startup["import"]), "—", "—")
+    cells["fsm-agent demo --no-diagram"] = (_ms(startup["demo"]), "—", "—")
+    return cells
+
+
+def _http_cells(results: Results) -> dict[str, Cells]:
+    cells = {}
+    ours = FsmAgentAdapter.name
     for mode, label in (("json", "JSON"), ("sse", "streamed")):
         figures = results.http.get("systems", {})
-        mine_h = figures.get(ours, {}).get(mode)
-        ratio_h = results.http.get("ratios", {}).get(mode)
+        mine = figures.get(ours, {}).get(mode)
+        ratio = results.http.get("ratios", {}).get(mode)
         cheapest = min(
             (
                 (modes[mode]["cpu_us"][0], name)
@@ -549,64 +528,38 @@ def summary_rows(results: Results) -> list[list[str]]:
             ),
             default=None,
         )
-        rows.append(
-            [
-                f"HTTP path, client CPU µs per step ({label}, N = {HTTP_STEPS})",
-                f"{mine_h['cpu_us'][0]:,.0f}" if mine_h else "—",
-                f"{cheapest[0]:,.0f} ({cheapest[1]}, the cheapest peer)" if cheapest else "—",
-                f"{ratio_h[0]:.3f}× ({ratio_h[1]:.3f}–{ratio_h[2]:.3f})" if ratio_h else "—",
-                "≤ 0.2× the cheapest peer",
-                _met(ratio_h[0] <= 0.2 if ratio_h else None),
-            ]
+        cells[f"HTTP path, client CPU per step ({label}, N = {HTTP_STEPS})"] = (
+            f"{mine['cpu_us'][0]:,.0f} µs" if mine else "—",
+            f"{cheapest[0]:,.0f} µs ({cheapest[1]})" if cheapest else "—",
+            f"{ratio[0]:.3f}× ({ratio[1]:.3f}–{ratio[2]:.3f})" if ratio else "—",
         )
-    for peer in (a.name for a in results.systems if a.name not in (ours, floor, plain)):
-        worst = [
+    return cells
+
+
+def _peer_cells(results: Results) -> dict[str, Cells]:
+    cells = {}
+    ours = FsmAgentAdapter.name
+    for peer in (a.name for a in results.systems if a.name in PEER_TARGETS):
+        least = [
             statistics.median(r) for n in results.steps if (r := ratios(results, n, peer, ours))
         ]
-        target = 15 if peer == "smolagents" else 80
-        rows.append(
-            [
-                f"{peer} ÷ fsm_agent (least over N)",
-                "—",
-                "—",
-                f"{min(worst):,.1f}×" if worst else "—",
-                f"≥ {target}×",
-                _met(min(worst) >= target if worst else None),
-            ]
-        )
-    for concurrency in CONCURRENCY:
-        mine_m = results.memory.get((ours, concurrency))
-        base_m = results.memory.get((floor, concurrency))
-        ratio_m = ok_m = None
-        if isinstance(mine_m, Memory):
-            ok_m = mine_m.kib <= 20
-            if isinstance(base_m, Memory):
-                ratio_m = f"{mine_m.kib / base_m.kib:.2f}×"
-        rows.append(
-            [
-                f"memory per run, {concurrency:,} concurrent runs",
-                _memory(mine_m, concurrency),
-                _memory(base_m, concurrency) + " (floor)" if base_m else "—",
-                ratio_m or "—",
-                "≤ 20 KiB" + (", completes" if concurrency == CONCURRENCY[1] else ""),
-                _met(ok_m),
-            ]
-        )
-    startup = results.startup.get(ours)
-    rows.append(
-        [
-            "start-up: build an Agent",
-            f"{_median(startup):,.1f} µs" if startup else "—",
-            "—",
-            "—",
-            "—",
-            "—",
-        ]
-    )
-    for bench in EXTERNAL:
-        figure = results.external.get(bench.label, "not measured in this run")
-        rows.append([bench.label, figure, "—", "—", bench.target, "—"])
-    return rows
+        shown = f"{min(least):,.1f}×" if least else "—"
+        cells[f"{peer} per step ÷ fsm_agent's (least over N)"] = ("—", "fsm_agent", shown)
+    return cells
+
+
+def summary_rows(results: Results) -> list[list[str]]:
+    """fsm_agent against every target of ``claims.py`` that this round measured, each row's
+    verdict computed from its figure."""
+    cells = {
+        **_step_cells(results),
+        **_memory_cells(results),
+        **_wire_cells(results),
+        **_external_cells(results),
+        **_http_cells(results),
+        **_peer_cells(results),
+    }
+    return [row_cells(target, *cells[target.label]) for target in TARGETS if target.label in cells]
 
 
 def report(results: Results) -> str:
@@ -620,19 +573,21 @@ def report(results: Results) -> str:
         except metadata.PackageNotFoundError:
             continue
     settings = results.settings
+    targets = _table(COLUMNS, summary_rows(results))
     lines = [
-        f"Measured on {date.today().isoformat()} ({settings.mode} run, {settings.rounds} rounds) "
-        f"on {_cpu()}, {os.cpu_count()} cores, {platform.system()}; "
+        f"Measured on {date.today().isoformat()} ({settings.mode} run, {settings.rounds} rounds"
+        f"{results.scope}) on {_cpu()}, {os.cpu_count()} cores, {platform.system()}; "
         f"Python {platform.python_version()}; {', '.join(versions)}. Load average when the run "
         f"started: {results.load:.1f} (other work on the machine widens the ranges; the "
         "same-round ratios are the steadier figure).",
         "",
-        "### fsm_agent against the targets",
+        TABLE_HEADING,
         "",
-        *_table(
-            ["measurement", "fsm_agent", "reference", "ratio", "target", "met"],
-            summary_rows(results),
-        ),
+        *targets,
+        "",
+        SENTENCES_HEADING,
+        "",
+        sentences(parse(TABLE_HEADING + "\n\n" + "\n".join(targets))),
         "",
         "### µs per step (median over rounds, range)",
         "",
@@ -644,7 +599,7 @@ def report(results: Results) -> str:
             ],
         ),
     ]
-    for reference in (PlainFloorAdapter.name, FloorAdapter.name, FsmAgentAdapter.name):
+    for reference in (*(a.name for a in FLOORS), FsmAgentAdapter.name):
         if reference not in names:
             continue
         lines += [
@@ -675,7 +630,7 @@ def report(results: Results) -> str:
                             for t in WIRE_TURNS
                         ),
                     ]
-                    for name in ("fsm_agent", "plain floor")
+                    for name in ("fsm_agent", TYPED)
                 ],
             ),
         ]
@@ -717,6 +672,16 @@ def report(results: Results) -> str:
             [[n, _figure(dict(enumerate(v)))] for n, v in results.startup.items()],
         ),
     ]
+    if results.external:
+        lines += [
+            "",
+            "### The other benchmarks of this folder (each script's summary, as printed)",
+            "",
+            *_table(
+                ["benchmark", "summary", "target"],
+                [[b.label, results.external.get(b.label, "—"), b.target] for b in EXTERNAL],
+            ),
+        ]
     if results.notes:
         lines += ["", "Notes:", "", *(f"- {note}" for note in results.notes)]
     return "\n".join(lines)
@@ -755,6 +720,9 @@ def main() -> None:
         default=",".join(MEASUREMENTS),
         help="comma-separated subset of: " + ", ".join(MEASUREMENTS),
     )
+    parser.add_argument(
+        "--write", action="store_true", help="write the block after a partial run too"
+    )
     parser.add_argument("--probe-memory", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe_memory:
@@ -767,6 +735,11 @@ def main() -> None:
     results = Results(systems, QUICK if args.quick else FULL, steps, notes=notes)
     measure = set(args.measure.split(","))
     complete = not args.systems and not args.steps and measure >= set(MEASUREMENTS)
+    if not complete:
+        results.scope = (
+            f"; partial: systems {', '.join(a.name for a in systems)}; N = "
+            f"{', '.join(map(str, steps))}; measured {', '.join(sorted(measure))}"
+        )
     started = time.perf_counter()
     if "startup" in measure:
         measure_startup(results)
@@ -777,13 +750,14 @@ def main() -> None:
     if "http" in measure:
         measure_http(results)
     if "external" in measure:
-        run_external(results)
+        quick = results.settings.mode == "quick"
+        results.external = run_external(quick=quick, timeout_s=results.settings.external_timeout_s)
     if "memory" in measure:
         measure_memory(results)
     block = report(results)
     print(block)
     print(f"\n({time.perf_counter() - started:.0f} s)")
-    if complete:
+    if complete or args.write:
         write(block)
     else:
         print(f"partial run: {DOC.name} not written")

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPORT_TARGET_S = 0.150
-DEMO_TARGET_S = 0.5
+IMPORT_TARGET_S = 0.120
+DEMO_TARGET_S = 0.350
 
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,12 +5,19 @@ Step k calls ``add(a=k, b=1)``; its result, k + 1, tells a stateless model which
 (see :func:`next_call`), so every system plays the same turns from its own history without a
 per-run script.
 
-fsm_agent and both floors answer from a :class:`WireModel`: each call builds the decoded JSON
-body a Chat Completions server sends (:func:`wire_payload`: a call id, a tool name and the
-arguments as a JSON string) and turns it into a response the way the system's provider would,
-so response construction is part of every step. fsm_agent and the typed floor parse it with
-fsm_agent's OpenAI provider; the plain floor with :func:`plain_response`, on its own plain
-pydantic models. :func:`script` keeps the same turns pre-built for the scripts that replay them.
+fsm_agent and the floors answer from a wire model: each call builds the decoded JSON body a
+Chat Completions server sends (:func:`wire_payload`: a call id, a tool name and the arguments as
+a JSON string) and turns it into a response the way the system's provider would, so response
+construction is part of every step. Three floors, the least a correct loop does at three levels
+of typing:
+
+- the **typed floor** (:class:`TypedFloorAdapter`), the reference of the targets: a minimal typed
+  loop on its own plain pydantic models, built per call (:func:`plain_response`);
+- the **asyncio floor** (:class:`AsyncioFloorAdapter`): the same loop on dicts, no types at all;
+- the **types floor** (:class:`FloorAdapter`): the same loop on fsm_agent's public message types
+  and its OpenAI provider's reader, which shows what the types cost apart from the kernel.
+
+:func:`script` keeps the same turns pre-built for the scripts that replay them.
 
 An :class:`Adapter` makes one system run the workload. Everything a run needs (agents, models)
 is built by :meth:`Adapter.prepare`, before the clock starts; the clock times only the runs.
@@ -241,11 +248,11 @@ class PhasedAdapter(FsmAgentAdapter):
 
 
 class FloorAdapter(Adapter):
-    """The typed floor: a hand-written asyncio loop over fsm_agent's pydantic message types,
-    the least a correct loop does with them (same model, same tool, same argument
-    validation; no table, counters, trace, limits or interrupts)."""
+    """The types floor: a hand-written asyncio loop over fsm_agent's public message types, the
+    least a correct loop does with them (same model, same tool, same argument validation; no
+    table, counters, trace, limits or interrupts)."""
 
-    name = "floor"
+    name = "types floor"
 
     def start(self, steps: int) -> WireModel:
         """The loop starts from its model alone."""
@@ -264,9 +271,7 @@ async def typed_loop(model: WireModel) -> str:
     step = 0
     while True:
         step += 1
-        request = ModelRequest.model_construct(
-            messages=tuple(messages), tools=definitions, tool_choice=None
-        )
+        request = ModelRequest(messages=tuple(messages), tools=definitions, tool_choice=None)
         response = await model.complete(request)
         messages.append(response.message)
         calls = response.message.tool_calls
@@ -275,10 +280,10 @@ async def typed_loop(model: WireModel) -> str:
         for call in calls:
             context = ToolContext(run_id="run", call_id=call.id, step=step, deps=None)
             execution = await tools[call.name].execute(call, context)
-            messages.append(Message.model_construct(role=Role.TOOL, parts=(execution.result,)))
+            messages.append(Message(role=Role.TOOL, parts=(execution.result,)))
 
 
-# -- the plain floor: its own plain pydantic models ---------------------------------------------
+# -- the typed floor: its own plain pydantic models ---------------------------------------------
 class PlainToolCall(BaseModel):
     """A tool call: id, name, parsed arguments."""
 
@@ -313,7 +318,7 @@ class AddArguments(BaseModel):
 
 
 def plain_response(payload: dict[str, Any]) -> PlainResponse:
-    """A Chat Completions body as a plain typed loop reads it: the first choice, each call's
+    """A Chat Completions body as a minimal typed loop reads it: the first choice, each call's
     arguments decoded from their JSON text, the pieces validated by the plain models."""
     choice = payload["choices"][0]
     message = choice["message"]
@@ -337,7 +342,7 @@ def plain_response(payload: dict[str, Any]) -> PlainResponse:
 
 
 class PlainWireModel:
-    """:class:`WireModel` for the plain floor: same turns, parsed by :func:`plain_response`."""
+    """:class:`WireModel` for the typed floor: same turns, parsed by :func:`plain_response`."""
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
@@ -350,11 +355,11 @@ class PlainWireModel:
         return plain_response(wire_payload(next_call(result, self.steps)))
 
 
-class PlainFloorAdapter(Adapter):
-    """The plain floor: the least a correct typed loop does, on its own plain pydantic models
-    (so no cost of fsm_agent's message types hides in it)."""
+class TypedFloorAdapter(Adapter):
+    """The typed floor, the reference of the targets: the least a correct typed loop does, on
+    its own plain pydantic models built per call (so no cost of fsm_agent's types hides in it)."""
 
-    name = "plain floor"
+    name = "typed floor"
     distributions = ("pydantic",)
 
     def start(self, steps: int) -> PlainWireModel:
@@ -383,3 +388,64 @@ async def plain_loop(model: PlainWireModel) -> str:
             arguments = AddArguments.model_validate(call.arguments)
             value = tools[call.name](arguments.a, arguments.b)
             messages.append(PlainMessage(role="tool", content=str(value), tool_call_id=call.id))
+
+
+# -- the asyncio floor: no types at all ---------------------------------------------------------
+def dict_response(payload: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions body as an untyped loop reads it: the first choice's message, each
+    call's arguments decoded from their JSON text, nothing validated."""
+    message = payload["choices"][0]["message"]
+    calls = [
+        {
+            "id": wire["id"],
+            "name": wire["function"]["name"],
+            "arguments": json.loads(wire["function"]["arguments"]),
+        }
+        for wire in message.get("tool_calls") or ()
+    ]
+    return {"role": "assistant", "content": message.get("content") or "", "tool_calls": calls}
+
+
+class DictWireModel:
+    """:class:`WireModel` for the asyncio floor: same turns, read by :func:`dict_response`."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    async def complete(self, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Yield to the loop once, then read the next turn's wire body."""
+        await asyncio.sleep(0)
+        last = messages[-1]
+        result = int(last["content"]) if last["role"] == "tool" else None
+        return dict_response(wire_payload(next_call(result, self.steps)))
+
+
+class AsyncioFloorAdapter(Adapter):
+    """The asyncio floor: the typed floor's loop on dicts, with no types and no validation."""
+
+    name = "asyncio floor"
+
+    def start(self, steps: int) -> DictWireModel:
+        """The loop starts from its model alone."""
+        return DictWireModel(steps)
+
+    def prepare(self, steps: int) -> Run:
+        """The untyped loop over a fresh model."""
+        return functools.partial(dict_loop, self.start(steps))
+
+
+async def dict_loop(model: DictWireModel) -> str:
+    """Call the model, run its tool calls, repeat until it answers; return the answer."""
+    tools = {"add": add}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": PROMPT},
+    ]
+    while True:
+        message = await model.complete(messages)
+        messages.append(message)
+        if not message["tool_calls"]:
+            return str(message["content"])
+        for call in message["tool_calls"]:
+            value = tools[call["name"]](**call["arguments"])
+            messages.append({"role": "tool", "content": str(value), "tool_call_id": call["id"]})

@@ -1,4 +1,4 @@
-"""The benchmark instrument still works: the workload plays on fsm_agent and on both floors.
+"""The benchmark instrument still works: the workload plays on fsm_agent and on the floors.
 
 Nothing here is timed; peers are not needed (they are installed only for benchmarking).
 """
@@ -13,12 +13,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from workload import ANSWER, FloorAdapter, FsmAgentAdapter, PlainFloorAdapter, add_calls
+from workload import (
+    ANSWER,
+    AsyncioFloorAdapter,
+    FloorAdapter,
+    FsmAgentAdapter,
+    TypedFloorAdapter,
+    add_calls,
+)
 
 
 def test_workload_runs_on_fsm_agent_and_the_floor() -> None:
     """At N = 2 every adapter calls ``add`` once, then answers."""
-    for adapter in (FsmAgentAdapter(), FloorAdapter(), PlainFloorAdapter()):
+    for adapter in (FsmAgentAdapter(), FloorAdapter(), TypedFloorAdapter(), AsyncioFloorAdapter()):
         add_calls.value = 0
         assert asyncio.run(adapter.prepare(2)()) == ANSWER, adapter.name
         assert add_calls.value == 1, adapter.name

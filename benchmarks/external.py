@@ -1,0 +1,127 @@
+"""The other benchmarks of this folder that ``run.py`` runs as scripts, and the target figures
+read from what two of them print (``durable_lag.py`` and ``startup.py``).
+
+Each script prints a summary; the summary becomes a row of the round's "other benchmarks"
+table as it is, and :func:`durable_rows` and :func:`startup_rows` take the figures the targets
+name from it. A summary whose figure cannot be found gives ``None`` for that figure, and the
+targets table then says it was not measured, never a figure it did not print.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True, slots=True)
+class External:
+    """Another benchmark script of this folder, whose summary becomes a row."""
+
+    label: str
+    script: str
+    quick_args: tuple[str, ...]
+    target: str
+    args: tuple[str, ...] = ()
+    """Arguments for both modes (``quick_args`` are added in quick mode)."""
+
+
+DURABLE = "durable runs in flight (cold process, no gc.freeze())"
+STARTUP = "process start-up"
+EXTERNAL = (
+    External("fuzz throughput", "fuzz_throughput.py", ("--examples", "500"), "≥ 1,000 examples/s"),
+    External(
+        "streaming client vs the official SDK",
+        "streaming.py",
+        ("--chunks", "5000", "--rounds", "3"),
+        "ours / SDK ≤ 1.0",
+    ),
+    External("checkpoint overhead", "checkpoint.py", (), "—"),
+    # 1,000 runs in quick mode too: the target is about that many in flight. No --service: the
+    # target is a cold process, without gc.freeze().
+    External(
+        DURABLE,
+        "durable_lag.py",
+        ("--step-runs", "10"),
+        "worst lag ≤ 10 ms; sync step ≤ 5× plain (SQLite)",
+    ),
+    External(STARTUP, "startup.py", ("--runs", "5"), "import ≤ 120 ms, demo ≤ 350 ms"),
+)
+
+
+def run_external(*, quick: bool, timeout_s: float) -> dict[str, str]:
+    """Run each script that exists; its printed summary (or why it failed), by label."""
+    rows: dict[str, str] = {}
+    for bench in EXTERNAL:
+        if not (HERE / bench.script).exists():
+            rows[bench.label] = "not yet measured"
+            continue
+        command = [
+            sys.executable,
+            str(HERE / bench.script),
+            *bench.args,
+            *(bench.quick_args if quick else ()),
+        ]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            rows[bench.label] = "not measured: timed out"
+            continue
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            rows[bench.label] = f"not measured: {last}"
+            continue
+        lines = [" ".join(line.split()) for line in done.stdout.splitlines() if line.strip()]
+        rows[bench.label] = "; ".join(lines)
+    return rows
+
+
+def _number(pattern: str, text: str) -> float | None:
+    match = re.search(pattern, text)
+    return float(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """What ``durable_lag.py`` printed that the targets name: the worst lag per store (ms), and
+    a ``sync`` step on SQLite and the same step without a checkpointer (µs)."""
+
+    worst_ms: dict[str, float | None]
+    sync_us: float | None
+    plain_us: float | None
+
+    @property
+    def sync_ratio(self) -> float | None:
+        """The ``sync`` step over the plain step, both measured in the same process."""
+        if self.sync_us is None or not self.plain_us:
+            return None
+        return self.sync_us / self.plain_us
+
+
+def durable_rows(summary: str) -> Durable:
+    """The target figures of ``durable_lag.py``'s summary (as :func:`run_external` joins it)."""
+    worst = {
+        store: _number(rf"\b{store}: \d+/\d+ ok, .*?lag worst ([\d.]+) ms", summary)
+        for store in ("sqlite", "postgresql")
+    }
+    step = re.search(r"\bsqlite per step: plain ([\d.]+) µs, sync ([\d.]+) µs", summary)
+    return Durable(
+        worst,
+        float(step.group(2)) if step else None,
+        float(step.group(1)) if step else None,
+    )
+
+
+def startup_rows(summary: str) -> dict[str, tuple[float, float] | None]:
+    """``startup.py``'s median and fastest (ms) for the import and for the demo."""
+    found: dict[str, tuple[float, float] | None] = {}
+    for key, label in (("import", "import fsm_agent"), ("demo", "fsm-agent demo --no-diagram")):
+        match = re.search(rf"{re.escape(label)} ([\d.]+) ms \(fastest ([\d.]+)\)", summary)
+        found[key] = (float(match.group(1)), float(match.group(2))) if match else None
+    return found
