@@ -10,15 +10,19 @@ start-up included, as a user waits for it. Each figure is the median of ``--runs
 the fastest in brackets (a shared machine only ever adds time). ``-X importtime`` lists the
 slowest modules with ``--modules``. ``--against DIR`` times another checkout of fsm_agent (an
 older commit) in the same rounds, process by process in turn, and gives the median of the
-same-round ratios: on a busy machine only that ratio is worth comparing.
+same-round ratios: on a busy machine only that ratio is worth comparing. ``--instructions``
+counts CPU instructions under valgrind's callgrind instead (one process per figure; the same
+count on a loaded machine), for the imports, ``fsm-agent --help`` and the demo.
 
     python benchmarks/startup.py [--runs 15] [--modules 15] [--against ../older-checkout]
+    python benchmarks/startup.py --instructions [--against ../older-checkout]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -63,6 +67,44 @@ def timed_process(root: Path, *args: str) -> float:
 _KERNEL = "from fsm_agent import Agent"
 
 
+def counted_process(root: Path, *args: str) -> int:
+    """CPU instructions of ``python ARGS`` on ``root`` from start to exit, under callgrind."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+    done = subprocess.run(
+        [*command, *args],
+        env={**env, "PYTHONPATH": str(root)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def count_instructions(roots: list[Path]) -> None:
+    """Print the instructions of each start-up figure on each checkout (and their ratio)."""
+    cases = {
+        "python -c pass": ("-c", "pass"),
+        "import fsm_agent": ("-c", "import fsm_agent"),
+        _KERNEL: ("-c", _KERNEL),
+        "fsm-agent --help": ("-m", "fsm_agent", "--help"),
+        "fsm-agent demo --no-diagram": ("-m", "fsm_agent", "demo", "--no-diagram"),
+    }
+    for root in roots:
+        timed_process(root, *cases["fsm-agent demo --no-diagram"])  # write the bytecode cache
+    for label, args in cases.items():
+        counts = [counted_process(root, *args) for root in roots]
+        line = f"{label:<33}{counts[0] / 1e6:8.1f} million instructions"
+        if len(counts) == 2:
+            ratio = counts[0] / counts[1]
+            line += f"  (that checkout: {counts[1] / 1e6:.1f} million, {ratio:.2f}×)"
+        print(line, flush=True)
+
+
 def _summary(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:7.1f} ms  (fastest {min(samples) * 1000:.1f})"
 
@@ -94,9 +136,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="processes per figure")
     parser.add_argument("--modules", type=int, default=0, help="list the N slowest modules")
     parser.add_argument("--against", type=Path, help="another checkout, timed in the same rounds")
+    parser.add_argument("--instructions", action="store_true", help="count with callgrind")
     args = parser.parse_args()
 
     roots = [ROOT] if args.against is None else [ROOT, args.against.resolve()]
+    if args.instructions:
+        count_instructions(roots)
+        return
     demo_args = ("-m", "fsm_agent", "demo", "--no-diagram")
     for root in roots:
         timed_process(root, *demo_args)  # write the bytecode cache
