@@ -397,16 +397,29 @@ del _name
 
 
 def __getattr__(name: str) -> object:
-    """A public name, imported with its module on first use (PEP 562)."""
+    """A public name, imported with its module on first use (PEP 562); a submodule's name
+    imports the submodule (``fsm_agent.policy.Policy`` after ``import fsm_agent`` works as it
+    did when the import loaded the kernel)."""
     if name == "__version__":
         return _installed_version()
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return _submodule(name)
     imported = import_module(f"{__name__}.{module}")
     _bind_loaded()
     value = globals().get(name, None)
     return getattr(imported, name) if value is None else value
+
+
+def _submodule(name: str) -> object:
+    """The submodule ``fsm_agent.<name>``, imported; ``AttributeError`` when there is none."""
+    if not name.startswith("_"):
+        try:
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks a dependency
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

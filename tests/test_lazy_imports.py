@@ -136,6 +136,17 @@ def test_an_unknown_name_is_the_usual_attribute_error() -> None:
     assert "fsm_agent.kernel" not in _modules(found)
 
 
+def test_a_submodule_read_as_an_attribute_is_imported() -> None:
+    """``fsm_agent.policy.Policy`` after ``import fsm_agent`` works as it did when the import
+    loaded the kernel: a submodule's name imports the submodule."""
+    found = _loaded_after(
+        "import fsm_agent\n"
+        "result['policy'] = fsm_agent.policy.Policy(max_steps=3).max_steps\n"
+        "result['same'] = fsm_agent.policy.Policy is fsm_agent.Policy\n"
+    )
+    assert found["policy"] == 3 and found["same"] is True
+
+
 def test_reprs_read_fsm_agent_names_whichever_name_is_read_first() -> None:
     """Reading one public name binds the names of every module already imported: the kernel
     imported directly, then any name read, ``Agent`` reads ``fsm_agent.Agent``. The errors read
