@@ -1,22 +1,28 @@
 """Start-up: how long ``import fsm_agent`` takes, and ``fsm-agent demo --no-diagram`` from process
-start to exit, each in fresh processes, against the targets (150 ms, 0.5 s).
+start to exit, each in fresh processes, against the targets (120 ms, 350 ms).
 
 The import is timed inside the child (``perf_counter`` around the import), so interpreter
 start-up is left out; the bare interpreter (``python -c pass``) and ``import pydantic`` alone, the
-floor fsm_agent builds on, are reported beside it. The demo is timed from outside, interpreter
+floor fsm_agent builds on, are reported beside it. ``import fsm_agent`` loads the public names on
+first use, so ``from fsm_agent import Agent`` (the kernel, what a program that runs an agent
+waits for) is timed too. The demo is timed from outside, interpreter
 start-up included, as a user waits for it. Each figure is the median of ``--runs`` processes, with
 the fastest in brackets (a shared machine only ever adds time). ``-X importtime`` lists the
 slowest modules with ``--modules``. ``--against DIR`` times another checkout of fsm_agent (an
 older commit) in the same rounds, process by process in turn, and gives the median of the
-same-round ratios: on a busy machine only that ratio is worth comparing.
+same-round ratios: on a busy machine only that ratio is worth comparing. ``--instructions``
+counts CPU instructions under valgrind's callgrind instead (one process per figure; the same
+count on a loaded machine), for the imports, ``fsm-agent --help`` and the demo.
 
     python benchmarks/startup.py [--runs 15] [--modules 15] [--against ../older-checkout]
+    python benchmarks/startup.py --instructions [--against ../older-checkout]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,9 +49,11 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def timed_import(root: Path, module: str) -> float:
-    """Seconds ``import module`` takes in a fresh interpreter on ``root``, measured inside it."""
-    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+def timed_import(root: Path, module: str, statement: str = "") -> float:
+    """Seconds ``import module`` (or ``statement``) takes in a fresh interpreter on ``root``,
+    measured inside it."""
+    statement = statement or f"import {module}"
+    code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
     return float(_run(root, "-c", code).stdout)
 
 
@@ -54,6 +62,47 @@ def timed_process(root: Path, *args: str) -> float:
     started = time.perf_counter()
     _run(root, *args)
     return time.perf_counter() - started
+
+
+_KERNEL = "from fsm_agent import Agent"
+
+
+def counted_process(root: Path, *args: str) -> int:
+    """CPU instructions of ``python ARGS`` on ``root`` from start to exit, under callgrind."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+    done = subprocess.run(
+        [*command, *args],
+        env={**env, "PYTHONPATH": str(root)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def count_instructions(roots: list[Path]) -> None:
+    """Print the instructions of each start-up figure on each checkout (and their ratio)."""
+    cases = {
+        "python -c pass": ("-c", "pass"),
+        "import fsm_agent": ("-c", "import fsm_agent"),
+        _KERNEL: ("-c", _KERNEL),
+        "fsm-agent --help": ("-m", "fsm_agent", "--help"),
+        "fsm-agent demo --no-diagram": ("-m", "fsm_agent", "demo", "--no-diagram"),
+    }
+    for root in roots:
+        timed_process(root, *cases["fsm-agent demo --no-diagram"])  # write the bytecode cache
+    for label, args in cases.items():
+        counts = [counted_process(root, *args) for root in roots]
+        line = f"{label:<33}{counts[0] / 1e6:8.1f} million instructions"
+        if len(counts) == 2:
+            ratio = counts[0] / counts[1]
+            line += f"  (that checkout: {counts[1] / 1e6:.1f} million, {ratio:.2f}×)"
+        print(line, flush=True)
 
 
 def _summary(samples: list[float]) -> str:
@@ -87,19 +136,26 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="processes per figure")
     parser.add_argument("--modules", type=int, default=0, help="list the N slowest modules")
     parser.add_argument("--against", type=Path, help="another checkout, timed in the same rounds")
+    parser.add_argument("--instructions", action="store_true", help="count with callgrind")
     args = parser.parse_args()
 
     roots = [ROOT] if args.against is None else [ROOT, args.against.resolve()]
+    if args.instructions:
+        count_instructions(roots)
+        return
     demo_args = ("-m", "fsm_agent", "demo", "--no-diagram")
     for root in roots:
         timed_process(root, *demo_args)  # write the bytecode cache
     interpreter = [timed_process(ROOT, "-c", "pass") for _ in range(args.runs)]
     pydantic = [timed_import(ROOT, "pydantic") for _ in range(args.runs)]
     package: dict[Path, list[float]] = {root: [] for root in roots}
+    kernel: dict[Path, list[float]] = {root: [] for root in roots}
     demo: dict[Path, list[float]] = {root: [] for root in roots}
     for _ in range(args.runs):
         for root in roots:
             package[root].append(timed_import(root, "fsm_agent"))
+        for root in roots:
+            kernel[root].append(timed_import(root, "fsm_agent", _KERNEL))
         for root in roots:
             demo[root].append(timed_process(root, *demo_args))
 
@@ -107,14 +163,17 @@ def main() -> None:
     print(f"import pydantic (the floor)      {_summary(pydantic)}")
     ours, demoed = package[ROOT], demo[ROOT]
     print(f"import fsm_agent                 {_summary(ours)}  {_vs(ours, IMPORT_TARGET_S)}")
+    print(f"{_KERNEL:<33}{_summary(kernel[ROOT])}")
     print(f"fsm-agent demo --no-diagram      {_summary(demoed)}  {_vs(demoed, DEMO_TARGET_S)}")
     if args.against is not None:
         other = roots[1]
         print(f"\nthe same rounds on {other}:")
         print(f"import fsm_agent                 {_summary(package[other])}")
+        print(f"{_KERNEL:<33}{_summary(kernel[other])}")
         print(f"fsm-agent demo --no-diagram      {_summary(demo[other])}")
         print("this checkout ÷ that one (median of same-round ratios, range):")
         print(f"  import {_ratio(ours, package[other])}; demo {_ratio(demoed, demo[other])}")
+        print(f"  {_KERNEL}: {_ratio(kernel[ROOT], kernel[other])}")
     if args.modules:
         print("\nslowest modules of `import fsm_agent` (own time):")
         for own, name in _slowest_modules(args.modules):

@@ -34,22 +34,13 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    :mod:`fsm_agent.inspector` (stored runs in a browser) and :mod:`fsm_agent.cli`.
 """
 
+import sys
 from importlib import import_module
-from inspect import isfunction
+from types import FunctionType
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from .approval import Approval, Decision, HumanDecision, ResumeHandle
-from .compaction import (
-    CompactionStrategy,
-    Compactor,
-    SlidingWindow,
-    Summarize,
-    Tokenizer,
-    TrimToolOutputs,
-    estimate_tokens,
-)
+# The errors are bound at import (a module of plain classes, no imports): an exception or a
+# span names its type ``fsm_agent.RateLimitError`` however the code that raised it was reached.
 from .errors import (
     AgentToolError,
     AuthenticationError,
@@ -86,59 +77,68 @@ from .errors import (
     ToolExecutionError,
     UnknownRunError,
 )
-from .events import Event
-from .hooks import HookSet, MockResult, SkipTool
-from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
-from .kernel.driver import UndeclaredOutcomeError
-from .kernel.states import Verdict
-from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
-from .machine.table import Counters, Limits, Outcome, State, StopReason
-from .messages import (
-    FinishReason,
-    ImagePart,
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ReasoningPart,
-    ResourceLinkPart,
-    Role,
-    TextPart,
-    ToolCall,
-    ToolDefinition,
-    ToolResult,
-    Usage,
-)
-from .model_settings import ModelSettings
-from .models import Model, ModelChain, StreamingModel
-from .persistence import (
-    Checkpoint,
-    Checkpointer,
-    Durability,
-    InMemoryCheckpointer,
-    RunSummary,
-    open_checkpointer,
-)
-from .phases import MovePhase, Phase, Phases, PhaseView, Transition
-from .policy import (
-    CompactionSettings,
-    HookFailureMode,
-    LoopGuardAction,
-    Policy,
-    RetryPolicy,
-    ToolFailureMode,
-    ToolOutputSettings,
-    UsageLimits,
-)
-from .run_state import HumanRequest, RunState
-from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
 if TYPE_CHECKING:
+    from .approval import Approval, Decision, HumanDecision, ResumeHandle
+    from .compaction import (
+        CompactionStrategy,
+        Compactor,
+        SlidingWindow,
+        Summarize,
+        Tokenizer,
+        TrimToolOutputs,
+        estimate_tokens,
+    )
     from .conversation import Conversation
     from .diagrams import RenderingUnavailableError, TraceError
+    from .durable import DurableRuns
+    from .events import Event
+    from .hooks import HookSet, MockResult, SkipTool
+    from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
+    from .kernel.driver import UndeclaredOutcomeError
+    from .kernel.states import Verdict
+    from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
     from .machine.bounds import Bounds
     from .machine.checker import CheckReport, CheckVerdict, check
+    from .machine.table import Counters, Limits, Outcome, State, StopReason
+    from .messages import (
+        FinishReason,
+        ImagePart,
+        Message,
+        ModelRequest,
+        ModelResponse,
+        ReasoningPart,
+        ResourceLinkPart,
+        Role,
+        TextPart,
+        ToolCall,
+        ToolDefinition,
+        ToolResult,
+        Usage,
+    )
+    from .model_settings import ModelSettings
+    from .models import Model, ModelChain, StreamingModel
+    from .persistence import (
+        Checkpoint,
+        Checkpointer,
+        Durability,
+        InMemoryCheckpointer,
+        RunSummary,
+        open_checkpointer,
+    )
     from .persistence.postgres import PostgresCheckpointer
     from .persistence.sqlite import SQLiteCheckpointer
+    from .phases import MovePhase, Phase, Phases, PhaseView, Transition
+    from .policy import (
+        CompactionSettings,
+        HookFailureMode,
+        LoopGuardAction,
+        Policy,
+        RetryPolicy,
+        ToolFailureMode,
+        ToolOutputSettings,
+        UsageLimits,
+    )
     from .providers import (
         AnthropicModel,
         FallbackModel,
@@ -148,30 +148,90 @@ if TYPE_CHECKING:
         infer_model,
     )
     from .replay import ReplayReport
+    from .run_state import HumanRequest, RunState
+    from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
 
-# Functions named like their module (``bounds``, ``replay``) are not re-exported here: once the
-# submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
-_LAZY = {
-    "AnthropicModel": "providers",
-    "Bounds": "machine.bounds",
-    "CheckReport": "machine.checker",
-    "CheckVerdict": "machine.checker",
-    "Conversation": "conversation",
-    "DurableRuns": "durable",
-    "FallbackModel": "providers",
-    "GeminiModel": "providers",
-    "OpenAIChatModel": "providers",
-    "OpenAIResponsesModel": "providers",
-    "PostgresCheckpointer": "persistence.postgres",
-    "RenderingUnavailableError": "diagrams",
-    "ReplayReport": "replay",
-    "SQLiteCheckpointer": "persistence.sqlite",
-    "TraceError": "diagrams",
-    "check": "machine.checker",
-    "infer_model": "providers",
+# Every other public name loads on first use, with its module: ``import fsm_agent`` (and every
+# CLI start) imports no model type, kernel, provider, store or diagram. The one table of where
+# each name lives; functions named like their module (``bounds``, ``replay``) are not listed:
+# once the submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "approval": ("Approval", "Decision", "HumanDecision", "ResumeHandle"),
+    "compaction": (
+        "CompactionStrategy",
+        "Compactor",
+        "SlidingWindow",
+        "Summarize",
+        "Tokenizer",
+        "TrimToolOutputs",
+        "estimate_tokens",
+    ),
+    "conversation": ("Conversation",),
+    "diagrams": ("RenderingUnavailableError", "TraceError"),
+    "durable": ("DurableRuns",),
+    "events": ("Event",),
+    "hooks": ("HookSet", "MockResult", "SkipTool"),
+    "kernel.agent": ("Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"),
+    "kernel.driver": ("UndeclaredOutcomeError",),
+    "kernel.states": ("Verdict",),
+    "machine.agent_machine": ("AgentMachine", "IllegalMoveError", "Move", "decide"),
+    "machine.bounds": ("Bounds",),
+    "machine.checker": ("CheckReport", "CheckVerdict", "check"),
+    "machine.table": ("Counters", "Limits", "Outcome", "State", "StopReason"),
+    "messages": (
+        "FinishReason",
+        "ImagePart",
+        "Message",
+        "ModelRequest",
+        "ModelResponse",
+        "ReasoningPart",
+        "ResourceLinkPart",
+        "Role",
+        "TextPart",
+        "ToolCall",
+        "ToolDefinition",
+        "ToolResult",
+        "Usage",
+    ),
+    "model_settings": ("ModelSettings",),
+    "models": ("Model", "ModelChain", "StreamingModel"),
+    "persistence": (
+        "Checkpoint",
+        "Checkpointer",
+        "Durability",
+        "InMemoryCheckpointer",
+        "RunSummary",
+        "open_checkpointer",
+    ),
+    "persistence.postgres": ("PostgresCheckpointer",),
+    "persistence.sqlite": ("SQLiteCheckpointer",),
+    "phases": ("MovePhase", "Phase", "PhaseView", "Phases", "Transition"),
+    "policy": (
+        "CompactionSettings",
+        "HookFailureMode",
+        "LoopGuardAction",
+        "Policy",
+        "RetryPolicy",
+        "ToolFailureMode",
+        "ToolOutputSettings",
+        "UsageLimits",
+    ),
+    "providers": (
+        "AnthropicModel",
+        "FallbackModel",
+        "GeminiModel",
+        "OpenAIChatModel",
+        "OpenAIResponsesModel",
+        "infer_model",
+    ),
+    "replay": ("ReplayReport",),
+    "run_state": ("HumanRequest", "RunState"),
+    "tools": ("HumanInputRequired", "TaskComplete", "Tool", "ToolContext", "ToolReturn", "tool"),
 }
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+_BOUND: set[str] = set()  # the modules of _LAZY whose names are bound in this namespace
 
 __all__ = [
     "Agent",
@@ -303,28 +363,69 @@ __all__ = [
     "tool",
 ]
 
-# Reprs read ``fsm_agent.Agent``. Pydantic models keep their home module: pydantic resolves
-# their annotations there when it rebuilds them.
+
+def _adopt(value: object) -> None:
+    """Make ``value`` read as ``fsm_agent.<name>`` in reprs. Types validated by pydantic (a
+    model, a :class:`~fsm_agent.record.Record`) keep their home module: pydantic resolves their
+    annotations there."""
+    if (isinstance(value, type) and not hasattr(value, "model_validate")) or isinstance(
+        value, FunctionType
+    ):
+        value.__module__ = __name__
+
+
+def _bind_loaded() -> None:
+    """Bind the public names of every module of _LAZY that has been imported (by a first use
+    here, or by the modules that import it), so that later reads find them directly and their
+    reprs read the same whichever name was used first."""
+    for module, names in _LAZY.items():
+        loaded = sys.modules.get(f"{__name__}.{module}")
+        if module in _BOUND or loaded is None:
+            continue
+        namespace = vars(loaded)
+        if not all(name in namespace for name in names):  # still being imported
+            continue
+        for name in names:
+            _adopt(namespace[name])
+            globals()[name] = namespace[name]
+        _BOUND.add(module)
+
+
 for _name in __all__:
-    if _name in _LAZY:
-        continue
-    _value = globals()[_name]
-    if (isinstance(_value, type) and not issubclass(_value, BaseModel)) or isfunction(_value):
-        _value.__module__ = __name__
-del _name, _value
+    if _name not in _MODULE_OF:  # an error, bound above
+        _adopt(globals()[_name])
+del _name
 
 
 def __getattr__(name: str) -> object:
-    # The providers, the diagrams and the checker load on first use: `import fsm_agent` (and
-    # every CLI start) stays cheap for code that needs only the kernel.
+    """A public name, imported with its module on first use (PEP 562); a submodule's name
+    imports the submodule (``fsm_agent.policy.Policy`` after ``import fsm_agent`` works as it
+    did when the import loaded the kernel)."""
     if name == "__version__":
         return _installed_version()
-    module = _LAZY.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'fsm_agent' has no attribute {name!r}")
-    value = getattr(import_module(f"fsm_agent.{module}"), name)
-    globals()[name] = value
-    return value
+        return _submodule(name)
+    imported = import_module(f"{__name__}.{module}")
+    _bind_loaded()
+    value = globals().get(name, None)
+    return getattr(imported, name) if value is None else value
+
+
+def _submodule(name: str) -> object:
+    """The submodule ``fsm_agent.<name>``, imported; ``AttributeError`` when there is none."""
+    if not name.startswith("_"):
+        try:
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks a dependency
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet loaded included."""
+    return sorted({*globals(), *__all__, "__version__"})
 
 
 def _installed_version() -> str:

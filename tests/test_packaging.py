@@ -194,11 +194,13 @@ def test_a_built_agent_runs_without_building_a_validator() -> None:
 
 
 def test_importing_fsm_agent_builds_no_pydantic_validator() -> None:
-    """``import fsm_agent`` builds no pydantic validator: each model's is built when the model
-    is first validated (pydantic's scan of the installed distributions for plugins, with
-    ``importlib.metadata``, waits as well), and every model still builds."""
+    """``import fsm_agent`` and the kernel it loads on first use (``fsm_agent.Agent``) build no
+    pydantic validator: each model's is built when the model is first validated (pydantic's
+    scan of the installed distributions for plugins, with ``importlib.metadata``, waits as
+    well), and every model still builds."""
     code = (
         "import sys, pydantic, fsm_agent\n"
+        "fsm_agent.Agent\n"
         "from fsm_agent.events import event_adapter\n"
         "from fsm_agent.messages import parse_arguments\n"
         "models = [v for name, m in sorted(sys.modules.items()) if name.startswith('fsm_agent.')"

@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, NoReturn
 
 from ..errors import FsmAgentError
-from . import demo, diagram, inspect, replay, run, runs
 from .args import PROG, UsageError
-from .check import add_check_arguments, run_check_command
-from .fuzz import add_fuzz_arguments, run_fuzz_command
 
 __all__ = ["COMMANDS", "Command", "UsageError", "build_parser", "main"]
 
@@ -39,54 +37,56 @@ class Command:
     handler: Callable[[argparse.Namespace], int]
 
 
+def _on_use(module: str, function: str) -> Callable[[Any], Any]:
+    """``function`` of the command module ``fsm_agent.cli.<module>``, imported when first
+    called: a command imports what it needs (the kernel, the checker, the fuzzer) when it runs,
+    not when another command or ``--help`` does."""
+
+    def call(argument: Any) -> Any:
+        return getattr(import_module(f"{__name__}.{module}"), function)(argument)
+
+    return call
+
+
+def _builtin(
+    name: str, help: str, add_arguments: str = "add_arguments", handler: str = "handle"
+) -> Command:
+    """The built-in command ``name``, whose functions live in ``fsm_agent.cli.<name>``."""
+    return Command(name, help, _on_use(name, add_arguments), _on_use(name, handler))
+
+
 COMMANDS: list[Command] = [
-    Command(
-        "demo",
-        "run an offline agent on a scripted model and watch it walk the machine",
-        demo.add_arguments,
-        demo.handle,
-    ),
-    Command(
+    _builtin("demo", "run an offline agent on a scripted model and watch it walk the machine"),
+    _builtin(
         "run",
         "run an agent on a real provider (openai:, anthropic:, gemini:), streaming its answer",
-        run.add_arguments,
-        run.handle,
     ),
-    Command(
+    _builtin(
         "diagram",
         "draw the machine as DOT, SVG, PNG or Mermaid, with a policy's numbers or a recorded run",
-        diagram.add_arguments,
-        diagram.handle,
     ),
-    Command(
+    _builtin(
         "check",
         "prove a policy terminates within its bounds (exhaustive bounded model check)",
-        add_check_arguments,
-        run_check_command,
+        "add_check_arguments",
+        "run_check_command",
     ),
-    Command(
+    _builtin(
         "replay",
         "re-run a recording with no network; exit 1 where it diverges from what was recorded",
-        replay.add_arguments,
-        replay.handle,
     ),
-    Command(
-        "runs",
-        "list the runs of a checkpoint store, or show one (state, counters, last moves)",
-        runs.add_arguments,
-        runs.handle,
+    _builtin(
+        "runs", "list the runs of a checkpoint store, or show one (state, counters, last moves)"
     ),
-    Command(
+    _builtin(
         "fuzz",
         "fuzz the real kernel (the built-in agent, or your module:factory) against its invariants",
-        add_fuzz_arguments,
-        run_fuzz_command,
+        "add_fuzz_arguments",
+        "run_fuzz_command",
     ),
-    Command(
+    _builtin(
         "inspect",
         "serve a local web page over a checkpoint store: runs, their path on the machine, live",
-        inspect.add_arguments,
-        inspect.handle,
     ),
 ]
 """The sub-commands, in the order ``--help`` lists them; append to add one."""
@@ -119,25 +119,49 @@ def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
-def _version() -> str:
-    from .. import __version__
+class _Version(argparse.Action):
+    """``--version``: print the installed version and exit. The version is read when asked
+    (reading the distribution's metadata costs more than building the whole parser)."""
 
-    return f"{PROG} {__version__}"
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, help="show the program's version number and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from .. import __version__
+
+        print(f"{PROG} {__version__}")
+        parser.exit()
 
 
-def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
-    """The argument parser of ``fsm-agent`` with one sub-parser per command."""
+def build_parser(
+    commands: Sequence[Command] = COMMANDS, arguments_of: Collection[str] | None = None
+) -> argparse.ArgumentParser:
+    """The argument parser of ``fsm-agent`` with one sub-parser per command. Only the
+    commands named in ``arguments_of`` (default: all) get their arguments: each command's
+    module is imported to add them, so ``main`` adds those of the command it runs."""
     parser = _Parser(
         prog=PROG,
         description="fsm_agent: an LLM agent loop that is an explicit finite-state machine.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in commands:
         child = sub.add_parser(command.name, help=command.help, description=command.help)
-        command.add_arguments(child)
+        if arguments_of is None or command.name in arguments_of:
+            command.add_arguments(child)
         child.set_defaults(handler=command.handler, command_parser=child)
     return parser
+
+
+def _command_named(argv: Sequence[str]) -> set[str]:
+    """The command ``argv`` runs, as a set of at most one name: its first word that is not an
+    option (the program itself takes no option with a value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return {word}
+    return set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
-    args, unknown = build_parser().parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args, unknown = build_parser(arguments_of=_command_named(words)).parse_known_args(words)
     if unknown:  # the command's parser says so, pointing to the command's own --help
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     prog = f"{PROG} {args.command}"

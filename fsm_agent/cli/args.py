@@ -18,15 +18,16 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from ..diagrams.trace import TraceError
 from ..errors import ConfigurationError, FsmAgentError
-from ..kernel.agent import Agent
-from ..phases import Phases
-from ..policy import Policy
+
+# What a command needs to read its input is imported when it reads it: ``--help`` and the
+# commands that need no agent start without the kernel.
+if TYPE_CHECKING:
+    from ..kernel.agent import Agent
+    from ..phases import Phases
+    from ..policy import Policy
 
 __all__ = [
     "PROG",
@@ -57,6 +58,10 @@ class UsageError(FsmAgentError):
 def read_policy(path: str | os.PathLike[str]) -> Policy:
     """The :class:`Policy` in the JSON file ``path``; a file that cannot be read, is not JSON or
     does not validate is a :class:`UsageError` naming the file and what is wrong."""
+    from pydantic import ValidationError
+
+    from ..policy import Policy
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -74,6 +79,8 @@ def read_policy(path: str | os.PathLike[str]) -> Policy:
 def load_phases(spec: str) -> Phases:
     """The :class:`~fsm_agent.phases.Phases` named ``module:attribute`` (the module is
     imported, so it runs: name only your own code)."""
+    from ..phases import Phases
+
     value = _load("--phases", spec, "myagent:PHASES")
     if not isinstance(value, Phases):
         raise UsageError(f"--phases {spec} is a {type(value).__name__}, not a fsm_agent.Phases")
@@ -83,6 +90,8 @@ def load_phases(spec: str) -> Phases:
 def load_agent(spec: str) -> Agent[Any, Any]:
     """The :class:`~fsm_agent.Agent` named ``module:attribute`` (the module is imported, so it
     runs: name only your own code)."""
+    from ..kernel.agent import Agent
+
     value = _load("--agent", spec, "myagent:agent")
     if not isinstance(value, Agent):
         raise UsageError(f"--agent {spec} is a {type(value).__name__}, not a fsm_agent.Agent")
@@ -202,6 +211,8 @@ def write_output(path: str, content: str | bytes) -> None:
 def reading(what: str) -> Iterator[None]:
     """Turn what reading a trace or a recording can raise into one-line usage errors that say
     ``cannot read {what}: ...``."""
+    from ..diagrams.trace import TraceError
+
     try:
         yield
     except OSError as exc:

@@ -27,11 +27,11 @@ from ..events import (
     VerificationFailedEvent,
 )
 from ..policy import Policy
-from ..replay import Recorder
 from .args import UsageError, writable_file
 
 if TYPE_CHECKING:
     from ..kernel.agent import Agent
+    from ..replay import Recorder
 
 __all__ = ["Trace", "add_record_option", "drive", "ended_ok", "labels", "open_recording"]
 
@@ -51,6 +51,8 @@ def open_recording(path: str | None, agent: Agent[None], prompt: str) -> Recorde
     JSONL; see :mod:`fsm_agent.replay`), or ``None`` when no file was asked for."""
     if path is None:
         return None
+    from ..replay import Recorder  # only a recorded run needs it
+
     try:
         return Recorder(path, agent, prompt)
     except OSError as exc:

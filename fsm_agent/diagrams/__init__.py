@@ -26,9 +26,11 @@ An edge reads like a UML transition, ``outcome [guard] / stop reason``; where se
 
 from __future__ import annotations
 
-from ..machine.guards import guard_label
-from .detail import DETAIL_STYLES, state_dot, state_mermaid
-from .levels import OVERVIEW_STYLES, overview_dot, overview_mermaid
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+# Bound at import: ``render`` is named like its module, and an import of the submodule
+# ``fsm_agent.diagrams.render`` that came first would otherwise leave the module in its place.
 from .render import (
     RenderFormat,
     RenderingUnavailableError,
@@ -37,8 +39,24 @@ from .render import (
     stamp_svg,
     svg_digest,
 )
-from .text import DOT_STYLES, Edge, Node, Plan, Scope, plan, to_dot, to_mermaid
-from .trace import RunPath, TraceError, read_trace
+
+if TYPE_CHECKING:
+    from ..machine.guards import guard_label
+    from .detail import DETAIL_STYLES, state_dot, state_mermaid
+    from .levels import OVERVIEW_STYLES, overview_dot, overview_mermaid
+    from .text import DOT_STYLES, Edge, Node, Plan, Scope, plan, to_dot, to_mermaid
+    from .trace import RunPath, TraceError, read_trace
+
+# The other names load with their module on first use: a command that only labels the rows
+# (the trace of a run) imports neither the detail drawings nor the overview.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "..machine.guards": ("guard_label",),
+    ".detail": ("DETAIL_STYLES", "state_dot", "state_mermaid"),
+    ".levels": ("OVERVIEW_STYLES", "overview_dot", "overview_mermaid"),
+    ".text": ("DOT_STYLES", "Edge", "Node", "Plan", "Scope", "plan", "to_dot", "to_mermaid"),
+    ".trace": ("RunPath", "TraceError", "read_trace"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "DETAIL_STYLES",
@@ -66,3 +84,18 @@ __all__ = [
     "to_dot",
     "to_mermaid",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported with its module on first use (PEP 562)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet loaded included."""
+    return sorted({*globals(), *__all__})
