@@ -241,7 +241,7 @@ class PhasedAdapter(FsmAgentAdapter):
 
 
 class FloorAdapter(Adapter):
-    """The typed floor: a hand-written asyncio loop over fsm_agent's pydantic message types,
+    """The typed floor: a hand-written asyncio loop over fsm_agent's message types,
     the least a correct loop does with them (same model, same tool, same argument
     validation; no table, counters, trace, limits or interrupts)."""
 
@@ -264,9 +264,7 @@ async def typed_loop(model: WireModel) -> str:
     step = 0
     while True:
         step += 1
-        request = ModelRequest.model_construct(
-            messages=tuple(messages), tools=definitions, tool_choice=None
-        )
+        request = ModelRequest(messages=tuple(messages), tools=definitions)
         response = await model.complete(request)
         messages.append(response.message)
         calls = response.message.tool_calls
@@ -275,7 +273,7 @@ async def typed_loop(model: WireModel) -> str:
         for call in calls:
             context = ToolContext(run_id="run", call_id=call.id, step=step, deps=None)
             execution = await tools[call.name].execute(call, context)
-            messages.append(Message.model_construct(role=Role.TOOL, parts=(execution.result,)))
+            messages.append(Message(role=Role.TOOL, parts=(execution.result,)))
 
 
 # -- the plain floor: its own plain pydantic models ---------------------------------------------
