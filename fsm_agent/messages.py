@@ -2,6 +2,18 @@
 
 A conversation is a list of :class:`Message`. Each message has a :class:`Role` and a tuple of
 parts. Providers map these to and from their wire formats; the kernel never sees a wire format.
+
+Every type here is an immutable slotted dataclass on :class:`~fsm_agent.record.Record`: equal
+when its fields are, hashable when they are, and refusing writes. Its constructor validates
+nothing, which makes it as cheap as a plain object: the kernel builds them at every step.
+pydantic validates them where data crosses a boundary (what a provider read from the network,
+a checkpoint, a recording, a tool's return value) through ``Record``'s methods:
+``Message.model_validate(data)`` and ``model_validate_json(text)`` check types, bounds (a
+:class:`Usage` count of 0 or more) and discriminators, and refuse unknown fields;
+``model_dump()``, ``model_dump_json()`` and ``model_copy(update=...)`` work as on a pydantic
+model, and the JSON has the same shape as before these types were dataclasses. For a type's
+fields use :func:`dataclasses.fields`; for its JSON schema,
+``fsm_agent.record.adapter(Message).json_schema()``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -14,6 +15,7 @@ from fsm_agent.messages import (
     ImagePart,
     Message,
     ModelResponse,
+    ResourceLinkPart,
     Role,
     TextPart,
     ToolCall,
@@ -123,3 +125,37 @@ def test_adapter_is_built_once_per_type() -> None:
     assert adapter(Usage) is adapter(Usage)
     assert adapter(Usage) is not adapter(TextPart)
     assert isinstance(Usage(), Record)
+
+
+def test_a_run_state_written_when_messages_were_pydantic_models_loads_and_dumps_the_same() -> None:
+    """Stored data keeps its shape: a run state saved by the version whose messages were
+    pydantic models (tool calls, a result with an image, a link and structured content) loads,
+    and dumps back to the very same JSON."""
+    from fsm_agent.run_state import RunState
+
+    stored = (Path(__file__).parent / "snapshots" / "run_state_pydantic_messages.json").read_text()
+    state = RunState.model_validate_json(stored)
+    call = state.messages[1].tool_calls[0]
+    assert call == ToolCall(
+        id=call.id, name="add", arguments_json='{"a":1,"b":2}', arguments={"a": 1, "b": 2}
+    )
+    result = state.messages[4].tool_results[0]
+    assert result.parts == (ImagePart(data="aGk="), ResourceLinkPart(uri="file:///x", name="x"))
+    assert result.structured == {"k": [1, 2.5, None]} and result.metadata == {"m": True}
+    assert state.messages[-1] == Message.assistant("3")
+    assert state.model_dump_json() == stored.strip()
+
+
+def test_a_history_message_whose_role_is_a_string_is_refused_with_what_to_do() -> None:
+    """The constructor converts nothing: ``Message(role="user", ...)`` keeps the string, which
+    the kernel's ``is Role.X`` checks would never match, so a run refuses it up front."""
+    from fsm_agent import Agent, InvalidInputError
+    from fsm_agent.testing import ScriptedModel, text
+
+    loose = Message(role="user", parts=(TextPart(text="hi"),))  # type: ignore[arg-type]
+    agent = Agent(ScriptedModel([text("ok")]))
+    with pytest.raises(InvalidInputError, match=r"history\[0\] has the role 'user'.*Role\.USER"):
+        agent.run_sync("go", history=[loose])
+    validated = Message.model_validate({"role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    assert validated.role is Role.USER
+    assert agent.run_sync("go", history=[validated]).output == "ok"
