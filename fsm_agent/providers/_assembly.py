@@ -217,8 +217,7 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
     ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
     dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
     """
-    # One pass, dispatching on the parts' discriminator: an ``isinstance`` that misses a
-    # pydantic model costs several times a field read.
+    # One pass over the parts, dispatching on their discriminator.
     calls = visible = False
     for part in parts:
         if part.type == "tool_call":
