@@ -385,20 +385,13 @@ class Summarize:
         if not chosen:
             return None
         old = [m for start, end in chosen for m in thread.messages[start:end]]
-        request = ModelRequest.model_construct(
+        request = ModelRequest(
             messages=(
                 Message.user(
                     f"{self.instructions}\n\n<conversation>\n{_transcript(old)}\n</conversation>"
                 ),
             ),
-            tools=(),
-            tool_choice=None,
-            parallel_tool_calls=None,
             max_tokens=self.max_tokens,
-            temperature=None,
-            stop_sequences=(),
-            reasoning_effort=None,
-            reasoning_budget_tokens=None,
         )
         response = await job.complete(request, self.model)
         if not isinstance(response, ModelResponse):

@@ -2,19 +2,34 @@
 
 A conversation is a list of :class:`Message`. Each message has a :class:`Role` and a tuple of
 parts. Providers map these to and from their wire formats; the kernel never sees a wire format.
+
+Every type here is an immutable slotted dataclass on :class:`~fsm_agent.record.Record`: equal
+when its fields are, hashable when they are, and refusing writes. Its constructor validates
+nothing, which makes it as cheap as a plain object: the kernel builds them at every step.
+pydantic validates them where data crosses a boundary (what a provider read from the network,
+a checkpoint, a recording, a tool's return value) through ``Record``'s methods:
+``Message.model_validate(data)`` and ``model_validate_json(text)`` check types, bounds (a
+:class:`Usage` count of 0 or more) and discriminators, and refuse unknown fields;
+``model_dump()``, ``model_dump_json()`` and ``model_copy(update=...)`` work as on a pydantic
+model, and the JSON has the same shape as before these types were dataclasses. For a type's
+fields use :func:`dataclasses.fields`; for its JSON schema,
+``fsm_agent.record.adapter(Message).json_schema()``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import Annotated, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, JsonValue
+from pydantic_core import from_json
 
 from .deep_json import deep_json, value_depth
 from .errors import InvalidInputError
+from .record import Record
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -45,34 +60,12 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    # Validators are built on first use, not at import: the kernel builds most of these with
-    # ``trusted``, so a run validates only a few of them (a model's fields are known at once).
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-
-_new = object.__new__
-_set = object.__setattr__
-_M = TypeVar("_M", bound=BaseModel)
-_ALL_FIELDS: dict[type[BaseModel], set[str]] = {}
-
-
-def trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
-    """An instance of the frozen model ``cls`` from values that are already valid, given for
-    every field: no validation, no defaults. The kernel's hot path builds its requests and
-    tool messages this way (about 4× faster than ``model_construct``, which resolves defaults
-    field by field); the object is indistinguishable from a validated one."""
-    obj = _new(cls)
-    _set(obj, "__dict__", fields)
-    # Every field is given, so all instances may share one fields-set (pydantic copies it
-    # before any change; these models are frozen).
-    fields_set = _ALL_FIELDS.get(cls)
-    if fields_set is None:
-        fields_set = _ALL_FIELDS[cls] = set(cls.model_fields)
-    _set(obj, "__pydantic_fields_set__", fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
+class _Value(Record):
+    # The types below are declared ``@dataclass(frozen=True, slots=True, kw_only=True)``: their
+    # constructors validate nothing (the kernel's fast path); pydantic validates them at the
+    # edges, refusing a field it does not know, as when they were pydantic models.
+    __slots__ = ()
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
 
 class Role(StrEnum):
@@ -82,9 +75,6 @@ class Role(StrEnum):
     USER = "user"  # the human, or feedback the kernel injects on their behalf
     ASSISTANT = "assistant"  # the model
     TOOL = "tool"  # a tool's result, linked to its call by id
-
-
-_USER = Role.USER  # bound once: an enum member read costs ten global reads on Python 3.11
 
 
 class FinishReason(StrEnum):
@@ -98,14 +88,16 @@ class FinishReason(StrEnum):
     OTHER = "other"  # anything else; the raw reason is kept on the response
 
 
-class TextPart(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart(_Value):
     """Plain text."""
 
     type: Literal["text"] = "text"
     text: str
 
 
-class ReasoningPart(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningPart(_Value):
     """Model reasoning ("thinking"). ``signature`` and ``provider_data`` are kept verbatim so a
     provider that needs them back (Anthropic signatures, Gemini thought signatures) gets them."""
 
@@ -116,7 +108,8 @@ class ReasoningPart(_Frozen):
     provider_data: dict[str, JsonValue] | None = None
 
 
-class ImagePart(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart(_Value):
     """An image, inline (base64 ``data``) or by ``url``."""
 
     type: Literal["image"] = "image"
@@ -125,7 +118,8 @@ class ImagePart(_Frozen):
     url: str | None = None
 
 
-class ResourceLinkPart(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceLinkPart(_Value):
     """A link to a resource a tool pointed at (an MCP resource link): its ``uri`` and what the
     server said of it. Kept on a :class:`ToolResult`; the model reads it as text."""
 
@@ -141,7 +135,8 @@ ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discri
 """What a tool result may carry beside its text."""
 
 
-class ToolCall(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall(_Value):
     """A call the model asked for.
 
     ``arguments_json`` is the raw JSON text exactly as the model produced it; ``arguments`` is the
@@ -186,7 +181,8 @@ class ToolCall(_Frozen):
         )
 
 
-class ToolResult(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult(_Value):
     """A tool's answer to one call, linked by ``call_id``.
 
     ``content`` is the text every model reads. ``parts`` are images (sent as images to the
@@ -198,7 +194,7 @@ class ToolResult(_Frozen):
     name: str
     content: str
     is_error: bool = False
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
     parts: tuple[ToolResultPart, ...] = ()
     structured: JsonValue = None
 
@@ -223,14 +219,13 @@ def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
     if arguments_too_deep(raw):
         return None
     try:
-        # pydantic's parser validates while it parses: a JSON object of JSON values comes out
-        # already valid for ``ToolCall.arguments``, at a third of ``json.loads``' cost. The
-        # adapter's validator is called without ``TypeAdapter.validate_json``'s wrapper, whose
-        # six keyword options cost more than reading a small object.
-        parsed: dict[str, JsonValue] = _ARGUMENTS.validator.validate_json(raw)
-        return parsed
-    except ValidationError:
+        # pydantic's parser gives JSON values only, valid for ``ToolCall.arguments``, at a
+        # third of ``json.loads``' cost.
+        value = from_json(raw)
+    except ValueError:
         pass
+    else:
+        return value if isinstance(value, dict) else None
     # What it refuses, the standard parser may still read (a lone surrogate in a string):
     # it has the last word, as it always had.
     try:
@@ -238,11 +233,6 @@ def parse_arguments(raw: str) -> dict[str, JsonValue] | None:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-_ARGUMENTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(
-    dict[str, JsonValue], config=ConfigDict(defer_build=True)
-)
 
 
 def arguments_too_deep(raw: str) -> bool:
@@ -272,7 +262,8 @@ def arguments_too_deep(raw: str) -> bool:
     return False
 
 
-class Message(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message(_Value):
     """One message of a conversation."""
 
     role: Role
@@ -286,9 +277,6 @@ class Message(_Frozen):
     @classmethod
     def user(cls, text: str, *images: ImagePart) -> Message:
         """A user message with text and optional images."""
-        if type(text) is str and not images:  # every run starts with one: skip re-validating
-            part = trusted(TextPart, {"type": "text", "text": text})
-            return trusted(cls, {"role": _USER, "parts": (part,)})
         return cls(role=Role.USER, parts=(TextPart(text=text), *images))
 
     @classmethod
@@ -327,19 +315,20 @@ class Message(_Frozen):
         return [p for p in self.parts if isinstance(p, ToolResult)]
 
 
-class Usage(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage(_Value):
     """Token (and optional cost) usage of one or more model calls.
 
     Every count is 0 or more and the cost a finite number of US dollars, 0 or more (0 when it
     is not known): a NaN or negative value would silently disable the usage limits."""
 
-    requests: int = Field(default=0, ge=0)
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
-    cache_read_tokens: int = Field(default=0, ge=0)
-    cache_write_tokens: int = Field(default=0, ge=0)
-    reasoning_tokens: int = Field(default=0, ge=0)
-    cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    requests: Annotated[int, Field(ge=0)] = 0
+    input_tokens: Annotated[int, Field(ge=0)] = 0
+    output_tokens: Annotated[int, Field(ge=0)] = 0
+    cache_read_tokens: Annotated[int, Field(ge=0)] = 0
+    cache_write_tokens: Annotated[int, Field(ge=0)] = 0
+    reasoning_tokens: Annotated[int, Field(ge=0)] = 0
+    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
 
     @property
     def total_tokens(self) -> int:
@@ -351,20 +340,14 @@ class Usage(_Frozen):
 
     def plus(self, other: Usage, *, requests: int = 0) -> Usage:
         """The sum of both usages, with ``requests`` more requests."""
-        # From the fields' dicts: a pydantic field read goes through ``__getattr__``'s hook,
-        # and every model call adds a usage.
-        a, b = self.__dict__, other.__dict__
-        return trusted(
-            Usage,
-            {
-                "requests": a["requests"] + b["requests"] + requests,
-                "input_tokens": a["input_tokens"] + b["input_tokens"],
-                "output_tokens": a["output_tokens"] + b["output_tokens"],
-                "cache_read_tokens": a["cache_read_tokens"] + b["cache_read_tokens"],
-                "cache_write_tokens": a["cache_write_tokens"] + b["cache_write_tokens"],
-                "reasoning_tokens": a["reasoning_tokens"] + b["reasoning_tokens"],
-                "cost_usd": a["cost_usd"] + b["cost_usd"],
-            },
+        return Usage(
+            requests=self.requests + other.requests + requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
         )
 
 
@@ -372,12 +355,13 @@ def _empty_object_schema() -> dict[str, JsonValue]:
     return {"type": "object", "properties": {}}
 
 
-class ToolDefinition(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDefinition(_Value):
     """What the model is told about a tool: name, description and JSON schema of its arguments."""
 
     name: str
     description: str = ""
-    parameters: dict[str, JsonValue] = Field(default_factory=_empty_object_schema)
+    parameters: dict[str, JsonValue] = field(default_factory=_empty_object_schema)
     strict: bool | None = None
 
 
@@ -385,7 +369,8 @@ ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 """``"auto"``, ``"none"``, ``"required"``, or the name of one tool the model must call."""
 
 
-class OutputSchema(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputSchema(_Value):
     """The shape the final answer must have: a JSON schema with a name, for providers to ask
     for structured output (OpenAI-compatible ``response_format``, Gemini ``responseSchema``, or
     a final answer tool where the wire format has no such mode).
@@ -400,7 +385,8 @@ class OutputSchema(_Frozen):
     strict: bool = False
 
 
-class ModelRequest(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest(_Value):
     """Everything a model call needs, provider-neutral.
 
     ``messages`` starts with the system message when there is one; providers that take
@@ -430,32 +416,36 @@ class ModelRequest(_Frozen):
         return None
 
 
-class ModelResponse(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse(_Value):
     """A complete model turn: the assistant message, why it ended, and what it cost."""
 
     message: Message
     finish_reason: FinishReason
     raw_finish_reason: str | None = None
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = field(default_factory=Usage)
     response_id: str | None = None
     model_name: str | None = None
 
 
-class TextDelta(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta(_Value):
     """A fragment of assistant text, while streaming."""
 
     type: Literal["text_delta"] = "text_delta"
     text: str
 
 
-class ReasoningDelta(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta(_Value):
     """A fragment of reasoning, while streaming."""
 
     type: Literal["reasoning_delta"] = "reasoning_delta"
     text: str
 
 
-class ToolCallDelta(_Frozen):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta(_Value):
     """A fragment of a tool call, while streaming: the index of the call in the response, and
     whatever of id, name and argument text arrived in this chunk."""
 
@@ -479,14 +469,20 @@ _HOW = (
 def validate_history(history: Sequence[object]) -> None:
     """Check a history given to a run before anything is sent to a model. Raises
     :class:`~fsm_agent.InvalidInputError` naming the first problem (an item that is not a
-    :class:`Message`, a system message that is not first, a tool call with no result, a result
-    that answers no call, a call answered twice) and how to fix it."""
+    :class:`Message` or whose role is not a :class:`Role`, a system message that is not first,
+    a tool call with no result, a result that answers no call, a call answered twice) and how
+    to fix it."""
     waiting: dict[str, str] = {}  # the open tool turn's unanswered calls: id -> tool name
     answered: set[str] = set()
     for index, message in enumerate(history):
         if not isinstance(message, Message):
             raise InvalidInputError(
                 f"history[{index}] is a {type(message).__name__}, not a fsm_agent.Message; {_HOW}"
+            )
+        if type(message.role) is not Role:  # the constructor converts nothing
+            raise InvalidInputError(
+                f"history[{index}] has the role {message.role!r}, not a fsm_agent.Role; build "
+                "it with Role.USER (...), or validate it: Message.model_validate(data)"
             )
         if message.role is Role.TOOL:
             for result in message.tool_results:

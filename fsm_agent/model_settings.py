@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .errors import ConfigurationError
-from .messages import ModelRequest, ToolChoice, ToolDefinition, trusted
+from .messages import ModelRequest, OutputSchema, ToolChoice, ToolDefinition
 
 __all__ = ["NO_SAMPLING", "ModelSettings", "merge_settings", "settings_request", "summary_settings"]
 
@@ -164,7 +164,7 @@ def settings_request(
     *,
     parallel_tool_calls: bool,
     first_turn: bool,
-    output: object,
+    output: OutputSchema | None,
 ) -> ModelRequest:
     """The request of a main-loop call under ``settings`` (see the module's rules for
     ``tool_choice``); ``parallel_tool_calls`` is the policy's value, used when the settings
@@ -177,18 +177,15 @@ def settings_request(
     ):
         choice = None  # forcing: the first turn only, and a named tool only when offered
     parallel = settings.parallel_tool_calls
-    return trusted(
-        ModelRequest,
-        {
-            "messages": messages,
-            "tools": tools,
-            "tool_choice": choice,
-            "parallel_tool_calls": (parallel_tool_calls if parallel is None else parallel)
-            if tools
-            else None,
-            **_sampling(settings),
-            "output": output,
-        },
+    if tools and parallel is None:
+        parallel = parallel_tool_calls
+    return ModelRequest(
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=parallel if tools else None,
+        **_sampling(settings),
+        output=output,
     )
 
 

@@ -15,6 +15,7 @@ from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
+from .record import adapter
 
 __all__ = [
     "HumanRequest",
@@ -250,7 +251,7 @@ _START: dict[str, object] = {name: field.default for name, field in RunState.mod
 replaces the run id and each field a factory makes (the mutable containers, and the zero usage
 below). Not from ``model_construct``, which would call the factories, validating a ``Usage``
 and inspecting the signatures of ``list`` and ``dict`` (about 3 ms of every import)."""
-_START["usage"] = Usage.model_construct()  # frozen: every new run may share it
+_START["usage"] = Usage()  # frozen: every new run may share it
 
 
 def build_run_validators(*, durable: bool) -> None:
@@ -258,9 +259,9 @@ def build_run_validators(*, durable: bool) -> None:
     run state its checkpoints encode). Import leaves them to first use; an agent builds them
     when it is built, so that the first run of a service does not spend milliseconds building
     them on its event loop, where every other run waits. Each model is built once per process."""
-    models: list[type[BaseModel]] = [Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage]
-    if durable:
-        models += [RunState, HumanRequest]
+    for value_type in (Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage):
+        adapter(value_type)
+    models: list[type[BaseModel]] = [RunState, HumanRequest] if durable else []
     for model in models:
         if not model.__pydantic_complete__:
             model.model_rebuild()

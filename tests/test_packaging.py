@@ -218,7 +218,7 @@ def test_importing_fsm_agent_builds_no_pydantic_validator() -> None:
     assert result.returncode == 0, result.stderr
     built, adapter, used, rebuilt = result.stdout.splitlines()
     count, names = built.split(" ", 1)
-    assert int(count) > 40 and names == "[]"
+    assert int(count) > 0 and names == "[]"  # the pydantic models left: policy, wire bodies
     assert adapter == "False False"
     assert used == "3 {'a': [1]}"
     assert rebuilt == "True True"

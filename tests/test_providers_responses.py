@@ -28,6 +28,7 @@ from fsm_agent.messages import (
     OutputSchema,
     ReasoningDelta,
     ReasoningPart,
+    Role,
     TextDelta,
     TextPart,
     ToolCall,
@@ -251,7 +252,7 @@ def test_store_off_asks_for_encrypted_reasoning() -> None:
 def test_reasoning_of_another_provider_is_not_sent() -> None:
     """A reasoning part from another provider (a fallback's history) has no item to send."""
     foreign = Message(
-        role="assistant",
+        role=Role.ASSISTANT,
         parts=(
             ReasoningPart(text="thinking", signature="sig", provider_data={"provider": "x"}),
             TextPart(text="Hi."),

@@ -23,11 +23,9 @@ from pydantic import JsonValue
 from fsm_agent.messages import (
     MAX_ARGUMENT_DEPTH,
     FinishReason,
-    Message,
     ModelResponse,
     Part,
     ReasoningPart,
-    Role,
     TextPart,
     ToolCall,
     Usage,
@@ -126,12 +124,14 @@ def validated_call(
 ) -> ToolCall:
     """The call through pydantic's validation, field by field."""
     raw = arguments if arguments.strip() else "{}"
-    return ToolCall(
-        id=call_id or "generated",
-        name=name,
-        arguments_json=raw,
-        arguments=reference_arguments(raw),
-        provider_data=data,
+    return ToolCall.model_validate(
+        {
+            "id": call_id or "generated",
+            "name": name,
+            "arguments_json": raw,
+            "arguments": reference_arguments(raw),
+            "provider_data": data,
+        }
     )
 
 
@@ -206,13 +206,18 @@ def test_a_response_from_the_wire_equals_the_validated_response(
 ) -> None:
     built = build_response(given_parts, reason, raw, usage, response_id, model_name)
     final, kept = reconcile(reason, given_parts)
-    validated = ModelResponse(
-        message=Message(role=Role.ASSISTANT, parts=tuple(built.message.parts)),
-        finish_reason=final,
-        raw_finish_reason=raw,
-        usage=usage,
-        response_id=response_id,
-        model_name=model_name,
+    validated = ModelResponse.model_validate(
+        {
+            "message": {
+                "role": "assistant",
+                "parts": [p.model_dump() for p in built.message.parts],
+            },
+            "finish_reason": final.value,
+            "raw_finish_reason": raw,
+            "usage": usage.model_dump(),
+            "response_id": response_id,
+            "model_name": model_name,
+        }
     )
     assert built == validated
     assert built.model_dump() == validated.model_dump()
@@ -263,14 +268,18 @@ def test_usage_from_the_wire_equals_the_validated_usage(wire: dict[str, object] 
 
     prompt = wire.get("prompt_tokens_details")
     completion = wire.get("completion_tokens_details")
-    expected = Usage(
-        requests=1,
-        input_tokens=count(wire.get("prompt_tokens")),
-        output_tokens=count(wire.get("completion_tokens")),
-        cache_read_tokens=count(prompt.get("cached_tokens") if isinstance(prompt, dict) else None),
-        reasoning_tokens=count(
-            completion.get("reasoning_tokens") if isinstance(completion, dict) else None
-        ),
+    expected = Usage.model_validate(
+        {
+            "requests": 1,
+            "input_tokens": count(wire.get("prompt_tokens")),
+            "output_tokens": count(wire.get("completion_tokens")),
+            "cache_read_tokens": count(
+                prompt.get("cached_tokens") if isinstance(prompt, dict) else None
+            ),
+            "reasoning_tokens": count(
+                completion.get("reasoning_tokens") if isinstance(completion, dict) else None
+            ),
+        }
     )
     assert built == expected
     assert built.model_dump() == expected.model_dump()

@@ -37,6 +37,7 @@ from ..messages import (
 )
 from ..models import Model
 from ..policy import Policy
+from ..record import Record
 from ..run_state import RunState
 from ..scripted import (
     ScriptExhaustedError,
@@ -364,7 +365,7 @@ def case_source(case: Any, defaults: Any, indent: str = "") -> str:
         value = getattr(case, f.name)
         if f.name == "script" or value == getattr(defaults, f.name):
             continue
-        if isinstance(value, BaseModel):
+        if isinstance(value, BaseModel | Record):
             text = model_source(value)
         elif isinstance(value, HookPlan):
             text = value.source()

@@ -1,35 +1,48 @@
 """Fuzz cases printed as Python: the :mod:`fsm_agent.testing` builder call of each model turn,
-and the constructor call of a pydantic model (its fields that differ from their defaults), so
-that a failing case prints as a test that rebuilds it."""
+and the constructor call of a pydantic model or a record (its fields that differ from their
+defaults), so that a failing case prints as a test that rebuilds it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from collections.abc import Iterator
 
 from pydantic import BaseModel
 
 from ..errors import ModelError
 from ..messages import FinishReason, ToolCall, Usage
+from ..record import Record
 from ..scripted import DEFAULT_USAGE, Failure, Turn
 
 __all__ = ["model_source", "turn_source"]
 
 
-def model_source(model: BaseModel) -> str:
+def model_source(model: BaseModel | Record) -> str:
     """``Cls(field=value, ...)`` for the fields that differ from their defaults."""
     parts = []
-    for name, info in type(model).model_fields.items():
+    for name, default in _defaults(model):
         value = getattr(model, name)
-        default = info.get_default(call_default_factory=True)
         if value == default:
             continue
         parts.append(f"{name}={_value_source(value)}")
     return f"{type(model).__name__}({', '.join(parts)})"
 
 
+def _defaults(model: BaseModel | Record) -> Iterator[tuple[str, object]]:
+    """Each field's name and default (``MISSING`` when it has none)."""
+    if isinstance(model, BaseModel):
+        for name, info in type(model).model_fields.items():
+            yield name, info.get_default(call_default_factory=True)
+        return
+    for field in dataclasses.fields(model):  # type: ignore[arg-type]
+        factory = field.default_factory
+        yield field.name, field.default if factory is dataclasses.MISSING else factory()
+
+
 def _value_source(value: object) -> str:
-    if isinstance(value, BaseModel):
+    if isinstance(value, BaseModel | Record):
         return model_source(value)
     if isinstance(value, str) and hasattr(value, "value"):  # a StrEnum member
         return repr(str(value))

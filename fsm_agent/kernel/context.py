@@ -25,7 +25,6 @@ from ..messages import (
     ToolCall,
     ToolResult,
     Usage,
-    trusted,
 )
 from ..policy import Policy, ToolFailureMode
 from ..run_state import RunState
@@ -49,7 +48,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-ONE_REQUEST = Usage.model_construct(requests=1)  # not validated: nothing is, at import
+ONE_REQUEST = Usage(requests=1)
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
@@ -249,7 +248,7 @@ class RunContext:
         rs = self.rs
         calls, results = rs.pending_tool_calls, rs.tool_results
         if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
-            self.append(trusted(Message, {"role": _TOOL, "parts": (results[0],)}))
+            self.append(Message(role=_TOOL, parts=(results[0],)))
         else:  # the common turn above: one call, finished
             finished = {r.call_id: r for r in results} if results else {}
             for call in calls:
@@ -257,7 +256,7 @@ class RunContext:
                 if result is None:
                     self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
                 else:
-                    self.append(trusted(Message, {"role": _TOOL, "parts": (result,)}))
+                    self.append(Message(role=_TOOL, parts=(result,)))
         rs.pending_tool_calls = []
         if rs.tool_results:
             rs.tool_results = []
@@ -287,4 +286,4 @@ class RunContext:
 
 def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
     result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-    return trusted(Message, {"role": Role.TOOL, "parts": (result,)})
+    return Message(role=Role.TOOL, parts=(result,))

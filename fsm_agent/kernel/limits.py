@@ -32,12 +32,11 @@ def usage_fault(usage: object) -> str | None:
     the run's usage would leave a limit never reached."""
     if not isinstance(usage, Usage):
         return f"the response's usage is a {type(usage).__name__}, not a Usage"
-    fields = usage.__dict__
     for name in _COUNTS:
-        count = fields[name]
+        count = getattr(usage, name)
         if type(count) is not int or count < 0:
             return f"it reported usage {name}={count!r}; a count must be an integer of 0 or more"
-    cost = fields["cost_usd"]
+    cost = usage.cost_usd
     if not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
         return (
             f"it reported usage cost_usd={cost!r}; a cost must be a finite number of 0 or more "

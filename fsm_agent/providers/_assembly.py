@@ -24,8 +24,8 @@ from ..messages import (
     ToolResult,
     Usage,
     parse_arguments,
-    trusted,
 )
+from ..record import adapter
 
 __all__ = [
     "JSONObject",
@@ -141,8 +141,8 @@ def text_part(text: str) -> TextPart:
     """A text part of what came off the wire, a string (checked here): nothing else to
     validate."""
     if type(text) is str:
-        return trusted(TextPart, {"type": "text", "text": text})
-    return TextPart(text=text)
+        return TextPart(text=text)
+    return adapter(TextPart).validate_python({"text": text})
 
 
 def new_call_id(prefix: str = "call") -> str:
@@ -162,24 +162,21 @@ def finish_tool_call(
     if provider_data is None and type(name) is str and type(raw) is str:
         # Every field is checked here or by the parser, which validates the arguments as
         # JSON values while it reads them: validating the call again would repeat that work.
-        return trusted(
-            ToolCall,
-            {
-                "type": "tool_call",
-                "id": call_id if type(call_id) is str and call_id else new_call_id(),
-                "name": name,
-                "arguments_json": raw,
-                "arguments": parse_arguments(raw),
-                "provider_data": None,
-            },
-        )
-    try:
         return ToolCall(
-            id=call_id or new_call_id(),
+            id=call_id if type(call_id) is str and call_id else new_call_id(),
             name=name,
             arguments_json=raw,
             arguments=parse_arguments(raw),
-            provider_data=provider_data,
+        )
+    try:
+        return adapter(ToolCall).validate_python(
+            {
+                "id": call_id or new_call_id(),
+                "name": name,
+                "arguments_json": raw,
+                "arguments": parse_arguments(raw),
+                "provider_data": provider_data,
+            }
         )
     except ValidationError as exc:  # e.g. provider data nested past what a message may hold
         raise MalformedResponseError(
@@ -220,8 +217,7 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
     ``content_filter`` or ``error`` every call is dropped (a cut-off or refused call is never
     dispatched). A ``stop`` with nothing visible (no text, no call) is ``other``.
     """
-    # One pass, dispatching on the parts' discriminator: an ``isinstance`` that misses a
-    # pydantic model costs several times a field read.
+    # One pass over the parts, dispatching on their discriminator.
     calls = visible = False
     for part in parts:
         if part.type == "tool_call":
@@ -262,27 +258,25 @@ def build_response(
         and type(response_id) in _OPTIONAL_STR
         and type(model_name) in _OPTIONAL_STR
     ):
-        # The parts and usage are built models and the rest is checked above: validating the
-        # wrappers again would only re-check that.
-        message = trusted(Message, {"role": _ASSISTANT, "parts": tuple(merged)})
-        return trusted(
-            ModelResponse,
-            {
-                "message": message,
-                "finish_reason": final_reason,
-                "raw_finish_reason": raw_reason,
-                "usage": usage,
-                "response_id": response_id,
-                "model_name": model_name,
-            },
+        # The parts and usage are built values and the rest is checked above: validating the
+        # wrappers would only re-check that.
+        return ModelResponse(
+            message=Message(role=_ASSISTANT, parts=tuple(merged)),
+            finish_reason=final_reason,
+            raw_finish_reason=raw_reason,
+            usage=usage,
+            response_id=response_id,
+            model_name=model_name,
         )
-    return ModelResponse(
-        message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
-        finish_reason=final_reason,
-        raw_finish_reason=raw_reason,
-        usage=usage,
-        response_id=response_id,
-        model_name=model_name,
+    return adapter(ModelResponse).validate_python(
+        {
+            "message": {"role": Role.ASSISTANT, "parts": tuple(merged)},
+            "finish_reason": final_reason,
+            "raw_finish_reason": raw_reason,
+            "usage": usage,
+            "response_id": response_id,
+            "model_name": model_name,
+        }
     )
 
 

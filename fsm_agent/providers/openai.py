@@ -35,7 +35,6 @@ from ..messages import (
     ToolCallDelta,
     ToolResult,
     Usage,
-    trusted,
 )
 from ._assembly import (
     JSONObject,
@@ -103,19 +102,14 @@ def _usage(value: object) -> Usage | None:
         return None
     prompt = as_obj(usage.get("prompt_tokens_details"))
     completion = as_obj(usage.get("completion_tokens_details"))
-    # Each count is checked to be an integer of 0 or more as it is read; a validating
-    # constructor would only check that again.
-    return trusted(
-        Usage,
-        {
-            "requests": 1,
-            "input_tokens": as_count(usage.get("prompt_tokens")) or 0,
-            "output_tokens": as_count(usage.get("completion_tokens")) or 0,
-            "cache_read_tokens": as_count(prompt.get("cached_tokens")) or 0,
-            "cache_write_tokens": 0,
-            "reasoning_tokens": as_count(completion.get("reasoning_tokens")) or 0,
-            "cost_usd": 0.0,
-        },
+    # The constructor validates nothing: each count is checked to be an integer of 0 or more
+    # as it is read.
+    return Usage(
+        requests=1,
+        input_tokens=as_count(usage.get("prompt_tokens")) or 0,
+        output_tokens=as_count(usage.get("completion_tokens")) or 0,
+        cache_read_tokens=as_count(prompt.get("cached_tokens")) or 0,
+        reasoning_tokens=as_count(completion.get("reasoning_tokens")) or 0,
     )
 
 

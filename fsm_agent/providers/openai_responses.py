@@ -46,7 +46,6 @@ from ..messages import (
     ToolCallDelta,
     ToolResult,
     Usage,
-    trusted,
 )
 from ._assembly import (
     JSONObject,
@@ -114,17 +113,12 @@ def _usage(value: object) -> Usage | None:
         return None
     given = as_obj(usage.get("input_tokens_details"))
     produced = as_obj(usage.get("output_tokens_details"))
-    return trusted(
-        Usage,
-        {
-            "requests": 1,
-            "input_tokens": as_count(usage.get("input_tokens")) or 0,
-            "output_tokens": as_count(usage.get("output_tokens")) or 0,
-            "cache_read_tokens": as_count(given.get("cached_tokens")) or 0,
-            "cache_write_tokens": 0,
-            "reasoning_tokens": as_count(produced.get("reasoning_tokens")) or 0,
-            "cost_usd": 0.0,
-        },
+    return Usage(
+        requests=1,
+        input_tokens=as_count(usage.get("input_tokens")) or 0,
+        output_tokens=as_count(usage.get("output_tokens")) or 0,
+        cache_read_tokens=as_count(given.get("cached_tokens")) or 0,
+        reasoning_tokens=as_count(produced.get("reasoning_tokens")) or 0,
     )
 
 

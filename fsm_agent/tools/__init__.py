@@ -40,9 +40,9 @@ from ..messages import (
     ToolResult,
     ToolResultPart,
     arguments_too_deep,
-    trusted,
 )
 from ..phases.table import MovePhase
+from ..record import adapter
 
 __all__ = [
     "HumanInputRequired",
@@ -297,32 +297,22 @@ class Tool:
                 result, phase=value.phase, duration_s=time.perf_counter() - started
             )
         if isinstance(value, ToolReturn):
-            try:
-                result = ToolResult(
-                    call_id=call.id,
-                    name=call.name,
-                    content=value.text,
-                    parts=value.parts,
-                    structured=value.structured,
-                    metadata=dict(value.metadata),
+            try:  # what the tool returned is validated: it is the user's input
+                result = adapter(ToolResult).validate_python(
+                    {
+                        "call_id": call.id,
+                        "name": call.name,
+                        "content": value.text,
+                        "parts": value.parts,
+                        "structured": value.structured,
+                        "metadata": dict(value.metadata),
+                    }
                 )
             except ValidationError as exc:
                 message = f"Error: tool '{self.name}' returned an invalid ToolReturn: {exc}"
                 return _failure(call, message, exc, started)
             return ToolExecution(result, duration_s=time.perf_counter() - started)
-        result = trusted(  # every value below is already a valid field value
-            ToolResult,
-            {
-                "type": "tool_result",
-                "call_id": call.id,
-                "name": call.name,
-                "content": serialise_result(value),
-                "is_error": False,
-                "metadata": {},
-                "parts": (),
-                "structured": None,
-            },
-        )
+        result = ToolResult(call_id=call.id, name=call.name, content=serialise_result(value))
         return ToolExecution(result, duration_s=time.perf_counter() - started)
 
     def _arguments(self, call: ToolCall) -> dict[str, Any]:

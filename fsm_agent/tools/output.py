@@ -82,7 +82,7 @@ def trim_old_outputs(
             for p in parts
         )
         if any(a is not b for a, b in zip(new_parts, parts, strict=True)):
-            replacement = Message.model_construct(role=Role.TOOL, parts=new_parts)
+            replacement = Message(role=Role.TOOL, parts=new_parts)
             rs.context_tokens += count_tokens(replacement) - count_tokens(message)
             messages[index] = replacement
 

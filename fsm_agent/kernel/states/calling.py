@@ -47,9 +47,8 @@ from ...messages import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    trusted,
 )
-from ...model_settings import NO_SAMPLING, settings_request
+from ...model_settings import settings_request
 from ...models import Model
 from ...policy import backoff_delay
 from ...tools.output import trim_old_outputs
@@ -210,16 +209,11 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             tools = (*tools, plan.pager.definition)
         model_settings = ctx.model_settings
         if model_settings is None:
-            request = trusted(
-                ModelRequest,
-                {
-                    "messages": messages,
-                    "tools": tools,
-                    "tool_choice": None,
-                    "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
-                    **NO_SAMPLING,
-                    "output": plan.output_schema,
-                },
+            request = ModelRequest(
+                messages=messages,
+                tools=tools,
+                parallel_tool_calls=settings.parallel_tool_calls if tools else None,
+                output=plan.output_schema,
             )
         else:
             request = settings_request(
@@ -269,7 +263,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         rs.last_text = (cut + message.text).strip()
     if outcome in _KEPT:
         if outcome is not _TOOL_CALLS and calls:
-            message = Message.model_construct(
+            message = Message(
                 role=message.role,
                 parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
             )

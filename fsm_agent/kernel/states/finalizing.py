@@ -66,7 +66,7 @@ def finalizing_needs_no_call(ctx: RunContext) -> Outcome | None:
 
 
 def _summary_request(ctx: RunContext) -> ModelRequest:
-    return ModelRequest.model_construct(
+    return ModelRequest(
         messages=(*ctx.rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
         tools=(),
         tool_choice="none",
