@@ -379,4 +379,5 @@ Event: TypeAlias = Annotated[
 TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
 
 event_adapter: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
-"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line)."""
+"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line);
+its validator and serializer are built when first used, not at import."""
