@@ -1,20 +1,27 @@
-"""Events a run emits, as one pydantic union discriminated on ``type``.
+"""Events a run emits: frozen slotted dataclasses, one union discriminated on ``type``.
 
 Per iteration, in this order: ``reasoning``, ``text`` (not for a terminal no-tool
 answer), then per tool call ``step_start``, ``tool_call``, any ``tool_progress`` the running
 tool reports, ``tool_result``, ``step_complete``.
 Every move of the machine emits ``state_changed``. A run ends with exactly one terminal event
 (``final``, ``aborted`` or ``suspended``) and nothing after it.
+
+An event's constructor validates nothing (the kernel builds them at every move of a watched
+run); :data:`event_adapter` validates and serialises them where they cross a boundary (a
+recording, the durable workflow's stream), and each type's ``model_validate`` and
+``model_dump`` (from :class:`~fsm_agent.record.Record`) do the same for one type.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeAlias
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
 
 from .machine.table import Outcome, State, StopReason
 from .messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
+from .record import Record
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
@@ -50,13 +57,16 @@ __all__ = [
 ]
 
 
-class _Event(BaseModel):
-    # Built on first use: a run emits a few event types, and ``run`` none (see messages._Frozen).
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Event(Record):
+    # Validation (through the adapter) refuses unknown fields, as it did for the models the
+    # events were before; each subclass inherits the setting.
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     run_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StateChangedEvent(_Event):
     """The machine moved: ``row`` is the index of the table row that fired."""
 
@@ -69,6 +79,7 @@ class StateChangedEvent(_Event):
     phase: str | None = None  # the task's phase after the move (an agent with phases)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequestEvent(_Event):
     """A model call is about to start (attempt counts retries from 1)."""
 
@@ -78,6 +89,7 @@ class ModelRequestEvent(_Event):
     request: ModelRequest
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponseEvent(_Event):
     """A model call returned a response."""
 
@@ -86,6 +98,7 @@ class ModelResponseEvent(_Event):
     response: ModelResponse
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TextDeltaEvent(_Event):
     """A fragment of streamed assistant text."""
 
@@ -93,6 +106,7 @@ class TextDeltaEvent(_Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartialOutputEvent(_Event):
     """A typed-output answer as it arrives: ``partial`` is the JSON value parsed so far (its
     last field may be cut; not validated). Emitted after each text delta that changes it."""
@@ -101,6 +115,7 @@ class PartialOutputEvent(_Event):
     partial: JsonValue
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDeltaEvent(_Event):
     """A fragment of streamed reasoning."""
 
@@ -108,6 +123,7 @@ class ReasoningDeltaEvent(_Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallDeltaEvent(_Event):
     """A fragment of a streamed tool call."""
 
@@ -118,6 +134,7 @@ class ToolCallDeltaEvent(_Event):
     arguments_fragment: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningEvent(_Event):
     """The model's reasoning for this turn."""
 
@@ -125,6 +142,7 @@ class ReasoningEvent(_Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TextEvent(_Event):
     """Assistant text of a turn that does not end the run."""
 
@@ -132,6 +150,7 @@ class TextEvent(_Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepStartEvent(_Event):
     """A tool call is about to be handled."""
 
@@ -142,6 +161,7 @@ class StepStartEvent(_Event):
     phase: str | None = None  # the task's phase when the call starts (an agent with phases)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent(_Event):
     """The call as the model made it; unparseable arguments show as ``{"_raw": text}``."""
 
@@ -151,6 +171,7 @@ class ToolCallEvent(_Event):
     args: dict[str, JsonValue]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolProgressEvent(_Event):
     """A running tool call reported progress (an MCP server's progress notification, or
     :meth:`~fsm_agent.ToolContext.report_progress`): ``progress`` of ``total`` when known."""
@@ -163,6 +184,7 @@ class ToolProgressEvent(_Event):
     message: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent(_Event):
     """The result recorded for a call."""
 
@@ -173,6 +195,7 @@ class ToolResultEvent(_Event):
     is_error: bool
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleteEvent(_Event):
     """A tool call is finished."""
 
@@ -182,6 +205,7 @@ class StepCompleteEvent(_Event):
     duration_s: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetryingEvent(_Event):
     """A model call failed and will be retried after ``delay_s``."""
 
@@ -192,6 +216,7 @@ class RetryingEvent(_Event):
     finish_reason: FinishReason | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSwitchedEvent(_Event):
     """A model call failed and the next model of the fallback chain takes it, at once.
     ``switches`` counts the moves down the chain so far (1 for the first)."""
@@ -203,6 +228,7 @@ class ModelSwitchedEvent(_Event):
     error: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptDiscardedEvent(_Event):
     """A streamed model call failed: drop the text, reasoning and tool-call deltas shown since
     the last ``model_request`` event. A retry streams its own answer; ``attempt`` counts the
@@ -213,6 +239,7 @@ class AttemptDiscardedEvent(_Event):
     attempt: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactedEvent(_Event):
     """The history was compacted. ``strategy`` names the strategies that changed it (joined by
     ``+``); ``errors`` are the strategies that failed and were skipped (a failed summary)."""
@@ -226,6 +253,7 @@ class CompactedEvent(_Event):
     errors: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VerificationFailedEvent(_Event):
     """The verifier rejected the answer; the feedback goes back to the model."""
 
@@ -233,6 +261,7 @@ class VerificationFailedEvent(_Event):
     feedback: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HookErrorEvent(_Event):
     """A hook raised or overran its timeout; the run went on (or aborted, per the policy)."""
 
@@ -241,6 +270,7 @@ class HookErrorEvent(_Event):
     error: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopDetectedEvent(_Event):
     """The loop guard tripped: the model made the same tool calls ``repeats`` times in a row
     (or kept an A,B,A,B cycle going); ``action`` says whether it was warned or the run
@@ -252,6 +282,7 @@ class LoopDetectedEvent(_Event):
     action: Literal["warn", "finalize"]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseChangedEvent(_Event):
     """The task moved from phase ``source`` to ``dest``, ``by`` the model (``move_to_phase``),
     by code (a tool's :class:`~fsm_agent.phases.MovePhase`) or by a spent step budget."""
@@ -263,6 +294,7 @@ class PhaseChangedEvent(_Event):
     step: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent(_Event):
     """Usage of the last model call and the run so far."""
 
@@ -271,6 +303,7 @@ class UsageEvent(_Event):
     total: Usage
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FinalEvent(_Event):
     """Terminal: the run finished with an answer."""
 
@@ -279,6 +312,7 @@ class FinalEvent(_Event):
     stop_reason: StopReason
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AbortedEvent(_Event):
     """Terminal: the run was aborted."""
 
@@ -287,14 +321,16 @@ class AbortedEvent(_Event):
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendedEvent(_Event):
     """Terminal for this invocation: the run waits for a human; ``pending`` are the calls."""
 
     type: Literal["suspended"] = "suspended"
     pending: tuple[ToolCall, ...]
-    questions: dict[str, str] = Field(default_factory=dict)
+    questions: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildEvent(_Event):
     """An event of a child run: an agent used as a tool (``Agent.as_tool``) by the call
     ``call_id`` of run ``run_id``. ``event`` keeps the child's own run id; ``depth`` is 1 for a
@@ -343,4 +379,5 @@ Event: TypeAlias = Annotated[
 TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
 
 event_adapter: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
-"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line)."""
+"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line);
+its validator and serializer are built when first used, not at import."""

@@ -3,6 +3,7 @@ durations and backoff delays aside; the first difference is a :class:`Divergence
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,18 +19,27 @@ from .events import (
     TextDeltaEvent,
     ToolCallDeltaEvent,
     ToolProgressEvent,
+    event_adapter,
 )
 from .replay_children import innermost
 
 __all__ = ["Divergence", "first_divergence"]
 
+
+def _type_of(cls: type[Event]) -> str:
+    """The ``type`` discriminator every event of class ``cls`` carries."""
+    return next(str(f.default) for f in dataclasses.fields(cls) if f.name == "type")
+
+
 _IGNORED = frozenset(
-    {TextDeltaEvent.model_fields["type"].default, ReasoningDeltaEvent.model_fields["type"].default}
-    | {
-        ToolCallDeltaEvent.model_fields["type"].default,
-        PartialOutputEvent.model_fields["type"].default,
-        ToolProgressEvent.model_fields["type"].default,  # recorded tools report none
-    }
+    _type_of(cls)
+    for cls in (
+        TextDeltaEvent,
+        ReasoningDeltaEvent,
+        ToolCallDeltaEvent,
+        PartialOutputEvent,
+        ToolProgressEvent,  # recorded tools report none
+    )
 )
 _IGNORED_FIELDS = frozenset({"duration_s", "delay_s"})
 
@@ -51,7 +61,7 @@ class Divergence:
 
 
 def _comparable(event: Event) -> dict[str, JsonValue]:
-    data: dict[str, JsonValue] = event.model_dump(mode="json")
+    data: dict[str, JsonValue] = event_adapter.dump_python(event, mode="json")
     inner: Any = data
     while isinstance(inner, dict):  # a child's event, wrapped, is compared the same way
         for name in _IGNORED_FIELDS:

@@ -195,30 +195,35 @@ def test_a_built_agent_runs_without_building_a_validator() -> None:
 
 def test_importing_fsm_agent_builds_no_pydantic_validator() -> None:
     """``import fsm_agent`` and the kernel it loads on first use (``fsm_agent.Agent``) build no
-    pydantic validator: each model's is built when the model is first validated (pydantic's
-    scan of the installed distributions for plugins, with ``importlib.metadata``, waits as
-    well), and every model still builds."""
+    pydantic validator: each model's is built when the model is first validated, each record
+    type's adapter when first used (pydantic's scan of the installed distributions for plugins,
+    with ``importlib.metadata``, waits as well), and every model and record type still builds."""
     code = (
-        "import sys, pydantic, fsm_agent\n"
+        "import dataclasses, sys, pydantic, fsm_agent\n"
         "fsm_agent.Agent\n"
         "from fsm_agent.events import event_adapter\n"
         "from fsm_agent.messages import parse_arguments\n"
-        "models = [v for name, m in sorted(sys.modules.items()) if name.startswith('fsm_agent.')"
-        " for v in vars(m).values() if isinstance(v, type)"
-        " and issubclass(v, pydantic.BaseModel) and v.__module__ == name]\n"
-        "print(len(models), [m.__name__ for m in models if m.__pydantic_complete__])\n"
+        "from fsm_agent import record\n"
+        "types = [v for name, m in sorted(sys.modules.items()) if name.startswith('fsm_agent.')"
+        " for v in vars(m).values() if isinstance(v, type) and v.__module__ == name]\n"
+        "models = [v for v in types if issubclass(v, pydantic.BaseModel)]\n"
+        "records = [v for v in types"
+        " if issubclass(v, record.Record) and dataclasses.is_dataclass(v)]\n"
+        "print(len(models) + len(records), [m.__name__ for m in models if m.__pydantic_complete__]"
+        " + [str(t) for t in record._ADAPTERS])\n"
         "print(event_adapter.pydantic_complete, 'importlib.metadata' in sys.modules)\n"
         "print(fsm_agent.Policy(max_steps=3).max_steps, parse_arguments('{\"a\": [1]}'))\n"
         "event_adapter.rebuild()\n"
         "for model in models:\n"
         "    model.model_rebuild()\n"
+        "built = [record.adapter(r).core_schema for r in records]\n"
         "print(all(m.__pydantic_complete__ for m in models), event_adapter.pydantic_complete)\n"
     )
     result = python(code)
     assert result.returncode == 0, result.stderr
     built, adapter, used, rebuilt = result.stdout.splitlines()
     count, names = built.split(" ", 1)
-    assert int(count) > 0 and names == "[]"  # the pydantic models left: policy, wire bodies
+    assert int(count) > 40 and names == "[]"
     assert adapter == "False False"
     assert used == "3 {'a': [1]}"
     assert rebuilt == "True True"

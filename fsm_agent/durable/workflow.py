@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from ..approval import Approval, Decision, HumanDecision
 from ..errors import DurableRunError, ResumeError
-from ..events import Event, StateChangedEvent
+from ..events import Event, StateChangedEvent, event_adapter
 from ..kernel.agent import Agent, RunHandle, RunResult
 from ..machine.table import State, StopReason
 from ..messages import Message, ToolCall
@@ -189,7 +189,7 @@ async def _publish(events: AsyncIterator[Event]) -> None:
     """Write the run's events to its stream, one batch per move (each write is a step)."""
     batch: list[JsonValue] = []
     async for event in events:
-        batch.append(event.model_dump(mode="json"))
+        batch.append(event_adapter.dump_python(event, mode="json"))
         if isinstance(event, StateChangedEvent):
             await DBOS.write_stream_async(EVENTS_STREAM, batch)
             batch = []

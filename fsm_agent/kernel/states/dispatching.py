@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
 
 from ...approval import Decision, suspend
 from ...errors import ToolExecutionError
@@ -45,6 +46,9 @@ from ..context import Interrupted, RunContext
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code
 from ..progress import Reports, emit_reported, reporter, wait_reporting
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 __all__ = ["handle_dispatching"]
 
@@ -186,7 +190,9 @@ def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
 # -- events ------------------------------------------------------------------------------------
 def _start_events(ctx: RunContext, call: ToolCall) -> tuple[Event, Event]:
     run_id = ctx.rs.run_id
-    args = call.arguments if call.arguments is not None else {"_raw": call.arguments_json}
+    args: dict[str, JsonValue] = (
+        call.arguments if call.arguments is not None else {"_raw": call.arguments_json}
+    )
     return (
         StepStartEvent(
             run_id=run_id,
@@ -570,7 +576,9 @@ def _loop_guard(ctx: RunContext) -> LoopDetectedEvent | None:
     if not repeats_spent(rs.counters, limits):
         return None
     assert limits.max_repeated_tool_calls is not None
-    action = "finalize" if limits.finalize_repeated_tool_calls else "warn"
+    action: Literal["warn", "finalize"] = (
+        "finalize" if limits.finalize_repeated_tool_calls else "warn"
+    )
     if action == "warn":
         last = rs.tool_results[-1]
         warning = LOOP_WARNING.format(n=limits.max_repeated_tool_calls)
