@@ -87,7 +87,7 @@ class RunResult(Generic[OutputT]):
         ``output`` validates the final answer of a typed-output agent."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
-        suspended = state is _SUSPENDED and rs.resume_token is not None
+        suspended = state is State.SUSPENDED and rs.resume_token is not None
         return _filled(
             run_id=rs.run_id,
             output=rs.output if output is None else output.result_value(rs),
@@ -99,7 +99,7 @@ class RunResult(Generic[OutputT]):
             counters=rs.counters,
             model_calls=rs.model_calls,
             tool_executions=rs.tool_executions,
-            error=error if state is _ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
+            error=error if state is State.ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
             pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             run_state=rs,
             resume_handle=ResumeHandle.of(rs) if suspended else None,
@@ -156,7 +156,6 @@ def _filled(**values: Any) -> RunResult[Any]:
     return result
 
 
-_SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
 
 

@@ -228,20 +228,15 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
             calls = True
         elif part.type == "text" and part.text:
             visible = True
-    if calls and (reason is _STOP or reason is _OTHER or reason is _TOOL_CALLS):
-        return _TOOL_CALLS, list(parts)
+    if calls and reason in (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS):
+        return FinishReason.TOOL_CALLS, list(parts)
     if calls:
         return reason, [p for p in parts if p.type != "tool_call"]
-    if reason is _TOOL_CALLS:
-        return _ERROR, list(parts)
-    if reason is _STOP and not visible:
-        return _OTHER, list(parts)
+    if reason is FinishReason.TOOL_CALLS:
+        return FinishReason.ERROR, list(parts)
+    if reason is FinishReason.STOP and not visible:
+        return FinishReason.OTHER, list(parts)
     return reason, list(parts)
-
-
-# Bound once: reading an enum member costs about ten global reads on Python 3.11.
-_STOP, _OTHER = FinishReason.STOP, FinishReason.OTHER
-_TOOL_CALLS, _ERROR = FinishReason.TOOL_CALLS, FinishReason.ERROR
 
 
 def build_response(
@@ -264,7 +259,7 @@ def build_response(
     ):
         # The parts and usage are built models and the rest is checked above: validating the
         # wrappers again would only re-check that.
-        message = trusted(Message, {"role": _ASSISTANT, "parts": tuple(merged)})
+        message = trusted(Message, {"role": Role.ASSISTANT, "parts": tuple(merged)})
         return trusted(
             ModelResponse,
             {
@@ -288,7 +283,6 @@ def build_response(
 
 _PARTS = frozenset({TextPart, ReasoningPart, ImagePart, ToolCall, ToolResult})
 _OPTIONAL_STR = frozenset({str, type(None)})
-_ASSISTANT = Role.ASSISTANT
 
 
 def _merge_text(parts: Sequence[Part]) -> list[Part]:
