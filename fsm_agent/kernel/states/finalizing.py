@@ -98,9 +98,10 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
             ctx, _summary_request(ctx), step=rs.counters.steps, attempt=1, stream=True
         )
     except Interrupted:
-        if ctx.interrupt is Outcome.DEADLINE:
+        interrupted = ctx.interrupted
+        if interrupted is Outcome.DEADLINE:
             _fall_back(ctx, "the wall-clock limit passed during the call")
-        return ctx.interrupted
+        return interrupted
     except ModelError as exc:  # the boundary maps model errors; anything else goes on
         _fall_back(ctx, f"the call failed: {exc!r}")
         if ctx.listening:  # whatever it streamed is not the answer
