@@ -212,6 +212,10 @@ def object_arguments(call: ToolCall) -> dict[str, JsonValue]:
     return {"_raw": call.arguments_json}
 
 
+_CALLS_STAND = (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS)
+"""The finish reasons under which a turn's tool calls stand (the turn becomes ``tool_calls``)."""
+
+
 def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason, list[Part]]:
     """Reconcile a normalised finish reason with the assembled parts.
 
@@ -228,7 +232,7 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
             calls = True
         elif part.type == "text" and part.text:
             visible = True
-    if calls and reason in (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS):
+    if calls and reason in _CALLS_STAND:
         return FinishReason.TOOL_CALLS, list(parts)
     if calls:
         return reason, [p for p in parts if p.type != "tool_call"]
