@@ -24,7 +24,7 @@ skipped and the next one runs; :class:`Compactor` runs the list.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .errors import Interrupted, MalformedResponseError
@@ -113,12 +113,15 @@ class Thread:
 
     messages: tuple[Message, ...]
     sizes: tuple[int, ...]
-    tokens: int = field(init=False)
 
     def __post_init__(self) -> None:
         if len(self.messages) != len(self.sizes):
             raise ValueError("a Thread needs one size per message")
-        object.__setattr__(self, "tokens", sum(self.sizes))
+
+    @property
+    def tokens(self) -> int:
+        """The history's token count: the sum of its messages' sizes."""
+        return sum(self.sizes)
 
     @classmethod
     def of(cls, messages: Sequence[Message], tokenizer: Tokenizer) -> Thread:

@@ -10,7 +10,8 @@ from fsm_agent.machine.agent_machine import (
     default_machine,
     guard_value_combinations,
 )
-from fsm_agent.machine.table import NON_TERMINAL, TABLE, TERMINAL, Row, steps_left
+from fsm_agent.machine.guards import Counter
+from fsm_agent.machine.table import NON_TERMINAL, TABLE, TERMINAL, Row, Update, steps_left
 
 LIMIT_SETS = [
     Limits(),
@@ -222,3 +223,19 @@ def test_guard_combinations_fire_every_row() -> None:
             for row in TABLE:
                 fired.add(default_machine.decide(row.source, row.outcome, counters, limits).row)
     assert fired == set(range(len(TABLE)))
+
+
+@pytest.mark.parametrize("counter", list(Counter))
+def test_a_counter_update_changes_its_counter_only(counter: Counter) -> None:
+    """Invariant: ``Update(c).apply`` adds one to counter ``c``, ``Update(c, reset=True)``
+    sets it to zero, and every other counter keeps its value (the compiled lookup and the
+    fuzzer's oracle both apply a row's updates through it)."""
+    counters = Counters(*range(3, 3 + len(Counters._fields)))
+    position = Counters._fields.index(counter.value)
+    for update, expected in ((Update(counter), counters[position] + 1), (Update(counter, True), 0)):
+        after = update.apply(counters)
+        assert type(after) is Counters
+        assert after[position] == expected
+        assert [v for i, v in enumerate(after) if i != position] == [
+            v for i, v in enumerate(counters) if i != position
+        ]

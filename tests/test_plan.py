@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
 
 import pytest
 
 from fsm_agent import Policy, RunHandle
 from fsm_agent.events import ToolResultEvent
-from fsm_agent.kernel.run import _filled
+from fsm_agent.kernel.run import RunResult
 from fsm_agent.testing import text, tool_call
 from helpers import make_agent
 
@@ -73,17 +72,18 @@ def test_a_plan_is_compiled_again_only_when_a_part_changes() -> None:
     assert wrapped._plan is not plan and agent._plan is plan
 
 
-def test_a_run_result_is_filled_by_field_name() -> None:
-    """The result is built by keyword, one per field: a missing or unknown one is refused."""
+def test_a_run_result_reads_its_run_state() -> None:
+    """The result of a finished run carries its run state's values, and building it again
+    from that run state gives an equal result."""
     agent, _, _ = make_agent([text("hi")])
     result = agent.run_sync("go")
-    values: dict[str, Any] = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
-    assert _filled(**values) == result
-    del values["stop_detail"]
-    with pytest.raises(TypeError, match="stop_detail"):
-        _filled(**values)
-    with pytest.raises(TypeError, match="stopdetail"):
-        _filled(**values, stopdetail=None)
+    rs = result.run_state
+    assert rs is not None
+    for name in ("run_id", "stop_reason", "state", "usage", "counters", "model_calls"):
+        assert getattr(result, name) == getattr(rs, name)
+    assert result.messages == tuple(rs.messages) and result.trace == tuple(rs.trace)
+    assert result.output == rs.output == "hi"
+    assert RunResult.of(rs) == result
 
 
 def test_a_new_system_prompt_reaches_the_model_of_later_runs() -> None:

@@ -1,7 +1,7 @@
 """The oracle of invariant 3: which move the table allows, decided without the kernel's code.
 
 The kernel moves with :meth:`~fsm_agent.machine.agent_machine.AgentMachine.deciding`: a compiled
-lookup with generated counter updates and remembered moves. Checking a run's moves with that same
+lookup of the rows and remembered moves. Checking a run's moves with that same
 code would prove nothing about it. :class:`MoveOracle` decides each move again from the rows
 alone: a ``transitions`` machine of its own, with one transition per row in the rows' order, each
 guarded by the guard's registered formula (:data:`~fsm_agent.machine.guards.GUARD_SPECS`, or the

@@ -63,7 +63,6 @@ __all__ = [
     "parent_run",
 ]
 
-_CANCEL, _DEADLINE = Outcome.CANCEL, Outcome.DEADLINE
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
 _LIMIT_FIELDS = (
     "max_requests",
@@ -129,7 +128,7 @@ class ChildRunContext(RunContext):
         own = self._own_interrupt
         if own is None:
             inherited = self.parent.interrupt
-            if inherited is _CANCEL or inherited is _DEADLINE:
+            if inherited is Outcome.CANCEL or inherited is Outcome.DEADLINE:
                 return inherited
         return own
 

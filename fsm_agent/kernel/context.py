@@ -50,10 +50,6 @@ T = TypeVar("T")
 
 ONE_REQUEST = Usage(requests=1)
 
-# Enum members read on every step, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_CANCEL, _TOOL = Outcome.CANCEL, Role.TOOL
-
 
 async def maybe_await(value: T | Awaitable[T]) -> T:
     """``value``, awaited when it is awaitable (hooks and verifiers may be sync or async)."""
@@ -168,11 +164,11 @@ class RunContext:
     # -- interrupts -------------------------------------------------------------------------
     def cancel_requested(self) -> bool:
         """Whether the run was asked to cancel (what ``ToolContext.cancelled`` asks)."""
-        return self.interrupt is _CANCEL
+        return self.interrupt is Outcome.CANCEL
 
     def request_interrupt(self, outcome: Outcome) -> None:
         """Ask the run to stop with ``outcome`` (cancel wins over a deadline)."""
-        if self.interrupt is None or outcome is _CANCEL:
+        if self.interrupt is None or outcome is Outcome.CANCEL:
             self.interrupt = outcome
         task = self.task
         # Only an await inside an effect may be cancelled: anywhere else the CancelledError
@@ -248,7 +244,7 @@ class RunContext:
         rs = self.rs
         calls, results = rs.pending_tool_calls, rs.tool_results
         if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
-            self.append(Message(role=_TOOL, parts=(results[0],)))
+            self.append(Message(role=Role.TOOL, parts=(results[0],)))
         else:  # the common turn above: one call, finished
             finished = {r.call_id: r for r in results} if results else {}
             for call in calls:
@@ -256,7 +252,7 @@ class RunContext:
                 if result is None:
                     self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
                 else:
-                    self.append(Message(role=_TOOL, parts=(result,)))
+                    self.append(Message(role=Role.TOOL, parts=(result,)))
         rs.pending_tool_calls = []
         if rs.tool_results:
             rs.tool_results = []

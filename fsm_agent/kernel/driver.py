@@ -56,7 +56,7 @@ CHECK_ENV = "FSM_AGENT_CHECK_DECLARATIONS"
 it to ``1``): every outcome a handler reports must be declared for its state."""
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
+# (``State.DONE``) goes through ``EnumType.__getattr__`` (docs/performance.md, the traps).
 _SUSPENDED, _FINALIZING, _ABORTED, _DONE = (
     State.SUSPENDED,
     State.FINALIZING,

@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
@@ -87,8 +87,8 @@ class RunResult(Generic[OutputT]):
         ``output`` validates the final answer of a typed-output agent."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
-        suspended = state is _SUSPENDED and rs.resume_token is not None
-        return _filled(
+        suspended = state is State.SUSPENDED and rs.resume_token is not None
+        return RunResult(
             run_id=rs.run_id,
             output=rs.output if output is None else output.result_value(rs),
             stop_reason=rs.stop_reason,
@@ -99,7 +99,7 @@ class RunResult(Generic[OutputT]):
             counters=rs.counters,
             model_calls=rs.model_calls,
             tool_executions=rs.tool_executions,
-            error=error if state is _ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
+            error=error if state is State.ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
             pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             run_state=rs,
             resume_handle=ResumeHandle.of(rs) if suspended else None,
@@ -139,24 +139,6 @@ class RunResult(Generic[OutputT]):
         return f"RunResult({', '.join(parts)})"
 
 
-_SETTERS = {f.name: getattr(RunResult, f.name).__set__ for f in fields(RunResult)}
-"""The slot setters of :class:`RunResult`, by field name."""
-
-
-def _filled(**values: Any) -> RunResult[Any]:
-    """A :class:`RunResult` of ``values``, one per field, set in its slots: every run ends
-    here, and the frozen dataclass's ``__init__`` costs twice as much (it sets each field
-    through ``object.__setattr__``). Raises ``TypeError`` unless ``values`` names every
-    field and only those; tests/test_kernel.py checks the result equals the constructed one."""
-    if values.keys() != _SETTERS.keys():
-        raise TypeError(f"RunResult fields: expected {sorted(_SETTERS)}, got {sorted(values)}")
-    result: RunResult[Any] = object.__new__(RunResult)
-    for name, value in values.items():
-        _SETTERS[name](result, value)
-    return result
-
-
-_SUSPENDED, _ABORTED = State.SUSPENDED, State.ABORTED
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
 
 

@@ -33,6 +33,7 @@ from .table import (
     Row,
     State,
     StopReason,
+    Update,
 )
 
 __all__ = [
@@ -91,36 +92,12 @@ class Move(NamedTuple):
     stop: StopReason | None = None
 
 
-Updater = Callable[[Counters], Counters]
-"""A row's counter updates, applied in one call."""
-
-# (row index, guard, destination, stop reason, counter updater or None)
-_Compiled = tuple[int, Guard | None, State, StopReason | None, Updater | None]
-
-_new_tuple = tuple.__new__
-
-
-def _updater(row: Row) -> Updater | None:
-    """The row's counter updates as one generated function (like ``namedtuple``'s own
-    methods: it runs on every move, where a loop over the updates costs twice as much)."""
-    if not row.updates:
-        return None
-    deltas: dict[int, int | None] = {}  # +n per position, or None to reset to zero
-    for update in row.updates:
-        position = Counters._fields.index(update.counter.value)
-        current = deltas.get(position, 0)
-        deltas[position] = None if update.reset else (1 if current is None else current + 1)
-    terms = [
-        f"c[{i}]" if i not in deltas else "0" if deltas[i] is None else f"c[{i}] + {deltas[i]}"
-        for i in range(len(Counters._fields))
-    ]
-    source = f"lambda c: new(Counters, ({', '.join(terms)},))"
-    updater: Updater = eval(source, {"new": _new_tuple, "Counters": Counters})
-    return updater
+# (row index, guard, destination, stop reason, counter updates)
+_Compiled = tuple[int, Guard | None, State, StopReason | None, tuple[Update, ...]]
 
 
 def _compile(index: int, row: Row) -> _Compiled:
-    return index, row.guard, row.dest, row.stop, _updater(row)
+    return index, row.guard, row.dest, row.stop, row.updates
 
 
 class _Probe:
@@ -172,11 +149,11 @@ class AgentMachine:
         rows = self._index.get((state, outcome))
         if rows is None:
             raise IllegalMoveError(f"no row leaves {state.value!r} on {outcome.value!r}")
-        for index, guard, dest, stop, update in rows:
+        for index, guard, dest, stop, updates in rows:
             if guard is None or guard(counters, limits):
-                if update is not None:
-                    counters = update(counters)
-                return _new_tuple(Move, (state, outcome, dest, index, counters, stop))
+                for update in updates:
+                    counters = update.apply(counters)
+                return Move(state, outcome, dest, index, counters, stop)
         raise IllegalMoveError(  # unreachable for a validated table: each group ends unguarded
             f"no guard held for {state.value!r} on {outcome.value!r}"
         )

@@ -209,6 +209,10 @@ def object_arguments(call: ToolCall) -> dict[str, JsonValue]:
     return {"_raw": call.arguments_json}
 
 
+_CALLS_STAND = (FinishReason.STOP, FinishReason.OTHER, FinishReason.TOOL_CALLS)
+"""The finish reasons under which a turn's tool calls stand (the turn becomes ``tool_calls``)."""
+
+
 def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason, list[Part]]:
     """Reconcile a normalised finish reason with the assembled parts.
 
@@ -224,20 +228,15 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
             calls = True
         elif part.type == "text" and part.text:
             visible = True
-    if calls and (reason is _STOP or reason is _OTHER or reason is _TOOL_CALLS):
-        return _TOOL_CALLS, list(parts)
+    if calls and reason in _CALLS_STAND:
+        return FinishReason.TOOL_CALLS, list(parts)
     if calls:
         return reason, [p for p in parts if p.type != "tool_call"]
-    if reason is _TOOL_CALLS:
-        return _ERROR, list(parts)
-    if reason is _STOP and not visible:
-        return _OTHER, list(parts)
+    if reason is FinishReason.TOOL_CALLS:
+        return FinishReason.ERROR, list(parts)
+    if reason is FinishReason.STOP and not visible:
+        return FinishReason.OTHER, list(parts)
     return reason, list(parts)
-
-
-# Bound once: reading an enum member costs about ten global reads on Python 3.11.
-_STOP, _OTHER = FinishReason.STOP, FinishReason.OTHER
-_TOOL_CALLS, _ERROR = FinishReason.TOOL_CALLS, FinishReason.ERROR
 
 
 def build_response(
@@ -261,7 +260,7 @@ def build_response(
         # The parts and usage are built values and the rest is checked above: validating the
         # wrappers would only re-check that.
         return ModelResponse(
-            message=Message(role=_ASSISTANT, parts=tuple(merged)),
+            message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
             finish_reason=final_reason,
             raw_finish_reason=raw_reason,
             usage=usage,
@@ -282,7 +281,6 @@ def build_response(
 
 _PARTS = frozenset({TextPart, ReasoningPart, ImagePart, ToolCall, ToolResult})
 _OPTIONAL_STR = frozenset({str, type(None)})
-_ASSISTANT = Role.ASSISTANT
 
 
 def _merge_text(parts: Sequence[Part]) -> list[Part]:

@@ -71,8 +71,6 @@ _FINISH: dict[str, FinishReason] = {
     "content_filter": FinishReason.CONTENT_FILTER,
     "sensitive": FinishReason.CONTENT_FILTER,
 }
-# Bound once: reading an enum member costs about ten global reads on Python 3.11.
-_OTHER, _CONTENT_FILTER = FinishReason.OTHER, FinishReason.CONTENT_FILTER
 # Servers that report a failed generation with HTTP 200 and one of these: nothing is committed,
 # so the attempt is a retryable server error rather than a finished turn.
 _FAILED = frozenset({"abort", "error", "network_error", "cancelled", "capacity"})
@@ -82,7 +80,7 @@ _NOT_FINISHED = frozenset({"", "null"})
 
 def openai_finish_reason(raw: str) -> FinishReason:
     """Normalise a Chat Completions ``finish_reason``; unknown values are ``other``."""
-    return _FINISH.get(raw, _OTHER)
+    return _FINISH.get(raw, FinishReason.OTHER)
 
 
 def _error_info(payload: object) -> ErrorInfo:
@@ -473,7 +471,11 @@ class OpenAIChatModel(ProviderBase):
                 )
             )
         reason = (
-            _CONTENT_FILTER if refusal else openai_finish_reason(raw) if raw is not None else _OTHER
+            FinishReason.CONTENT_FILTER
+            if refusal
+            else openai_finish_reason(raw)
+            if raw is not None
+            else FinishReason.OTHER
         )
         if answer_tool:
             parts, reason = answer_parts(parts, reason)

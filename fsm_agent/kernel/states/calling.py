@@ -76,10 +76,6 @@ _FINISH_OUTCOMES = {
 }
 
 
-# Enum members read on every step, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_CALLING = State.CALLING
-_TOOL_CALLS, _FINISH_ERROR, _OTHER = Outcome.TOOL_CALLS, Outcome.FINISH_ERROR, Outcome.OTHER
 _ANSWERS = frozenset({Outcome.STOP, Outcome.OTHER})  # answers that tool calls override
 _KEPT = frozenset(
     {Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER, Outcome.OUTPUT_CUT}
@@ -162,9 +158,9 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     run_id = rs.run_id
     move = ctx.last_move
     try:
-        if move is not None and move.source is _CALLING and move.row in plan.switch_rows:
+        if move is not None and move.source is State.CALLING and move.row in plan.switch_rows:
             await _switched(ctx)  # the next model takes the call at once
-        elif move is not None and move.source is _CALLING:
+        elif move is not None and move.source is State.CALLING:
             error = ctx.last_error
             after = error.retry_after if isinstance(error, ModelError) else None
             delay = backoff_delay(plan.policy.retry, rs.counters.retries, after, ctx.runtime.random)
@@ -252,17 +248,17 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     if outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
         outcome = Outcome.OUTPUT_CUT
     if calls and outcome in _ANSWERS:
-        outcome = _TOOL_CALLS  # tool calls present: they are what the model wants
-    elif outcome is _TOOL_CALLS and not calls:
-        outcome = _FINISH_ERROR  # says tool_calls, made none
+        outcome = Outcome.TOOL_CALLS  # tool calls present: they are what the model wants
+    elif outcome is Outcome.TOOL_CALLS and not calls:
+        outcome = Outcome.FINISH_ERROR  # says tool_calls, made none
     rs.last_text = message.text.strip()
-    if outcome is _OTHER:  # the run ends on it: keep what the provider said
+    if outcome is Outcome.OTHER:  # the run ends on it: keep what the provider said
         rs.raw_finish_reason = response.raw_finish_reason
     cut = _cut_answer(rs.messages)
     if cut is not None:  # a continuation: the answer so far is the cut part and this one
         rs.last_text = (cut + message.text).strip()
     if outcome in _KEPT:
-        if outcome is not _TOOL_CALLS and calls:
+        if outcome is not Outcome.TOOL_CALLS and calls:
             message = Message(
                 role=message.role,
                 parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
@@ -275,7 +271,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
         if message.parts:
             ctx.append(message)
         rs.pending_tool_calls = calls
-    elif outcome is _FINISH_ERROR:
+    elif outcome is Outcome.FINISH_ERROR:
         ctx.last_error = MalformedResponseError(
             f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
         )
@@ -289,7 +285,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
             await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
         # Text beside tool calls is intermediate; an answer going to the verifier gets its
         # text event in verifying only if rejected (the accepted answer is the final event's).
-        if rs.last_text and outcome is _TOOL_CALLS:
+        if rs.last_text and outcome is Outcome.TOOL_CALLS:
             await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
     if plan.hooks.after_model_call:
         await notify_answered(ctx, answer)

@@ -29,10 +29,6 @@ __all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 
 FEEDBACK_PREFIX = "Previous attempt was not complete. Feedback: "
 
-# Enum members read on every step, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_LENGTH, _PROCEED = Outcome.LENGTH, Outcome.PROCEED
-
 
 def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     """The fast path of most steps: ``proceed`` when there is no feedback to inject and the
@@ -41,7 +37,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     if rs.feedback is not None:
         return None
     move = ctx.last_move
-    if move is not None and move.outcome is _LENGTH:
+    if move is not None and move.outcome is Outcome.LENGTH:
         return None
     settings = ctx.plan.settings
     limit = settings.compact_above
@@ -50,7 +46,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     max_messages = settings.max_messages
     if max_messages is not None and len(rs.messages) > max_messages:
         return None
-    return _PROCEED
+    return Outcome.PROCEED
 
 
 async def handle_compacting(ctx: RunContext) -> Outcome:

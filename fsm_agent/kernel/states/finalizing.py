@@ -45,24 +45,19 @@ _FALLBACK_OUTPUT = {
     StopReason.CONTEXT_LIMIT: "The conversation no longer fits the model's context window.",
 }
 
-# Enum members read by every run, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_FINALIZED, _DEADLINE = Outcome.FINALIZED, Outcome.DEADLINE
-_MAX_STEPS, _DONE_TOOL = StopReason.MAX_STEPS, StopReason.DONE_TOOL
-
 
 def finalizing_needs_no_call(ctx: RunContext) -> Outcome | None:
     """The fast path of ``finalizing``: the output is the last answer (or the done tool's
     message); ``None`` when the step limit asks for the summary call."""
     rs = ctx.rs
     reason = rs.stop_reason
-    if reason is _MAX_STEPS and ctx.plan.policy.summarize_on_max_steps:
+    if reason is StopReason.MAX_STEPS and ctx.plan.policy.summarize_on_max_steps:
         return None
-    if reason is _DONE_TOOL:
+    if reason is StopReason.DONE_TOOL:
         rs.output = rs.done_message or rs.last_text
     else:
         rs.output = rs.last_text or (_FALLBACK_OUTPUT.get(reason, "") if reason else "")
-    return _FINALIZED
+    return Outcome.FINALIZED
 
 
 def _summary_request(ctx: RunContext) -> ModelRequest:
@@ -90,9 +85,9 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
         return without_call
     rs = ctx.rs
     plan = ctx.plan
-    if ctx.interrupt is _DEADLINE or ctx.deadline_passed():
+    if ctx.interrupt is Outcome.DEADLINE or ctx.deadline_passed():
         _fall_back(ctx, "the wall-clock limit passed")
-        return _DEADLINE
+        return Outcome.DEADLINE
     if plan.usage_limited and usage_exceeded(plan.policy, rs.usage, rs.model_calls):
         _fall_back(ctx, "a usage limit is reached")
         return Outcome.USAGE_EXCEEDED
@@ -103,9 +98,10 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
             ctx, _summary_request(ctx), step=rs.counters.steps, attempt=1, stream=True
         )
     except Interrupted:
-        if ctx.interrupt is _DEADLINE:
+        interrupted = ctx.interrupted
+        if interrupted is Outcome.DEADLINE:
             _fall_back(ctx, "the wall-clock limit passed during the call")
-        return ctx.interrupted
+        return interrupted
     except ModelError as exc:  # the boundary maps model errors; anything else goes on
         _fall_back(ctx, f"the call failed: {exc!r}")
         if ctx.listening:  # whatever it streamed is not the answer
@@ -128,4 +124,4 @@ async def handle_finalizing(ctx: RunContext) -> Outcome:
         if plan.hooks.after_model_call:
             await notify_answered(ctx, answer)
             await ctx.emit_all(ctx.take_events())
-    return _FINALIZED
+    return Outcome.FINALIZED

@@ -8,8 +8,6 @@ from ..context import RunContext
 
 __all__ = ["handle_idle"]
 
-_START = Outcome.START
-
 
 async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
@@ -25,4 +23,4 @@ async def handle_idle(ctx: RunContext) -> Outcome:
     phases = ctx.plan.phases
     if phases is not None:
         phases.start(ctx.rs)
-    return _START
+    return Outcome.START

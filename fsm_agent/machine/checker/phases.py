@@ -14,7 +14,7 @@ cycles (``plan -> act -> plan -> ...``).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...phases.table import Phases, PhaseView
 
@@ -76,8 +76,12 @@ def _guard_holds(guard: object, view: PhaseView) -> bool:
         return False
 
 
+@dataclass(frozen=True)
 class _Probe(PhaseView):
-    """A view that notes which of its fields a guard reads."""
+    """A view that notes which of its fields a guard reads, in ``reads`` (shared by the views
+    of one search)."""
+
+    reads: set[str] = field(compare=False)
 
     def __getattribute__(self, name: str) -> object:
         if name in ("phase_steps", "visits"):
@@ -119,9 +123,7 @@ def _explore(
         return tuple(bumped)
 
     def view(steps: int, turns: int, visits: tuple[int, ...]) -> PhaseView:
-        probe = _Probe(steps, turns, {n: visits[i] for i, n in enumerate(names) if visits[i]})
-        object.__setattr__(probe, "reads", reads)
-        return probe
+        return _Probe(steps, turns, {n: visits[i] for i, n in enumerate(names) if visits[i]}, reads)
 
     start: _Node = (phases.initial, 0, 0, entered(tuple(0 for _ in names), phases.initial))
     seen = {start}
