@@ -128,6 +128,7 @@ from .policy import (
     ToolOutputSettings,
     UsageLimits,
 )
+from .record import Record
 from .run_state import HumanRequest, RunState
 from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
@@ -302,13 +303,15 @@ __all__ = [
     "tool",
 ]
 
-# Reprs read ``fsm_agent.Agent``. Pydantic models keep their home module: pydantic resolves
-# their annotations there when it rebuilds them.
+# Reprs read ``fsm_agent.Agent``. Pydantic models and records keep their home module: pydantic
+# resolves their annotations there when it builds their validators.
 for _name in __all__:
     if _name in _LAZY:
         continue
     _value = globals()[_name]
-    if (isinstance(_value, type) and not issubclass(_value, BaseModel)) or isfunction(_value):
+    if (isinstance(_value, type) and not issubclass(_value, BaseModel | Record)) or isfunction(
+        _value
+    ):
         _value.__module__ = __name__
 del _name, _value
 
