@@ -2,20 +2,24 @@
 
 It includes the machine's position (``state``), so saving it after a move saves where the run
 is. The kernel mutates one instance in place as the run goes; ``model_copy``
-or ``model_dump_json`` take a snapshot.
+or ``model_dump_json`` take a snapshot. The types here are slotted dataclasses (see
+:mod:`fsm_agent.record`): built without validation, validated and encoded through their
+``TypeAdapter`` when a checkpoint is written or read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import re
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer
 
 from .errors import SchemaVersionError
 from .machine.agent_machine import Move
 from .machine.table import Counters, State, StopReason
 from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
-from .record import adapter
+from .record import Record, adapter
 
 __all__ = [
     "HumanRequest",
@@ -24,8 +28,7 @@ __all__ = [
     "StoredCounters",
     "StoredMove",
     "build_run_validators",
-    "strip_unknown",
-    "unknown_write_error",
+    "explained",
 ]
 
 # -- counters and moves by name ----------------------------------------------------------------
@@ -98,13 +101,17 @@ StoredMove = Annotated[Move, BeforeValidator(_move_in), PlainSerializer(_move_ou
 """One move as stored: an object by field name, its counters by name (older positional lists
 load)."""
 
+_NO_COUNTERS = Counters()  # immutable: every new run may share it
+_FORBID_EXTRA = {"extra": "forbid"}  # pydantic's config: a field this version lacks is refused
 
-class HumanRequest(BaseModel):
+
+@dataclass(slots=True, kw_only=True)
+class HumanRequest(Record):
     """A tool call a suspended run waits on: an ``approval`` asked by the permission hook, or a
     ``question`` the tool asked with ``ToolContext.ask_human``. ``resume`` fills ``decision``
     (``allow``, ``deny`` or ``answer``) and ``reply`` (the denial reason or the answer)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    __pydantic_config__ = _FORBID_EXTRA
 
     kind: Literal["approval", "question"]
     call: ToolCall
@@ -113,15 +120,15 @@ class HumanRequest(BaseModel):
     reply: str | None = None
 
 
-class PhaseChange(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseChange(Record):
     """One move of the task machine, as the run state's ``phase_trace`` keeps it: from
     ``source`` (``None`` at the start) to ``dest``, made ``by`` the model (the move tool), by
     code (a tool that returned :class:`~fsm_agent.phases.MovePhase`), by a spent budget, or
     at the ``start``; ``step`` is the run's steps then and ``move`` the index in ``trace`` of
     the loop move that followed (the two traces line up)."""
 
-    # Built on first use, like the messages: a run without phases never validates one.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    __pydantic_config__ = _FORBID_EXTRA
 
     source: str | None
     dest: str
@@ -130,33 +137,25 @@ class PhaseChange(BaseModel):
     move: int
 
 
-class RunState(BaseModel):
-    """Everything a run knows: position, counters, usage, thread, pending work, the ending."""
+@dataclass(slots=True, kw_only=True)
+class RunState(Record):
+    """Everything a run knows: position, counters, usage, thread, pending work, the ending.
 
-    # Built on first use, like the messages: a run that keeps no checkpoint never validates one.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    A slotted dataclass: the kernel's writes are plain attribute writes, and a write to a name
+    that is not a field (a misspelt one, by a hook) raises ``AttributeError`` where it is made.
+    The constructor validates nothing; ``model_validate``/``model_validate_json`` do (a
+    checkpoint is read that way), and ``model_dump_json`` writes the stored shape."""
 
-    # The kernel assigns a dozen fields per step; the run state validates on the way in and out
-    # (model_validate/model_dump), never on assignment, so a plain attribute write does. It
-    # skips pydantic's ``model_fields_set`` bookkeeping: nothing here dumps with exclude_unset.
-    # ``__delattr__`` too: CPython writes through the C slot only when both are object's (with
-    # pydantic's ``__delattr__`` left in place, every write calls ``__setattr__`` from Python,
-    # six times slower).
-    # A name that is not a field would never reach a checkpoint: the kernel takes back such a
-    # write made by user code it calls, and reports it (see ``strip_unknown``), rather than pay
-    # a Python-level ``__setattr__`` on each of the dozen writes of every step.
-    if not TYPE_CHECKING:
-        __setattr__ = object.__setattr__
-        __delattr__ = object.__delattr__
+    __pydantic_config__ = _FORBID_EXTRA
 
     run_id: str
     conversation_id: str | None = None  # the Conversation the run belongs to, if any
     state: State = State.IDLE
-    counters: StoredCounters = Counters()
-    usage: Usage = Field(default_factory=Usage)
-    messages: list[Message] = Field(default_factory=list)
+    counters: StoredCounters = _NO_COUNTERS
+    usage: Usage = field(default_factory=Usage)
+    messages: list[Message] = field(default_factory=list)
     context_tokens: int = 0  # estimate for ``messages``, kept up to date as they change
-    pending_tool_calls: list[ToolCall] = Field(default_factory=list)
+    pending_tool_calls: list[ToolCall] = field(default_factory=list)
     last_text: str = ""  # the text of the last model answer, the output candidate
     feedback: str | None = None  # verifier feedback waiting to be injected
     done_message: str | None = None  # what the done tool asked to be the output
@@ -168,18 +167,18 @@ class RunState(BaseModel):
     error: str | None = None  # the error that ended the run, as text
     stop_detail: str | None = None  # what a stop condition that fired returned, when a string
     raw_finish_reason: str | None = None  # the provider's own reason for an ``other`` finish
-    trace: list[StoredMove] = Field(default_factory=list)
+    trace: list[StoredMove] = field(default_factory=list)
     # The current tool turn and human input (empty between turns):
-    tool_results: list[ToolResult] = Field(default_factory=list)  # finished, not yet in messages
-    approved_calls: list[str] = Field(default_factory=list)  # pending call ids already approved
-    human_requests: list[HumanRequest] = Field(default_factory=list)  # what a suspension awaits
+    tool_results: list[ToolResult] = field(default_factory=list)  # finished, not yet in messages
+    approved_calls: list[str] = field(default_factory=list)  # pending call ids already approved
+    human_requests: list[HumanRequest] = field(default_factory=list)  # what a suspension awaits
     resume_token: str | None = None  # the valid resume handle's token while suspended
     suspensions: int = 0
-    tool_outputs: dict[str, str] = Field(default_factory=dict)  # full text of cut outputs by id
-    recent_turns: list[str] = Field(default_factory=list)  # the last two turns' calls (loop guard)
+    tool_outputs: dict[str, str] = field(default_factory=dict)  # full text of cut outputs by id
+    recent_turns: list[str] = field(default_factory=list)  # the last two turns' calls (loop guard)
     definition: str | None = None  # a stored run's agent fingerprint (kernel.definition)
     model: str | None = None  # a stored run's model by name (a fallback chain's, joined by " | ")
-    answered_by: dict[str, int] = Field(default_factory=dict)  # a fallback chain's answers by model
+    answered_by: dict[str, int] = field(default_factory=dict)  # a fallback chain's answers by model
     # The task machine (an agent with phases): the current phase, the steps when it was
     # entered, and every phase move (None and () without phases).
     phase: str | None = None
@@ -192,76 +191,38 @@ class RunState(BaseModel):
     # runs by the id of the call that started each.
     parent_run_id: str | None = None
     parent_call_id: str | None = None
-    child_runs: dict[str, str] = Field(default_factory=dict)
-
-    @classmethod
-    def start(cls, run_id: str) -> RunState:
-        """The state a new run starts from: ``RunState(run_id=run_id)`` without validating
-        the defaults (a run starts several times faster; ``tests/test_run_state.py`` checks
-        that the two are equal)."""
-        fields = _START.copy()  # the immutable defaults; fresh containers below
-        fields["run_id"] = run_id
-        fields["messages"] = []
-        fields["pending_tool_calls"] = []
-        fields["trace"] = []
-        fields["tool_results"] = []
-        fields["approved_calls"] = []
-        fields["human_requests"] = []
-        fields["tool_outputs"] = {}
-        fields["recent_turns"] = []
-        fields["answered_by"] = {}
-        fields["child_runs"] = {}
-        rs = _new(cls)
-        _set(rs, "__dict__", fields)
-        _set(rs, "__pydantic_fields_set__", {"run_id"})
-        _set(rs, "__pydantic_extra__", None)
-        _set(rs, "__pydantic_private__", None)
-        return rs
+    child_runs: dict[str, str] = field(default_factory=dict)
 
 
-_new = object.__new__
-_set = object.__setattr__
-_FIELD_NAMES = frozenset(RunState.model_fields)
-_FIELD_COUNT = len(_FIELD_NAMES)
+_FIELD_NAMES = tuple(f.name for f in fields(RunState))
+_NO_ATTRIBUTE = re.compile(r"'RunState' object has no attribute '([^']+)'")
 
 
-def strip_unknown(rs: RunState) -> list[str]:
-    """Remove the attributes of ``rs`` that are not fields (a misspelt name written by a hook,
-    a verifier or a stop condition) and return their names; ``[]`` at the cost of one ``len``
-    when there are none."""
-    attributes = rs.__dict__
-    if len(attributes) == _FIELD_COUNT:
-        return []
-    unknown = sorted(name for name in attributes if name not in _FIELD_NAMES)
-    for name in unknown:
-        del attributes[name]
-    return unknown
-
-
-def unknown_write_error(names: list[str]) -> str:
-    """What a hook-failure report says about writes to ``names``, which are not fields."""
-    return (
-        f"set {', '.join(repr(n) for n in names)} on the run state, which has no such field "
-        f"(the write was undone; the fields are: {', '.join(RunState.model_fields)})"
+def explained(exc: Exception) -> Exception:
+    """``exc``, or, when it is the ``AttributeError`` of a name the run state has no field for
+    (a hook, verifier or stop condition that misspelt one), an ``AttributeError`` caused by it
+    whose message names the run state's fields: what the hook-failure report says."""
+    if not isinstance(exc, AttributeError):
+        return exc
+    # A slot write to an unknown name sets no ``exc.name`` (Python 3.11): read the message.
+    found = _NO_ATTRIBUTE.fullmatch(str(exc))
+    name = exc.name if exc.name is not None else (found.group(1) if found else None)
+    if found is None or name in _FIELD_NAMES:
+        return exc
+    clear = AttributeError(
+        f"the run state has no field {name!r} (a misspelt name?); its fields are: "
+        f"{', '.join(_FIELD_NAMES)}"
     )
-
-
-_START: dict[str, object] = {name: field.default for name, field in RunState.model_fields.items()}
-"""A new run's fields in declaration order, from their plain defaults: ``RunState.start``
-replaces the run id and each field a factory makes (the mutable containers, and the zero usage
-below). Not from ``model_construct``, which would call the factories, validating a ``Usage``
-and inspecting the signatures of ``list`` and ``dict`` (about 3 ms of every import)."""
-_START["usage"] = Usage()  # frozen: every new run may share it
+    clear.__cause__ = exc
+    return clear
 
 
 def build_run_validators(*, durable: bool) -> None:
-    """Build the validators of the models every run makes (and, for a ``durable`` agent, of the
+    """Build the validators of the types every run makes (and, for a ``durable`` agent, of the
     run state its checkpoints encode). Import leaves them to first use; an agent builds them
     when it is built, so that the first run of a service does not spend milliseconds building
-    them on its event loop, where every other run waits. Each model is built once per process."""
+    them on its event loop, where every other run waits. Each is built once per process."""
     for value_type in (Message, ModelResponse, ToolCall, ToolResult, TextPart, Usage):
         adapter(value_type)
-    models: list[type[BaseModel]] = [RunState, HumanRequest] if durable else []
-    for model in models:
-        if not model.__pydantic_complete__:
-            model.model_rebuild()
+    if durable:
+        adapter(RunState)

@@ -339,13 +339,15 @@ def _misspelling_condition(run_state: RunState) -> bool:
 @pytest.mark.parametrize(
     "where", [{"hooks": [_Misspells()]}, {"stop_conditions": [_misspelling_condition]}]
 )
-def test_a_misspelt_run_state_write_is_undone_and_reported(where: dict[str, Any]) -> None:
+def test_a_misspelt_run_state_write_fails_and_is_reported(where: dict[str, Any]) -> None:
     """User code that writes a name the run state has no field for is a failing hook: the
-    write is undone (it would never reach a checkpoint) and hook_error names it."""
+    write raises where it is made (nothing is written) and hook_error names it and the
+    fields."""
     agent, _, _ = make_agent([text("done")], **where)
     events, result = stream(agent)
     errors = [e.error for e in events if isinstance(e, HookErrorEvent)]
     assert errors and ("'outptu'" in errors[0] or "'stop_reasn'" in errors[0])
+    assert "its fields are: run_id," in errors[0]
     assert result.run_state is not None
     assert not hasattr(result.run_state, "outptu") and not hasattr(result.run_state, "stop_reasn")
     under_fail, _, _ = make_agent([text("done")], policy=Policy(hook_failure_mode="fail"), **where)
@@ -359,7 +361,11 @@ def test_a_misspelt_write_by_the_verifier_rejects_the_answer() -> None:
 
     agent, _, _ = make_agent([text("a"), text("b")], verifier=verify)
     events, result = stream(agent)
-    assert any(isinstance(e, HookErrorEvent) and "'feedbak'" in e.error for e in events)
+    assert any(
+        isinstance(e, HookErrorEvent) and "'feedbak'" in e.error and "fields are" in e.error
+        for e in events
+    )
+    assert result.stop_reason is not StopReason.COMPLETED  # each answer was rejected
     assert result.run_state is not None and not hasattr(result.run_state, "feedbak")
 
 

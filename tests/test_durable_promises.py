@@ -545,7 +545,7 @@ def test_a_prompt_and_an_error_text_with_lone_surrogates_are_storable(store: Che
     assert tuple(store.load("run_prompt").state.messages) == tuple(result.messages)
 
     for memory_or_sql in (InMemoryCheckpointer(), store):
-        state = RunState.start("run_error")
+        state = RunState(run_id="run_error")
         state.error = "open failed: " + os.fsdecode(b"\xff")
         memory_or_sql.save(state, version=1)
         assert memory_or_sql.load("run_error").state.error == "open failed: \ufffd"
@@ -704,7 +704,7 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
             stored.append(key)
 
     store = Slow()
-    store.save(RunState.start("r1"), version=1)
+    store.save(RunState(run_id="r1"), version=1)
     log = RunLog(store, "r1", version=1, mode=Durability.SYNC, unknown_outcome="model", heard=False)
 
     async def main() -> None:

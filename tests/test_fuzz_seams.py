@@ -183,7 +183,7 @@ def test_a_run_whose_store_failed_resumes_from_its_last_good_checkpoint() -> Non
 
 def test_the_failing_store_fails_at_the_chosen_writes_only() -> None:
     store = FailingStore(fail_at=(2,))
-    state = RunState.start("run_store")
+    state = RunState(run_id="run_store")
     store.save(state, version=1)
     with pytest.raises(CheckpointError, match="write 2"):
         store.save(state, version=2)

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import State
+from fsm_agent import Agent, State
 from fsm_agent.errors import CheckpointConflictError, CheckpointError
 from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
 from fsm_agent.persistence.store_threads import Lane, StoreThreads
 from fsm_agent.run_state import RunState
+from fsm_agent.testing import ScriptedModel, text, tool_call
+from helpers import add
 
 
 async def _held(lane: Lane) -> Callable[[], None]:
@@ -177,4 +179,70 @@ def test_a_database_error_inside_a_batch_reaches_the_run_typed(tmp_path: Path) -
     outcomes = asyncio.run(main())
     assert isinstance(outcomes[0], CheckpointError) and outcomes[1] is None
     assert {run.run_id: run.version for run in store.runs()} == {"A": 1, "B": 1}
+    store.close()
+
+
+async def failing(lane: Lane, made: list[str]) -> None:
+    def fail() -> None:
+        raise CheckpointError("full disk")
+
+    with pytest.raises(CheckpointError, match="full disk"):
+        await lane.call(made.append, "e", after=[(made.append, ("d",)), (fail, ())])
+    assert made[-1] == "d"  # made before the failure; "e", after it, is not
+
+
+def test_writes_handed_over_together_keep_their_own_outcomes() -> None:
+    """``call(after=...)`` hands the deferred writes and the awaited one to the thread at once:
+    they are made in order in one batch, and a deferred write that fails fails the lane (the
+    awaited write after it is not made) without undoing the writes before it."""
+    entered: list[int] = []
+    made: list[str] = []
+
+    @contextmanager
+    def batch() -> Iterator[None]:
+        entered.append(len(made))
+        yield
+
+    threads = StoreThreads(1, "test-store", batch)
+
+    async def main() -> None:
+        lane = threads.lane()
+        await lane.call(made.append, "c", after=[(made.append, ("a",)), (made.append, ("b",))])
+        assert (made, entered) == (["a", "b", "c"], [0])
+
+    try:
+        asyncio.run(main())
+    finally:
+        threads.close()
+    alone = StoreThreads(1, "test-store")  # no batch: no rollback to undo "d" in this double
+    try:
+        asyncio.run(failing(alone.lane(), made))
+    finally:
+        alone.close()
+
+
+def test_a_run_nobody_follows_hands_a_steps_writes_over_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In ``sync`` mode a run without a listener or hooks hands the writes it does not await
+    (checkpoints, the model's records, the tool's outcome) to the store's thread with the next
+    awaited one: two hand-overs per tool step (the tool's intent, the wait before the next
+    model call), not one per write, and every checkpoint is still stored."""
+    handed: list[int] = []
+    put = StoreThreads.put
+
+    def counting(self: StoreThreads, thread: int, jobs: Any) -> None:
+        handed.append(len(jobs))
+        put(self, thread, jobs)
+
+    monkeypatch.setattr(StoreThreads, "put", counting)
+    steps = 5
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    model = ScriptedModel([tool_call("add", {"a": n, "b": 1}) for n in range(steps)] + [text("ok")])
+    agent = Agent(model, tools=[add], checkpointer=store)
+    result = agent.run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert len(handed) <= 2 * (steps + 1) + 2, handed
+    assert sum(handed) >= 8 * steps  # 3 checkpoints and 4 journal records per step, and waits
+    assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
     store.close()

@@ -18,6 +18,7 @@ before anything is awaited, so exactly one resume starts.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hmac
 import json
 import logging
@@ -384,7 +385,7 @@ class Inspector:
             raise _Refused(_error(400, f"bad decisions: {exc}")) from None
         try:
             checkpoint = await self._read(lambda: self.store.load(run_id))
-            apply_decisions(ResumeHandle.of(checkpoint.state.model_copy(deep=True)), decisions)
+            apply_decisions(ResumeHandle.of(copy.deepcopy(checkpoint.state)), decisions)
         except UnknownRunError as exc:
             raise _Refused(_error(404, str(exc))) from None
         except ResumeError as exc:

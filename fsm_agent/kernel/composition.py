@@ -274,7 +274,7 @@ async def _run_child(
             _charge(parent, rs)
             return _answer(name, RunResult.of(rs, None, child._plan.output_spec))
     else:
-        rs = RunState.start(child.runtime.new_id())
+        rs = RunState(run_id=child.runtime.new_id())
     ctx = ChildRunContext(
         child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
     )

@@ -34,7 +34,7 @@ from ..errors import CheckpointError, FsmAgentError
 from ..events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
 from ..machine.agent_machine import Move
 from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State, StopReason
-from ..run_state import strip_unknown, unknown_write_error
+from ..run_state import explained
 from .context import Interrupted, RunContext
 from .hooks import report_hook_failure
 from .limits import usage_exceeded
@@ -112,11 +112,9 @@ def _stop_condition(ctx: RunContext) -> Outcome | None:
         try:
             fired = condition(rs)
             stops = bool(fired)
-        except Exception as exc:
-            error, cause = f"{type(exc).__name__}: {exc}", exc
-        unknown = strip_unknown(rs)
-        if unknown:
-            error = unknown_write_error(unknown)
+        except Exception as caught:
+            cause = explained(caught)
+            error = f"{type(cause).__name__}: {cause}"
         if error is not None:
             name = getattr(condition, "__name__", type(condition).__name__)
             report_hook_failure(ctx, f"stop condition {name}", error, cause)

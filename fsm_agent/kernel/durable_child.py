@@ -52,7 +52,7 @@ async def open_child(
     try:
         checkpoint = await load_checkpoint(store, run_id)
     except UnknownRunError:
-        rs = RunState.start(run_id)
+        rs = RunState(run_id=run_id)
         rs.definition = definition
         log = RunLog(
             store,

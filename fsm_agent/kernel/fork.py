@@ -20,6 +20,7 @@ from ..machine.table import TERMINAL, State
 from ..messages import validate_history
 from ..persistence import Checkpoint, Checkpointer
 from ..persistence.run_log import in_store_thread
+from ..record import adapter
 from ..run_state import RunState
 
 __all__ = ["RunEdit", "fork_run"]
@@ -96,7 +97,7 @@ def _checked(state: RunState, new_id: str, run_id: str) -> RunState:
     (every tool call keeps exactly one result)."""
     state.run_id = new_id
     try:
-        checked = RunState.model_validate_json(state.model_dump_json(warnings="error"))
+        checked = RunState.model_validate_json(adapter(RunState).dump_json(state, warnings="error"))
     except (ValidationError, PydanticSerializationError, ValueError) as exc:
         raise InvalidInputError(
             f"the edited state of the fork of {run_id!r} is not a valid run state: {exc}"

@@ -23,7 +23,7 @@ from ..machine.table import TERMINAL, Outcome, State
 from ..messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from ..phases.table import MovePhase
 from ..policy import HookFailureMode
-from ..run_state import strip_unknown, unknown_write_error
+from ..run_state import explained
 from ..tools import HumanInputRequired, TaskComplete
 from .limits import usage_fault
 
@@ -284,14 +284,9 @@ async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tupl
             ctx, hook.label, f"raised {type(signal).__name__}, which only a tool may raise"
         )
         return False, None
-    except Exception as exc:
+    except Exception as caught:
+        exc = explained(caught)
         report_hook_failure(ctx, hook.label, f"{type(exc).__name__}: {exc}", exc)
-        return False, None
-    finally:
-        unknown = strip_unknown(ctx.rs)
-        if unknown:
-            report_hook_failure(ctx, hook.label, unknown_write_error(unknown))
-    if unknown:
         return False, None
     return True, value
 

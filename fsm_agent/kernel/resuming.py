@@ -53,7 +53,7 @@ def start_context(
             f"the prompt must be a str or a Message, got {type(prompt).__name__}"
         )
     validate_history(history)
-    rs = RunState.start(agent.runtime.new_id())
+    rs = RunState(run_id=agent.runtime.new_id())
     if conversation_id is not None:
         if not isinstance(conversation_id, str) or not conversation_id:
             raise InvalidInputError(

@@ -27,7 +27,7 @@ from ..run_state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
-from .store_threads import Lane, StoreThreads
+from .store_threads import Call, Lane, StoreThreads
 
 T = TypeVar("T")
 
@@ -84,7 +84,9 @@ class RunLog:
     model or tool call, before it rests, and, when someone follows the run (``heard``: a
     listener or a hook), before they hear of the move or the outcome. A run nobody follows does not
     wait for each write: it waits once before its next call, for all of them (the tool's
-    intent, awaited anyway, covers the writes before it). What a crash can leave stored is the
+    intent, awaited anyway, covers the writes before it), and hands them to the store's thread
+    then, together, so that they cost one wake-up of the thread and one commit. What a crash
+    can leave stored is the
     same either way, since the writes are made in the same order; only the moves in between,
     which have no effect outside the run, go on meanwhile. In ``async`` mode the run awaits tool
     intents only (and every write when the run rests), and hands checkpoints and outcomes to
@@ -111,6 +113,11 @@ class RunLog:
         self.effects = effects or {}
         self.waits_each = mode is Durability.SYNC and heard
         """Each checkpoint and tool outcome is awaited as it is written (see the class)."""
+        # In ``sync`` mode without a follower, what is not awaited is handed to the store's
+        # thread together with the next awaited write: one wake-up of the thread and one commit
+        # for the writes of a step, instead of a wake-up per write competing with the loop.
+        self._defers = mode is Durability.SYNC and not heard
+        self._deferred: list[Call] = []
         # Writes handed to the lane, and how many of the first of them are known stored: a
         # counter, not a flag, since parallel tool calls write and wait in any interleaving.
         self._queued = 0
@@ -126,13 +133,17 @@ class RunLog:
 
     # -- the ordered lane of writes -------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> None:
-        """Start ``fn(*args)`` after the run's previous write, without waiting for it (done
-        at once for a store in memory)."""
+        """Make ``fn(*args)`` after the run's previous write, without waiting for it (done
+        at once for a store in memory; handed to the store's thread now, or with the next
+        awaited write when the run defers)."""
         if self._lane is None:
             fn(*args)
+            return
+        if self._defers:
+            self._deferred.append((fn, args))
         else:
             self._lane.submit(fn, *args)
-            self._queued += 1
+        self._queued += 1
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
@@ -150,9 +161,10 @@ class RunLog:
 
     async def _waited(self, lane: Lane, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored."""
+        deferred, self._deferred = self._deferred, []
         self._queued += 1
         mark = self._queued
-        await lane.call(fn, *args)
+        await lane.call(fn, *args, after=deferred)
         self._stored = max(self._stored, mark)
 
     async def before_call(self) -> None:
@@ -165,6 +177,10 @@ class RunLog:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
         forget = getattr(self.store, "forget", None)
         lane = self._lane
+        if lane is not None and self._deferred:
+            with contextlib.suppress(RuntimeError):  # the store was closed already
+                lane.submit_all(self._deferred)
+            self._deferred = []
         if callable(forget):
             if lane is None:
                 forget(self.run_id)

@@ -46,7 +46,7 @@ from .sql_rows import (
     MESSAGES,
     MIGRATIONS,
     MOVES,
-    SEPARATE,
+    body_json,
     encoded,
     replayed,
     state_of,
@@ -296,7 +296,7 @@ class SQLCheckpointer:
             state=state.state.value,
             stop=state.stop_reason.value if state.stop_reason is not None else None,
             steps=state.counters.steps,
-            body=encoded(lambda: state.model_dump_json(exclude=SEPARATE), state, None),
+            body=encoded(lambda: body_json(state), state, None),
             messages_from=messages_from,
             messages=encoded(
                 lambda: MESSAGES.dump_json(messages[messages_from:]).decode(),

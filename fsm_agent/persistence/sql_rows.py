@@ -14,6 +14,7 @@ from ..errors import CorruptCheckpointError
 from ..machine.agent_machine import Move
 from ..machine.table import State, StopReason
 from ..messages import Message
+from ..record import adapter
 from ..run_state import RunState, StoredMove
 from . import RunSummary
 from .storable import storable_state
@@ -23,6 +24,7 @@ __all__ = [
     "MIGRATIONS",
     "MOVES",
     "SEPARATE",
+    "body_json",
     "corrupt",
     "encoded",
     "replayed",
@@ -72,8 +74,13 @@ def encoded(
     except PydanticSerializationError:
         clean = storable_state(state)
         if again is None:
-            return clean.model_dump_json(exclude=SEPARATE)
+            return body_json(clean)
         return again(clean)
+
+
+def body_json(state: RunState) -> str:
+    """What a checkpoint row's body holds: the run state without the fields stored apart."""
+    return adapter(RunState).dump_json(state, exclude=SEPARATE).decode()
 
 
 def replayed(

@@ -5,7 +5,8 @@ run's writes are made in the order it made them, and once one fails, the lane's 
 fail the same way without being made. A caller that waits for a write gets an asyncio future;
 cancelling the wait does not cancel the write (it is made whole or not at all).
 
-A thread takes every job queued for it (up to :data:`BATCH`) at once. For a store that gives a
+A thread takes every job queued for it (up to :data:`BATCH`, more when one caller handed
+more over together) at once. For a store that gives a
 ``batch`` (one transaction, committed on exit), it makes them in one commit: many runs' writes
 cost one commit and one wake-up of the event loop instead of one each. When a job of a batch
 fails, it gets its error (the one it would have had alone: it saw what the jobs before it
@@ -24,12 +25,12 @@ import functools
 import itertools
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["BATCH", "Batch", "Lane", "StoreThreads"]
+__all__ = ["BATCH", "Batch", "Call", "Lane", "StoreThreads"]
 
 BATCH = 8
 """The most jobs a thread makes in one batch: bounds how long the first waits for the last,
@@ -37,6 +38,9 @@ and how many runs one batch wakes at once (larger batches measured longer event-
 
 Batch = Callable[[], AbstractContextManager[object]]
 """A store's transaction for a batch of jobs: entered before the first, committed on exit."""
+
+Call = tuple[Callable[..., object], tuple[object, ...]]
+"""A write: a function and its arguments."""
 
 _Job = tuple[
     "Lane | None",
@@ -59,19 +63,29 @@ class Lane:
 
     def submit(self, fn: Callable[..., object], *args: object) -> None:
         """Make ``fn(*args)`` after the lane's earlier writes, without waiting for it."""
-        self.threads.put(self.thread, (self, fn, args, None, None))
+        self.threads.put(self.thread, [(self, fn, args, None, None)])
 
-    def call(self, fn: Callable[..., object], *args: object) -> asyncio.Future[Any]:
-        """Make ``fn(*args)`` after the lane's earlier writes; the future gets its value or
-        its error (or the error of an earlier write that failed)."""
+    def submit_all(self, calls: Sequence[Call]) -> None:
+        """Make each of ``calls`` in order after the lane's earlier writes, without waiting:
+        handed to the thread at once (one wake-up), each made as if submitted alone."""
+        self.threads.put(self.thread, [(self, fn, args, None, None) for fn, args in calls])
+
+    def call(
+        self, fn: Callable[..., object], *args: object, after: Sequence[Call] = ()
+    ) -> asyncio.Future[Any]:
+        """Make ``fn(*args)`` after the lane's earlier writes (and after ``after``, handed
+        over with it as :meth:`submit_all` would); the future gets its value or its error (or
+        the error of an earlier write that failed)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self.threads.put(self.thread, (self, fn, args, loop, future))
+        jobs: list[_Job] = [(self, f, a, None, None) for f, a in after]
+        jobs.append((self, fn, args, loop, future))
+        self.threads.put(self.thread, jobs)
         return future
 
     def finally_call(self, fn: Callable[..., object], *args: object) -> None:
         """Make ``fn(*args)`` after the lane's earlier writes, whether or not they failed."""
-        self.threads.put(self.thread, (None, fn, args, None, None))
+        self.threads.put(self.thread, [(None, fn, args, None, None)])
 
 
 class StoreThreads:
@@ -83,7 +97,7 @@ class StoreThreads:
         self.count = max(1, count)
         self.name = name
         self.batch = batch
-        self._queues: list[SimpleQueue[_Job | None]] = []
+        self._queues: list[SimpleQueue[list[_Job] | None]] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._turn = itertools.count()
@@ -98,18 +112,20 @@ class StoreThreads:
         """A new lane of writes."""
         return Lane(self)
 
-    def put(self, thread: int, job: _Job) -> None:
-        """Queue ``job`` on ``thread``."""
+    def put(self, thread: int, jobs: list[_Job]) -> None:
+        """Queue ``jobs`` on ``thread``, in order."""
         queues = self._queues or self._start()
-        queues[thread].put(job)
+        queues[thread].put(jobs)
 
-    def _start(self) -> list[SimpleQueue[_Job | None]]:
+    def _start(self) -> list[SimpleQueue[list[_Job] | None]]:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self.name}: the store was closed")
             if self._queues:
                 return self._queues
-            queues: list[SimpleQueue[_Job | None]] = [SimpleQueue() for _ in range(self.count)]
+            queues: list[SimpleQueue[list[_Job] | None]] = [
+                SimpleQueue() for _ in range(self.count)
+            ]
             for index, queue in enumerate(queues):
                 thread = threading.Thread(
                     target=_work, args=(queue, self.batch), name=f"{self.name}-{index}", daemon=True
@@ -146,19 +162,19 @@ def _close_at_exit(threads: weakref.ref[StoreThreads]) -> None:
         alive.close()
 
 
-def _work(queue: SimpleQueue[_Job | None], batch: Batch | None) -> None:
+def _work(queue: SimpleQueue[list[_Job] | None], batch: Batch | None) -> None:
     running = True
-    while running and (job := queue.get()) is not None:
-        jobs = [job]
+    while running and (taken := queue.get()) is not None:
+        jobs = list(taken)  # the jobs handed over together are taken together
         while len(jobs) < BATCH:
             try:
-                job = queue.get_nowait()
+                taken = queue.get_nowait()
             except Empty:
                 break
-            if job is None:  # closed: make what was taken, then stop
+            if taken is None:  # closed: make what was taken, then stop
                 running = False
                 break
-            jobs.append(job)
+            jobs += taken
         _hand_back(jobs, _make(jobs, batch))
 
 

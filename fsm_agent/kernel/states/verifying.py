@@ -28,7 +28,7 @@ from ...errors import HookError, OutputValidationError
 from ...events import HookErrorEvent, TextEvent, VerificationFailedEvent
 from ...log import logger
 from ...machine.table import Outcome
-from ...run_state import strip_unknown, unknown_write_error
+from ...run_state import explained
 from ..context import Interrupted, RunContext
 
 __all__ = ["DONE_REMINDER", "Verdict", "handle_verifying"]
@@ -89,21 +89,22 @@ async def handle_verifying(ctx: RunContext) -> Outcome:
             )
             if not isinstance(verdict, Verdict | bool):
                 raise TypeError(f"the verifier returned {type(verdict).__name__}")
-            unknown = strip_unknown(rs)
-            if unknown:
-                raise AttributeError(unknown_write_error(unknown))
         except Interrupted:
             return ctx.interrupted
-        except Exception as exc:
+        except Exception as caught:
+            failure = explained(caught)
             logger.warning(
-                "run %s: the verifier failed (%r); the answer counts as rejected", rs.run_id, exc
+                "run %s: the verifier failed (%r); the answer counts as rejected",
+                rs.run_id,
+                failure,
             )
             if ctx.listening:
-                await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=repr(exc)))
+                error = repr(failure)
+                await ctx.emit(HookErrorEvent(run_id=rs.run_id, hook="verifier", error=error))
             # Kept as the run's error, so a run that ends unverified says why (RunResult.error).
-            ctx.error = HookError(f"the verifier failed: {exc!r}", hook="verifier")
-            ctx.error.__cause__ = exc
-            verdict = Verdict.reject(f"the answer could not be verified ({type(exc).__name__})")
+            ctx.error = HookError(f"the verifier failed: {failure!r}", hook="verifier")
+            ctx.error.__cause__ = failure
+            verdict = Verdict.reject(f"the answer could not be verified ({type(failure).__name__})")
         else:
             ctx.error = None  # a verdict: an earlier failure no longer explains the ending
         if isinstance(verdict, bool):
