@@ -9,7 +9,8 @@ prompt, the first user message and the newest user message are kept; no call los
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from .errors import ConfigurationError, InvalidInputError
@@ -78,7 +79,9 @@ class Conversation(Generic[DepsT]):
         self._messages = result.messages
         self._last = result
 
-    def _start(self) -> None:
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """One run of the conversation at a time, and none while the last one is suspended."""
         if self._running:
             raise InvalidInputError("this conversation already has a run in progress")
         if self._last is not None and self._last.state is State.SUSPENDED:
@@ -87,6 +90,10 @@ class Conversation(Generic[DepsT]):
                 "result with Conversation.record(result)"
             )
         self._running = True
+        try:
+            yield
+        finally:
+            self._running = False
 
     async def run(
         self,
@@ -97,8 +104,7 @@ class Conversation(Generic[DepsT]):
         model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """Run ``prompt`` after the conversation so far; the result's messages become it."""
-        self._start()
-        try:
+        with self._turn():
             result = await self.agent.run(
                 prompt,
                 history=self._messages,
@@ -107,8 +113,6 @@ class Conversation(Generic[DepsT]):
                 model_settings=model_settings,
                 conversation_id=self.conversation_id,
             )
-        finally:
-            self._running = False
         self.record(result)
         return result
 
@@ -122,9 +126,8 @@ class Conversation(Generic[DepsT]):
     ) -> AsyncIterator[Event]:
         """:meth:`run`, yielding the run's events; the conversation moves on when the stream
         ends (a stream abandoned part-way leaves it where it was)."""
-        self._start()
         handle = handle or RunHandle()
-        try:
+        with self._turn():
             async for event in self.agent.run_stream(
                 prompt,
                 history=self._messages,
@@ -134,8 +137,6 @@ class Conversation(Generic[DepsT]):
                 conversation_id=self.conversation_id,
             ):
                 yield event
-        finally:
-            self._running = False
         if handle.result is not None:
             self.record(handle.result)
 
@@ -148,8 +149,7 @@ class Conversation(Generic[DepsT]):
         model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """:meth:`run` for code without an event loop."""
-        self._start()
-        try:
+        with self._turn():
             result = self.agent.run_sync(
                 prompt,
                 history=self._messages,
@@ -158,7 +158,5 @@ class Conversation(Generic[DepsT]):
                 model_settings=model_settings,
                 conversation_id=self.conversation_id,
             )
-        finally:
-            self._running = False
         self.record(result)
         return result
