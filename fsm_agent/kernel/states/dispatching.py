@@ -312,7 +312,7 @@ async def _outcome(turn: Turn, interrupted: bool) -> Outcome:
     failure = turn.failure
     if failure is not None and ctx.plan.settings.fail_fast:
         ctx.close_pending_calls("an earlier call failed")
-        ctx.error = _abortingtool_error(failure)
+        ctx.error = _aborting_error(failure)
         return Outcome.TOOL_ABORT
     if turn.requests or turn.paused:
         rs.approved_calls = sorted(turn.approved)
@@ -323,7 +323,7 @@ async def _outcome(turn: Turn, interrupted: bool) -> Outcome:
     if all(r.is_error for r in rs.tool_results):
         outcome = Outcome.TOOLS_FAILED
         # The reason, should the table end the run on this turn (its error limits).
-        ctx.error = _failed_turntool_error(ctx, failure)
+        ctx.error = _failed_turn_error(ctx, failure)
     elif ctx.plan.limits.max_repeated_tool_calls is not None and _repeats(ctx, turn.calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)
@@ -333,7 +333,7 @@ async def _outcome(turn: Turn, interrupted: bool) -> Outcome:
     return outcome
 
 
-def _abortingtool_error(failure: ToolExecution) -> ToolExecutionError:
+def _aborting_error(failure: ToolExecution) -> ToolExecutionError:
     """What ends a run on a failed call under ``fail_fast`` (the tool's exception as the
     cause)."""
     result = failure.result
@@ -346,7 +346,7 @@ def _abortingtool_error(failure: ToolExecution) -> ToolExecutionError:
     return error
 
 
-def _failed_turntool_error(ctx: RunContext, failure: ToolExecution | None) -> ToolExecutionError:
+def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolExecutionError:
     """What ends a run on a tool turn whose every call failed: the failed turns in a row
     against ``max_consecutive_errors`` (and the run's errors against ``max_total_errors``), with
     the turn's first failure (a tool's exception as the cause)."""
