@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Awaitable
 from typing import NamedTuple
 
 from pydantic import JsonValue
@@ -35,6 +36,7 @@ from ...events import (
     ToolCallDeltaEvent,
     UsageEvent,
 )
+from ...machine.agent_machine import Move
 from ...machine.table import Outcome, State
 from ...messages import (
     FinishReason,
@@ -158,10 +160,12 @@ def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
 
 async def handle_calling(ctx: RunContext) -> Outcome:
     """One model call (after the backoff when this is a retry)."""
+    move = ctx.last_move
     try:
-        waited = await _wait_before(ctx)
-        if waited is not None:
-            return waited
+        if move is not None and move.source is _CALLING:  # a retry, or the next model's turn
+            waited = await _wait_before(ctx, move)
+            if waited is not None:
+                return waited
         request = _request(ctx)
         try:
             answer = await _ask(ctx, request)
@@ -194,12 +198,10 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     return outcome
 
 
-async def _wait_before(ctx: RunContext) -> Outcome | None:
-    """Before a call that follows a failed one: the next model's switch, or the retry's
-    backoff (never past the wall-clock deadline: ``deadline`` when it passed meanwhile)."""
-    move = ctx.last_move
-    if move is None or move.source is not _CALLING:
-        return None
+async def _wait_before(ctx: RunContext, move: Move) -> Outcome | None:
+    """Before a call that follows a failed one (``move``): the next model's switch, or the
+    retry's backoff (never past the wall-clock deadline: ``deadline`` when it passed
+    meanwhile)."""
     if move.row in ctx.plan.switch_rows:
         await _switched(ctx)  # the next model takes the call at once
         return None
@@ -277,19 +279,19 @@ def _request(ctx: RunContext) -> ModelRequest:
     )
 
 
-async def _ask(ctx: RunContext, request: ModelRequest) -> Answer:
+def _ask(ctx: RunContext, request: ModelRequest) -> Awaitable[Answer]:
     """The model's answer to ``request``: streamed and observed when someone listens or a
     hook sees the call, else the call itself (the hot path)."""
     if ctx.listening or ctx.plan.hooks.before_model_call:
         rs = ctx.rs
-        return await call_model(
+        return call_model(
             ctx,
             request,
             step=rs.counters.steps + 1,
             attempt=rs.counters.retries + 1,
             stream=True,
         )
-    return await answer_quietly(ctx, request)
+    return answer_quietly(ctx, request)
 
 
 def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall]) -> Outcome:

@@ -175,7 +175,8 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     """Run the pending tool calls; every call ends with exactly one result in the history."""
     hooks, settings = ctx.plan.hooks, ctx.plan.settings
     turn = Turn(ctx)
-    await _apply_decisions(turn)
+    if ctx.rs.human_requests:
+        await _apply_decisions(turn)
     interrupted = False
     try:
         if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
@@ -215,8 +216,7 @@ async def _apply_decisions(turn: Turn) -> None:
         else:
             result = tool_error(call, f"Error: not approved: {request.reply}")
         await turn.settle(call, result, started=request.kind == "question")
-    if rs.human_requests:
-        rs.human_requests = []
+    rs.human_requests = []
 
 
 async def _prepare_all(turn: Turn) -> None:
