@@ -198,7 +198,14 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     if interrupted:
         await turn.settle_interrupted()
     turn.store()
-    return await _outcome(turn, interrupted)
+    ending = _ending(turn, interrupted)
+    if ending is not None:
+        return ending
+    outcome, detected = _turn_outcome(turn)
+    if ctx.listening and detected is not None:
+        await ctx.emit(detected)
+    ctx.close_pending_calls("")  # every call has its result: this records them
+    return outcome
 
 
 async def _apply_decisions(turn: Turn) -> None:
@@ -263,7 +270,9 @@ async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
     finished, turn.tasks = turn.tasks, []
     for call, task in finished:
         if task.done() and not task.cancelled():
-            await turn.finish(call, task.result())
+            turn.record(call, task.result())
+            if ctx.listening:
+                await turn.emit_result(task.result())
     await ctx.emit_all(ctx.take_events())
     if interrupted:
         raise Interrupted
@@ -291,16 +300,20 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
         turn.running = set()
         if ctx.listening:
             await ctx.emit_all(ctx.take_events())
-        if await turn.finish(call, execution):
+        stop = turn.record(call, execution)
+        if ctx.listening:
+            await turn.emit_result(execution)
+        if stop:
             break
     if ctx.interrupt is not None:
         raise Interrupted
 
 
 # -- phase 3: the outcome ----------------------------------------------------------------------
-async def _outcome(turn: Turn, interrupted: bool) -> Outcome:
-    """The turn's outcome, once its results are in the run state; the calls' messages join
-    the history unless the run suspends."""
+def _ending(turn: Turn, interrupted: bool) -> Outcome | None:
+    """The outcome of a turn that ends otherwise than with every call run (interrupted, the
+    task completed, a call failed under ``fail_fast``, a human to wait for), once its results
+    are in the run state; the calls' messages join the history unless the run suspends."""
     ctx, rs = turn.ctx, turn.ctx.rs
     if interrupted:
         ctx.close_pending_calls("the run was interrupted")
@@ -319,18 +332,22 @@ async def _outcome(turn: Turn, interrupted: bool) -> Outcome:
         rs.human_requests = turn.requests
         suspend(rs)
         return Outcome.NEEDS_HUMAN
-    outcome = Outcome.TOOLS_DONE
+    return None
+
+
+def _turn_outcome(turn: Turn) -> tuple[Outcome, LoopDetectedEvent | None]:
+    """The outcome of a turn whose every call has its result (done, all failed, repeated),
+    and the loop guard's event when this turn trips it."""
+    ctx, rs = turn.ctx, turn.ctx.rs
+    outcome, detected = Outcome.TOOLS_DONE, None
     if all(r.is_error for r in rs.tool_results):
         outcome = Outcome.TOOLS_FAILED
         # The reason, should the table end the run on this turn (its error limits).
-        ctx.error = _failed_turn_error(ctx, failure)
+        ctx.error = _failed_turn_error(ctx, turn.failure)
     elif ctx.plan.limits.max_repeated_tool_calls is not None and _repeats(ctx, turn.calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)
-        if ctx.listening and detected is not None:
-            await ctx.emit(detected)
-    ctx.close_pending_calls("")  # every call has its result: this records them
-    return outcome
+    return outcome, detected
 
 
 def _aborting_error(failure: ToolExecution) -> ToolExecutionError:

@@ -64,34 +64,31 @@ class Turn:
         self.tasks: list[tuple[ToolCall, asyncio.Task[ToolExecution]]] = []
         self.reports = Reports() if ctx.listening else None  # the running tools' progress
 
-    def record(self, call: ToolCall, execution: ToolExecution) -> ToolResult | None:
+    def record(self, call: ToolCall, execution: ToolExecution) -> bool:
         """Record a finished call: its result settled (noted when it completed the task or
-        failed), or the question it asks a human; the result, ``None`` for a question."""
+        failed), or the question it asks a human. Whether the calls after it in order are left
+        unrun (it asked, completed the task, or failed under ``fail_fast``)."""
         self.running.discard(call.id)
         if execution.question is not None:
             self.requests.append(
                 HumanRequest(kind="question", call=call, question=execution.question)
             )
-            return None
+            return True
         self.settled[call.id] = execution.result
         if execution.done and self.done is None:
             self.done = execution
         if execution.error is not None and self.failure is None:
             self.failure = execution
-        return execution.result
-
-    async def finish(self, call: ToolCall, execution: ToolExecution) -> bool:
-        """:meth:`record` the call and emit its result; whether the calls after it in order
-        are left unrun (it asked a human, completed the task, or failed under
-        ``fail_fast``)."""
-        result = self.record(call, execution)
-        if result is None:
-            return True
-        if self.ctx.listening:
-            await self.ctx.emit_all(_result_events(self.ctx, result, execution.duration_s))
         return self.done is not None or (
             self.failure is not None and self.ctx.plan.settings.fail_fast
         )
+
+    async def emit_result(self, execution: ToolExecution) -> None:
+        """Emit the result events of a recorded call (none for a question)."""
+        if execution.question is None:
+            await self.ctx.emit_all(
+                _result_events(self.ctx, execution.result, execution.duration_s)
+            )
 
     async def announce(self, call: ToolCall) -> None:
         """Emit the call's start events (only a listened run calls this)."""
