@@ -115,33 +115,15 @@ class Agent(Generic[DepsT, OutputT]):
         phases: Phases | None = None,
         model_settings: ModelSettings | None = None,
     ) -> None:
-        complete = getattr(model, "complete", None)
-        if not callable(complete) or not asyncio.iscoroutinefunction(complete):
-            raise ConfigurationError(
-                f"model must implement fsm_agent.Model (an object with 'async def "
-                f"complete(request)'); got {type(model).__name__}"
-            )
-        if verifier is not None and not callable(verifier):
-            raise ConfigurationError("verifier must be callable")
-        for condition in stop_conditions:
-            if not callable(condition):
-                raise ConfigurationError("every stop condition must be callable")
-        check_user_code(tools=tools, verifier=verifier, stop_conditions=stop_conditions)
-        if checkpointer is not None and not isinstance(checkpointer, Checkpointer):
-            raise ConfigurationError(
-                f"checkpointer must implement fsm_agent.persistence.Checkpointer, got "
-                f"{type(checkpointer).__name__}"
-            )
-        try:
-            self.durability = Durability(durability)
-        except ValueError:
-            raise ConfigurationError(
-                f"durability must be 'sync', 'async' or 'exit', got {durability!r}"
-            ) from None
-        if unknown_outcome not in ("model", "human"):
-            raise ConfigurationError(
-                f"unknown_outcome must be 'model' or 'human', got {unknown_outcome!r}"
-            )
+        self.durability = _checked_parts(
+            model,
+            tools=tools,
+            verifier=verifier,
+            stop_conditions=stop_conditions,
+            checkpointer=checkpointer,
+            durability=durability,
+            unknown_outcome=unknown_outcome,
+        )
         self.checkpointer = checkpointer
         self.model_settings = merge_settings(model_settings)
         build_run_validators(durable=checkpointer is not None)
@@ -461,3 +443,45 @@ def _loop_running() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _checked_parts(
+    model: Model,
+    *,
+    tools: Iterable[Tool | Callable[..., Any]],
+    verifier: Verifier | None,
+    stop_conditions: Sequence[StopCondition],
+    checkpointer: Checkpointer | None,
+    durability: Durability | str,
+    unknown_outcome: str,
+) -> Durability:
+    """Check what an :class:`Agent` is given (raises :class:`~fsm_agent.ConfigurationError`
+    naming the part that is wrong); the durability it asks for."""
+    complete = getattr(model, "complete", None)
+    if not callable(complete) or not asyncio.iscoroutinefunction(complete):
+        raise ConfigurationError(
+            f"model must implement fsm_agent.Model (an object with 'async def "
+            f"complete(request)'); got {type(model).__name__}"
+        )
+    if verifier is not None and not callable(verifier):
+        raise ConfigurationError("verifier must be callable")
+    for condition in stop_conditions:
+        if not callable(condition):
+            raise ConfigurationError("every stop condition must be callable")
+    check_user_code(tools=tools, verifier=verifier, stop_conditions=stop_conditions)
+    if checkpointer is not None and not isinstance(checkpointer, Checkpointer):
+        raise ConfigurationError(
+            f"checkpointer must implement fsm_agent.persistence.Checkpointer, got "
+            f"{type(checkpointer).__name__}"
+        )
+    try:
+        checked_durability = Durability(durability)
+    except ValueError:
+        raise ConfigurationError(
+            f"durability must be 'sync', 'async' or 'exit', got {durability!r}"
+        ) from None
+    if unknown_outcome not in ("model", "human"):
+        raise ConfigurationError(
+            f"unknown_outcome must be 'model' or 'human', got {unknown_outcome!r}"
+        )
+    return checked_durability

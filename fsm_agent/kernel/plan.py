@@ -99,10 +99,7 @@ def compile_plan(
     check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
     registry, pager = _tools(tools, policy, output_spec, wrap_tool)
-    if isinstance(model, ModelChain):
-        models, falls_back_on = model.models, model.falls_back_on
-    else:
-        models, falls_back_on = (model,), None
+    models, falls_back_on = _models(model)
     if streams is None:
         streams = all(callable(getattr(m, "stream", None)) for m in models)
     limits = limits_of(
@@ -118,14 +115,8 @@ def compile_plan(
         decide=machine.deciding(limits),
         settings=LoopSettings.of(policy, getattr(model, "context_window", None)),
         usage_limited=usage_limited(policy),
-        limit_states=frozenset(
-            s for s, declared in machine.declarations.items() if declared.interrupts >= LIMITS
-        ),
-        switch_rows=frozenset(
-            i
-            for i, row in enumerate(machine.rows)
-            if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
-        ),
+        limit_states=_limit_states(machine),
+        switch_rows=_switch_rows(machine),
         models=models,
         falls_back_on=falls_back_on,
         streams=streams,
@@ -142,6 +133,29 @@ def compile_plan(
         stop_conditions=stops,
         output_spec=output_spec,
         output_schema=None if output_spec is None else output_spec.schema,
+    )
+
+
+def _models(model: Model) -> tuple[tuple[Model, ...], Callable[[ModelError], bool] | None]:
+    """The models a call goes down (a chain's, in order) and when it falls back."""
+    if isinstance(model, ModelChain):
+        return model.models, model.falls_back_on
+    return (model,), None
+
+
+def _limit_states(machine: AgentMachine) -> frozenset[State]:
+    """The states whose handler a reached usage limit replaces."""
+    return frozenset(
+        s for s, declared in machine.declarations.items() if declared.interrupts >= LIMITS
+    )
+
+
+def _switch_rows(machine: AgentMachine) -> frozenset[int]:
+    """The rows that move a model call down a fallback chain (with no backoff)."""
+    return frozenset(
+        i
+        for i, row in enumerate(machine.rows)
+        if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
     )
 
 

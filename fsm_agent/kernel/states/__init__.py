@@ -1,9 +1,10 @@
 """The states' handlers, one module per state: the only place where effects happen.
 
 Read in the order a run meets them: :mod:`.idle` (the input is enqueued), :mod:`.compacting`
-(the context budget), :mod:`.calling` (one model call), :mod:`.dispatching` (the tool calls),
-:mod:`.verifying` (the verifier), :mod:`.suspended` (a run waiting for a human) and
-:mod:`.finalizing` (the output). This module maps each state to its handler.
+(the context budget), :mod:`.calling` (one model call), :mod:`.dispatching` (the tool calls;
+a turn's calls and their results are a :mod:`.turn`), :mod:`.verifying` (the verifier),
+:mod:`.suspended` (a run waiting for a human) and :mod:`.finalizing` (the output). This module
+maps each state to its handler.
 
 A handler is a coroutine that returns its :class:`~fsm_agent.machine.table.Outcome`, one of
 those :data:`~fsm_agent.machine.table.DECLARATIONS` lists for its state; it hands the events its

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Awaitable
 from typing import NamedTuple
 
 from pydantic import JsonValue
@@ -35,6 +36,7 @@ from ...events import (
     ToolCallDeltaEvent,
     UsageEvent,
 )
+from ...machine.agent_machine import Move
 from ...machine.table import Outcome, State
 from ...messages import (
     FinishReason,
@@ -153,84 +155,15 @@ def _unique_ids(message: Message, calls: list[ToolCall], step: int) -> Message:
 
 async def handle_calling(ctx: RunContext) -> Outcome:
     """One model call (after the backoff when this is a retry)."""
-    rs = ctx.rs
-    plan = ctx.plan
-    run_id = rs.run_id
     move = ctx.last_move
     try:
-        if move is not None and move.source is State.CALLING and move.row in plan.switch_rows:
-            await _switched(ctx)  # the next model takes the call at once
-        elif move is not None and move.source is State.CALLING:
-            error = ctx.last_error
-            after = error.retry_after if isinstance(error, ModelError) else None
-            delay = backoff_delay(plan.policy.retry, rs.counters.retries, after, ctx.runtime.random)
-            if ctx.listening:  # the failed attempt streamed to the listener: withdraw it
-                await ctx.emit(AttemptDiscardedEvent(run_id=run_id, attempt=rs.counters.retries))
-                await ctx.emit(
-                    RetryingEvent(
-                        run_id=run_id,
-                        attempt=rs.counters.retries,
-                        delay_s=delay or 0.0,
-                        error=str(error),
-                    )
-                )
-                if ctx.interrupt is not None:  # the listener may have cancelled
-                    raise Interrupted
-            deadline = ctx.deadline
-            if deadline is not None:  # never sleep past the wall-clock limit
-                delay = min(delay or 0.0, max(0.0, deadline - ctx.runtime.clock()))
-            await ctx.effect(ctx.runtime.sleep(delay or 0.0))
-            if deadline is not None and ctx.runtime.clock() >= deadline:
-                return Outcome.DEADLINE
-        settings = plan.settings
-        last = rs.messages[-1] if rs.messages else None
-        if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
-            ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
-        if settings.keep_recent_outputs is not None:
-            trim_old_outputs(
-                ctx.rs,
-                ctx.count_tokens,
-                settings.keep_recent_outputs,
-                settings.old_output_max_chars,
-            )
-        phases = plan.phases
-        if phases is None:
-            tools = plan.tool_definitions
-            messages = tuple(rs.messages)
-        else:  # the current phase's tools and instructions
-            move_by_budget(ctx, phases)
-            tools = phases.tools_of[phases.settle(rs)]
-            messages = phases.messages(rs)
-        if rs.tool_outputs and plan.pager is not None:  # offer paging once outputs were cut
-            tools = (*tools, plan.pager.definition)
-        model_settings = ctx.model_settings
-        if model_settings is None:
-            request = ModelRequest(
-                messages=messages,
-                tools=tools,
-                parallel_tool_calls=settings.parallel_tool_calls if tools else None,
-                output=plan.output_schema,
-            )
-        else:
-            request = settings_request(
-                model_settings,
-                messages,
-                tools,
-                parallel_tool_calls=settings.parallel_tool_calls,
-                first_turn=not rs.counters.steps,
-                output=plan.output_schema,
-            )
+        if move is not None and move.source is State.CALLING:  # a retry, or the next model's turn
+            waited = await _wait_before(ctx, move)
+            if waited is not None:
+                return waited
+        request = _request(ctx)
         try:
-            if ctx.listening or plan.hooks.before_model_call:
-                answer = await call_model(
-                    ctx,
-                    request,
-                    step=rs.counters.steps + 1,
-                    attempt=rs.counters.retries + 1,
-                    stream=True,
-                )
-            else:  # nothing to observe: the call itself (hot path)
-                answer = await answer_quietly(ctx, request)
+            answer = await _ask(ctx, request)
         except ModelError as exc:  # only a model's error is an outcome; the rest goes on
             ctx.last_error = ctx.error = exc
             return _classify(ctx, exc)
@@ -240,10 +173,122 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     ctx.error = None  # a successful call: earlier retried errors no longer explain an ending
     # Context budget: the provider's count of the request replaces the estimate (compaction).
     input_tokens = response.usage.input_tokens
-    if input_tokens and plan.settings.use_reported_usage:
-        rs.context_tokens = input_tokens
+    if input_tokens and ctx.plan.settings.use_reported_usage:
+        ctx.rs.context_tokens = input_tokens
     message = response.message
     calls = message.tool_calls
+    outcome = _outcome_of(ctx, response, calls)
+    if outcome in _KEPT:
+        message = _keep(ctx, message, calls, outcome)
+    elif outcome is Outcome.FINISH_ERROR:
+        ctx.last_error = MalformedResponseError(
+            f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
+        )
+        ctx.error = ctx.last_error
+    if ctx.listening:
+        await _emit_answer(ctx, answer, message, outcome)
+    if ctx.plan.hooks.after_model_call:
+        await notify_answered(ctx, answer)
+        await ctx.emit_all(ctx.take_events())
+    return outcome
+
+
+async def _wait_before(ctx: RunContext, move: Move) -> Outcome | None:
+    """Before a call that follows a failed one (``move``): the next model's switch, or the
+    retry's backoff (never past the wall-clock deadline: ``deadline`` when it passed
+    meanwhile)."""
+    if move.row in ctx.plan.switch_rows:
+        await _switched(ctx)  # the next model takes the call at once
+        return None
+    rs = ctx.rs
+    error = ctx.last_error
+    after = error.retry_after if isinstance(error, ModelError) else None
+    delay = backoff_delay(ctx.plan.policy.retry, rs.counters.retries, after, ctx.runtime.random)
+    if ctx.listening:  # the failed attempt streamed to the listener: withdraw it
+        await ctx.emit(AttemptDiscardedEvent(run_id=rs.run_id, attempt=rs.counters.retries))
+        await ctx.emit(
+            RetryingEvent(
+                run_id=rs.run_id,
+                attempt=rs.counters.retries,
+                delay_s=delay or 0.0,
+                error=str(error),
+            )
+        )
+        if ctx.interrupt is not None:  # the listener may have cancelled
+            raise Interrupted
+    deadline = ctx.deadline
+    if deadline is not None:  # never sleep past the wall-clock limit
+        delay = min(delay or 0.0, max(0.0, deadline - ctx.runtime.clock()))
+    await ctx.effect(ctx.runtime.sleep(delay or 0.0))
+    if deadline is not None and ctx.runtime.clock() >= deadline:
+        return Outcome.DEADLINE
+    return None
+
+
+def _request(ctx: RunContext) -> ModelRequest:
+    """The request of this call: the thread (a continuation turn added after an output cut,
+    old outputs trimmed), the tools on offer, the model settings."""
+    rs = ctx.rs
+    plan = ctx.plan
+    settings = plan.settings
+    last = rs.messages[-1] if rs.messages else None
+    if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+        ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
+    if settings.keep_recent_outputs is not None:
+        trim_old_outputs(
+            ctx.rs,
+            ctx.count_tokens,
+            settings.keep_recent_outputs,
+            settings.old_output_max_chars,
+        )
+    phases = plan.phases
+    if phases is None:
+        tools = plan.tool_definitions
+        messages = tuple(rs.messages)
+    else:  # the current phase's tools and instructions
+        move_by_budget(ctx, phases)
+        tools = phases.tools_of[phases.settle(rs)]
+        messages = phases.messages(rs)
+    if rs.tool_outputs and plan.pager is not None:  # offer paging once outputs were cut
+        tools = (*tools, plan.pager.definition)
+    model_settings = ctx.model_settings
+    if model_settings is None:
+        return ModelRequest(
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=settings.parallel_tool_calls if tools else None,
+            output=plan.output_schema,
+        )
+    return settings_request(
+        model_settings,
+        messages,
+        tools,
+        parallel_tool_calls=settings.parallel_tool_calls,
+        first_turn=not rs.counters.steps,
+        output=plan.output_schema,
+    )
+
+
+def _ask(ctx: RunContext, request: ModelRequest) -> Awaitable[Answer]:
+    """The model's answer to ``request``: streamed and observed when someone listens or a
+    hook sees the call, else the call itself (the hot path)."""
+    if ctx.listening or ctx.plan.hooks.before_model_call:
+        rs = ctx.rs
+        return call_model(
+            ctx,
+            request,
+            step=rs.counters.steps + 1,
+            attempt=rs.counters.retries + 1,
+            stream=True,
+        )
+    return answer_quietly(ctx, request)
+
+
+def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall]) -> Outcome:
+    """The outcome a response with these tool calls reports (tool calls win over an answer);
+    records its text as the run's last (joined to the cut answer it continues)."""
+    rs = ctx.rs
+    message = response.message
     outcome = _FINISH_OUTCOMES[response.finish_reason]
     if outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
         outcome = Outcome.OUTPUT_CUT
@@ -257,40 +302,43 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     cut = _cut_answer(rs.messages)
     if cut is not None:  # a continuation: the answer so far is the cut part and this one
         rs.last_text = (cut + message.text).strip()
-    if outcome in _KEPT:
-        if outcome is not Outcome.TOOL_CALLS and calls:
-            message = Message(
-                role=message.role,
-                parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
-            )
-            calls = []
-        elif calls:
-            fixed = _unique_ids(message, calls, rs.counters.steps + 1)
-            if fixed is not message:
-                message, calls = fixed, fixed.tool_calls
-        if message.parts:
-            ctx.append(message)
-        rs.pending_tool_calls = calls
-    elif outcome is Outcome.FINISH_ERROR:
-        ctx.last_error = MalformedResponseError(
-            f"the model reported finish reason {response.raw_finish_reason or 'error'!r}"
-        )
-        ctx.error = ctx.last_error
-    if ctx.listening:
-        await ctx.emit(
-            ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=response)
-        )
-        await ctx.emit(UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage))
-        for part in message.reasoning:
-            await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
-        # Text beside tool calls is intermediate; an answer going to the verifier gets its
-        # text event in verifying only if rejected (the accepted answer is the final event's).
-        if rs.last_text and outcome is Outcome.TOOL_CALLS:
-            await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
-    if plan.hooks.after_model_call:
-        await notify_answered(ctx, answer)
-        await ctx.emit_all(ctx.take_events())
     return outcome
+
+
+def _keep(ctx: RunContext, message: Message, calls: list[ToolCall], outcome: Outcome) -> Message:
+    """Add the answer to the history (its tool ``calls``, with unique ids, only when they are
+    the outcome) and make them the pending calls; the message as kept."""
+    if outcome is not Outcome.TOOL_CALLS and calls:
+        message = Message(
+            role=message.role,
+            parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),
+        )
+        calls = []
+    elif calls:
+        fixed = _unique_ids(message, calls, ctx.rs.counters.steps + 1)
+        if fixed is not message:
+            message, calls = fixed, fixed.tool_calls
+    if message.parts:
+        ctx.append(message)
+    ctx.rs.pending_tool_calls = calls
+    return message
+
+
+async def _emit_answer(ctx: RunContext, answer: Answer, message: Message, outcome: Outcome) -> None:
+    """The answer's events: the response, the usage, the reasoning, the text beside tool
+    calls."""
+    rs = ctx.rs
+    run_id = rs.run_id
+    await ctx.emit(
+        ModelResponseEvent(run_id=run_id, step=rs.counters.steps + 1, response=answer.response)
+    )
+    await ctx.emit(UsageEvent(run_id=run_id, call=answer.call_usage, total=rs.usage))
+    for part in message.reasoning:
+        await ctx.emit(ReasoningEvent(run_id=run_id, text=part.text))
+    # Text beside tool calls is intermediate; an answer going to the verifier gets its
+    # text event in verifying only if rejected (the accepted answer is the final event's).
+    if rs.last_text and outcome is Outcome.TOOL_CALLS:
+        await ctx.emit(TextEvent(run_id=run_id, text=rs.last_text))
 
 
 async def _switched(ctx: RunContext) -> None:

@@ -17,7 +17,7 @@ context-window error. Its outcome:
 
 from __future__ import annotations
 
-from ...compaction import CompactionJob
+from ...compaction import CompactionJob, CompactionResult, ModelCall
 from ...events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
 from ...machine.table import Outcome
 from ...messages import Message, ModelRequest, ModelResponse
@@ -79,7 +79,37 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
     compactor = plan.compactor
     thread = compactor.count(rs.messages)
     scale = tokens / thread.tokens if thread.tokens else 1.0  # the provider's correction
-    events: list[Event] = []
+    events: list[Event] = []  # the compaction's model calls', emitted once it ends
+    job = CompactionJob(
+        target=None if goal is None else int(goal / scale),
+        max_messages=None
+        if max_messages is None or not crowded
+        else max(2, int(max_messages * settings.target)),
+        keep_recent=settings.keep_recent_messages,
+        forced=forced,
+        tokenizer=compactor.tokenizer,
+        complete=_summary_caller(ctx, events),
+    )
+    try:
+        result = await compactor.compact(thread, job)
+    except Interrupted:
+        await ctx.emit_all(events)
+        return ctx.interrupted
+    await ctx.emit_all(events)
+    if not result.changed:
+        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
+    rs.messages = list(result.messages)
+    rs.context_tokens = int(result.tokens_after * scale)
+    fits = limit is None or rs.context_tokens <= limit
+    if ctx.listening:
+        await ctx.emit(_compacted_event(ctx, result, forced=forced, tokens_before=tokens))
+    return Outcome.COMPACTED if fits or not needed else Outcome.CANNOT_COMPACT
+
+
+def _summary_caller(ctx: RunContext, events: list[Event]) -> ModelCall:
+    """What a compaction strategy calls to ask a model (a summary): counted as the run's
+    model call, journaled, its usage added; its events go into ``events``."""
+    rs = ctx.rs
 
     async def complete(request: ModelRequest, model: Model | None = None) -> ModelResponse:
         rs.model_calls += 1
@@ -98,37 +128,19 @@ async def handle_compacting(ctx: RunContext) -> Outcome:
             events.append(UsageEvent(run_id=rs.run_id, call=call_usage, total=rs.usage))
         return response
 
-    job = CompactionJob(
-        target=None if goal is None else int(goal / scale),
-        max_messages=None
-        if max_messages is None or not crowded
-        else max(2, int(max_messages * settings.target)),
-        keep_recent=settings.keep_recent_messages,
+    return complete
+
+
+def _compacted_event(
+    ctx: RunContext, result: CompactionResult, *, forced: bool, tokens_before: int
+) -> CompactedEvent:
+    """The event of a compaction that changed the history."""
+    return CompactedEvent(
+        run_id=ctx.rs.run_id,
+        strategy=result.strategy,
         forced=forced,
-        tokenizer=compactor.tokenizer,
-        complete=complete,
+        tokens_before=tokens_before,
+        tokens_after=ctx.rs.context_tokens,
+        messages_removed=result.removed,
+        errors=result.errors,
     )
-    try:
-        result = await compactor.compact(thread, job)
-    except Interrupted:
-        await ctx.emit_all(events)
-        return ctx.interrupted
-    await ctx.emit_all(events)
-    if not result.changed:
-        return Outcome.CANNOT_COMPACT if needed else Outcome.PROCEED
-    rs.messages = list(result.messages)
-    rs.context_tokens = int(result.tokens_after * scale)
-    fits = limit is None or rs.context_tokens <= limit
-    if ctx.listening:
-        await ctx.emit(
-            CompactedEvent(
-                run_id=rs.run_id,
-                strategy=result.strategy,
-                forced=forced,
-                tokens_before=tokens,
-                tokens_after=rs.context_tokens,
-                messages_removed=result.removed,
-                errors=result.errors,
-            )
-        )
-    return Outcome.COMPACTED if fits or not needed else Outcome.CANNOT_COMPACT

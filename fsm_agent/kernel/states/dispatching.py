@@ -12,11 +12,14 @@ order the calls finish in. A turn has three phases:
    human (``ctx.ask_human``), or a pause requested from outside, suspends the turn;
 3. *record* the results in call order and report the outcome.
 
+The turn's calls and what has become of each live in a :class:`~.turn.Turn`; the two executors
+(:func:`_run_together`, :func:`_run_in_order`) record every finished call through its one
+:meth:`~.turn.Turn.record`.
+
 A suspended turn keeps its finished results and approvals in the run state, so a resume runs
 each remaining call once and no call twice. With a checkpointer, each execution goes through the
 write-ahead journal (:mod:`fsm_agent.persistence.run_log`), so a resume after a crash reuses the
-results
-already recorded.
+results already recorded.
 """
 
 from __future__ import annotations
@@ -24,19 +27,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ...approval import Decision, suspend
 from ...errors import ToolExecutionError
-from ...events import (
-    Event,
-    LoopDetectedEvent,
-    StepCompleteEvent,
-    StepStartEvent,
-    ToolCallEvent,
-    ToolResultEvent,
-)
+from ...events import LoopDetectedEvent
 from ...machine.table import Outcome, repeats_spent
 from ...messages import ToolCall, ToolResult
 from ...run_state import HumanRequest
@@ -46,9 +41,7 @@ from ..context import Interrupted, RunContext
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code
 from ..progress import Reports, emit_reported, reporter, wait_reporting
-
-if TYPE_CHECKING:
-    from pydantic import JsonValue
+from .turn import Turn, tool_error
 
 __all__ = ["handle_dispatching"]
 
@@ -56,15 +49,6 @@ LOOP_WARNING = (
     "\n\n[loop guard: you have made the same tool calls {n} times in a row. Do not repeat "
     "them; change your approach, or answer with what you have.]"
 )
-
-
-# Enum members read on every step, bound once: on Python 3.11 each read of one
-# (``State.DONE``) goes through ``EnumType.__getattr__``, about ten global reads.
-_TOOLS_DONE, _TOOLS_FAILED = Outcome.TOOLS_DONE, Outcome.TOOLS_FAILED
-
-
-def _error(call: ToolCall, content: str) -> ToolResult:
-    return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
 
 
 def _find(ctx: RunContext, name: str) -> Tool | None:
@@ -95,7 +79,7 @@ async def _prepare(
             )
             return call, result
         if isinstance(changed, SkipTool):
-            return call, _error(call, f"Error: not run: {changed.reason}")
+            return call, tool_error(call, f"Error: not run: {changed.reason}")
         call = changed
         if ctx.interrupt is not None:
             return call, None
@@ -105,7 +89,7 @@ async def _prepare(
             return call, HumanRequest(kind="approval", call=call)
         return call, None
     if verdict.decision is Decision.DENY:
-        return call, _error(call, f"Error: not approved: {verdict.reason}")
+        return call, tool_error(call, f"Error: not approved: {verdict.reason}")
     if verdict.decision is Decision.ASK:
         return call, HumanRequest(kind="approval", call=call, question=verdict.reason)
     return call, None
@@ -119,7 +103,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     rs = ctx.rs
     if ctx.interrupt is not None:  # a sibling's tool interrupted the run before this one began
         return ToolExecution(
-            _error(call, f"Error: not run: the run was interrupted ({ctx.interrupt.value})")
+            tool_error(call, f"Error: not run: the run was interrupted ({ctx.interrupt.value})")
         )
     phases = plan.phases
     if phases is not None:  # the move tool, or a tool outside the phase, never runs
@@ -129,11 +113,11 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     found = _find(ctx, call.name)
     if found is None:  # a tool error like any other (tool_failure_mode="fail" aborts on it)
         message = f"Error: Unknown tool '{call.name}'"
-        return ToolExecution(_error(call, message), error=LookupError(message[7:]))
+        return ToolExecution(tool_error(call, message), error=LookupError(message[7:]))
     limit = plan.settings.max_tool_calls
     if limit is not None and rs.tool_executions >= limit:
         message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
-        return ToolExecution(_error(call, message))
+        return ToolExecution(tool_error(call, message))
     rs.tool_executions += 1
     context = ToolContext(
         run_id=rs.run_id,
@@ -187,263 +171,197 @@ def _limited(ctx: RunContext, result: ToolResult) -> ToolResult:
     return cut_result(ctx.rs.tool_outputs, result, max_chars)
 
 
-# -- events ------------------------------------------------------------------------------------
-def _start_events(ctx: RunContext, call: ToolCall) -> tuple[Event, Event]:
-    run_id = ctx.rs.run_id
-    args: dict[str, JsonValue] = (
-        call.arguments if call.arguments is not None else {"_raw": call.arguments_json}
-    )
-    return (
-        StepStartEvent(
-            run_id=run_id,
-            step=ctx.rs.counters.steps,
-            call_id=call.id,
-            tool_name=call.name,
-            phase=ctx.rs.phase,
-        ),
-        ToolCallEvent(run_id=run_id, call_id=call.id, tool_name=call.name, args=args),
-    )
-
-
-def _result_events(ctx: RunContext, result: ToolResult, duration_s: float) -> tuple[Event, Event]:
-    run_id = ctx.rs.run_id
-    return (
-        ToolResultEvent(
-            run_id=run_id,
-            call_id=result.call_id,
-            tool_name=result.name,
-            content=result.content,
-            is_error=result.is_error,
-        ),
-        StepCompleteEvent(
-            run_id=run_id,
-            call_id=result.call_id,
-            status="error" if result.is_error else "ok",
-            duration_s=duration_s,
-        ),
-    )
-
-
-def _settled_events(
-    ctx: RunContext, call: ToolCall, result: ToolResult, *, started: bool = False
-) -> Iterable[Event]:
-    """Events of a call settled without running (the start events unless already sent),
-    after any hook errors."""
-    yield from ctx.take_events()
-    if not started:
-        yield from _start_events(ctx, call)
-    yield from _result_events(ctx, result, 0.0)
-
-
 # -- the handler -------------------------------------------------------------------------------
 async def handle_dispatching(ctx: RunContext) -> Outcome:
     """Run the pending tool calls; every call ends with exactly one result in the history."""
-    rs = ctx.rs
-    plan = ctx.plan
-    hooks = plan.hooks
-    listening = ctx.listening
-    calls = rs.pending_tool_calls  # copied before the hooks may change a call
-    settled: dict[str, ToolResult] = (
-        {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
-    )
-    approved = set(rs.approved_calls)
-    requests: list[HumanRequest] = []
-    done: ToolExecution | None = None
-    failure: ToolExecution | None = None
-    interrupted = paused = False
-    fail_fast = plan.settings.fail_fast
-    announced: set[str] = set()  # calls whose start events went out
-    running: list[ToolCall] = []  # calls whose execution started and has not ended
-    reports = Reports() if listening else None  # the progress the running tools report
-
-    # 0. A resumed turn: apply the human's decisions.
-    for request in rs.human_requests:
-        call = request.call
-        if request.decision == "allow":
-            approved.add(call.id)
-            continue
-        if request.decision == "answer":
-            result = _limited(
-                ctx, ToolResult(call_id=call.id, name=call.name, content=request.reply or "")
-            )
-        else:
-            result = _error(call, f"Error: not approved: {request.reply}")
-        settled[call.id] = result
-        if listening:
-            await ctx.emit_all(
-                _settled_events(ctx, call, result, started=request.kind == "question")
-            )
-    if rs.human_requests:
-        rs.human_requests = []
-
+    hooks, settings = ctx.plan.hooks, ctx.plan.settings
+    turn = Turn(ctx)
+    if ctx.rs.human_requests:
+        await _apply_decisions(turn)
+    interrupted = False
     try:
-        # 1. Prepare: before_tool hooks and the permission check.
-        if hooks.before_tool or hooks.approve_tool or plan.approval_needed:
-            calls = list(calls)
-            for index, call in enumerate(calls):
-                if call.id in settled or call.id in approved:
-                    continue
-                if ctx.interrupt is not None:
-                    raise Interrupted
-                call, verdict = await ctx.effect(_prepare(ctx, call))
-                calls[index] = call
-                if isinstance(verdict, ToolResult):
-                    settled[call.id] = verdict
-                    if listening:
-                        await ctx.emit_all(_settled_events(ctx, call, verdict))
-                elif isinstance(verdict, HumanRequest):
-                    requests.append(verdict)
-                else:
-                    approved.add(call.id)
-            await ctx.emit_all(ctx.take_events())
-            if ctx.interrupt is not None:
-                raise Interrupted
-
-        # 2. Execute what is left, unless a human must approve first.
-        if requests:
-            to_run = []
-        else:
-            to_run = [c for c in calls if c.id not in settled] if settled else calls
+        if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
+            await _prepare_all(turn)
+        to_run = turn.to_run()
         if to_run and ctx.handle.pause_requested:
-            paused = True
-        elif to_run and plan.settings.parallel_tool_calls and len(to_run) > 1:
-            if listening:
-                for call in to_run:
-                    await ctx.emit_all(_start_events(ctx, call))
-                    announced.add(call.id)
-                if ctx.interrupt is not None:  # the listener may cancel on an event
-                    raise Interrupted
-            tasks: list[asyncio.Task[ToolExecution]] = []
-            running = list(to_run)
-            ctx.turn_phase = rs.phase
-            try:
-                await ctx.effect(_run_all(ctx, to_run, tasks, reports))
-            except Interrupted:
-                interrupted = True
-            except BaseException:  # keep the results of the calls that finished
-                for call, task in zip(to_run, tasks, strict=True):
-                    if task.done() and not task.cancelled() and task.exception() is None:
-                        execution = task.result()
-                        if execution.question is None:
-                            settled[call.id] = execution.result
-                            running.remove(call)
-                raise
-            finally:
-                ctx.turn_phase = None
-            for call, task in zip(to_run, tasks, strict=True):
-                if not task.done() or task.cancelled():
-                    continue
-                running.remove(call)
-                execution = task.result()
-                if execution.question is not None:
-                    requests.append(
-                        HumanRequest(kind="question", call=call, question=execution.question)
-                    )
-                    continue
-                settled[call.id] = execution.result
-                if listening:
-                    await ctx.emit_all(_result_events(ctx, execution.result, execution.duration_s))
-                if execution.done and done is None:
-                    done = execution
-                if execution.error is not None and failure is None:
-                    failure = execution
-            await ctx.emit_all(ctx.take_events())
-            if interrupted:
-                raise Interrupted
+            turn.paused = True
+        elif to_run and settings.parallel_tool_calls and len(to_run) > 1:
+            await _run_together(turn, to_run)
         else:
-            for call in to_run:
-                if ctx.interrupt is not None or (
-                    ctx.deadline is not None and ctx.deadline_passed()
-                ):
-                    raise Interrupted
-                if ctx.handle.pause_requested:
-                    paused = True
-                    break
-                if listening:
-                    await ctx.emit_all(_start_events(ctx, call))
-                    announced.add(call.id)
-                    if ctx.interrupt is not None:  # the listener may cancel on an event
-                        raise Interrupted
-                running = [call]
-                if reports is not None and _reports_progress(ctx, call):
-                    execution = await ctx.effect(_run_reporting(ctx, call, reports))
-                else:
-                    execution = await ctx.effect(_run(ctx, call))
-                running = []
-                if listening:
-                    await ctx.emit_all(ctx.take_events())
-                if execution.question is not None:
-                    requests.append(
-                        HumanRequest(kind="question", call=call, question=execution.question)
-                    )
-                    break
-                settled[call.id] = execution.result
-                if listening:
-                    await ctx.emit_all(_result_events(ctx, execution.result, execution.duration_s))
-                if execution.done:
-                    done = execution
-                    break
-                if execution.error is not None and failure is None:
-                    failure = execution
-                    if fail_fast:
-                        break
-            if ctx.interrupt is not None:
-                raise Interrupted
+            await _run_in_order(turn, to_run)
     except Interrupted:
         interrupted = True
     except BaseException:
         # The turn ends with no outcome (a store failed, the caller's task was cancelled): each
-        # call still gets its one result before the error goes on, and no event is sent.
-        _settle_unfinished(ctx, calls, settled, running, announced)
-        rs.pending_tool_calls = calls
-        rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
-        ctx.close_pending_calls("the run stopped")
+        # call still gets its one result before the error goes on.
+        turn.stop()
         raise
     if interrupted:
-        for result in _settle_unfinished(ctx, calls, settled, running, announced):
-            if listening:
-                await ctx.emit_all(_result_events(ctx, result, 0.0))
+        await turn.settle_interrupted()
+    turn.store()
+    ending = _ending(turn, interrupted)
+    if ending is not None:
+        return ending
+    outcome, detected = _turn_outcome(turn)
+    if ctx.listening and detected is not None:
+        await ctx.emit(detected)
+    ctx.close_pending_calls("")  # every call has its result: this records them
+    return outcome
 
-    # 3. Record the results in call order and report the outcome.
-    rs.pending_tool_calls = calls
-    if len(calls) == 1:  # the common turn: its result, if it has one
-        rs.tool_results = list(settled.values())
-    else:
-        rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
+
+async def _apply_decisions(turn: Turn) -> None:
+    """A resumed turn: apply the human's decisions to the calls they were asked about."""
+    rs = turn.ctx.rs
+    for request in rs.human_requests:
+        call = request.call
+        if request.decision == "allow":
+            turn.approved.add(call.id)
+            continue
+        if request.decision == "answer":
+            result = _limited(
+                turn.ctx, ToolResult(call_id=call.id, name=call.name, content=request.reply or "")
+            )
+        else:
+            result = tool_error(call, f"Error: not approved: {request.reply}")
+        await turn.settle(call, result, started=request.kind == "question")
+    rs.human_requests = []
+
+
+async def _prepare_all(turn: Turn) -> None:
+    """Phase 1: the ``before_tool`` hooks and the permission check of each call not yet
+    settled or approved."""
+    ctx = turn.ctx
+    turn.calls = calls = list(turn.calls)
+    for index, call in enumerate(calls):
+        if call.id in turn.settled or call.id in turn.approved:
+            continue
+        if ctx.interrupt is not None:
+            raise Interrupted
+        call, verdict = await ctx.effect(_prepare(ctx, call))
+        calls[index] = call
+        if isinstance(verdict, ToolResult):
+            await turn.settle(call, verdict)
+        elif isinstance(verdict, HumanRequest):
+            turn.requests.append(verdict)
+        else:
+            turn.approved.add(call.id)
+    await ctx.emit_all(ctx.take_events())
+    if ctx.interrupt is not None:
+        raise Interrupted
+
+
+async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
+    """Phase 2, concurrently: every call in a task of its own; the results are recorded in
+    call order once all have ended."""
+    ctx = turn.ctx
+    if ctx.listening:
+        for call in calls:
+            await turn.announce(call)
+        if ctx.interrupt is not None:  # the listener may cancel on an event
+            raise Interrupted
+    turn.running = {c.id for c in calls}
+    ctx.turn_phase = ctx.rs.phase
+    interrupted = False
+    try:
+        await ctx.effect(_run_all(ctx, calls, turn.tasks, turn.reports))
+    except Interrupted:
+        interrupted = True
+    finally:
+        ctx.turn_phase = None
+    finished, turn.tasks = turn.tasks, []
+    for call, task in finished:
+        if task.done() and not task.cancelled():
+            turn.record(call, task.result())
+            if ctx.listening:
+                await turn.emit_result(task.result())
+    await ctx.emit_all(ctx.take_events())
+    if interrupted:
+        raise Interrupted
+
+
+async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
+    """Phase 2, in order: each call once the one before it has ended, until one asks a human,
+    completes the task or fails under ``fail_fast``."""
+    ctx = turn.ctx
+    for call in calls:
+        if ctx.interrupt is not None or (ctx.deadline is not None and ctx.deadline_passed()):
+            raise Interrupted
+        if ctx.handle.pause_requested:
+            turn.paused = True
+            break
+        if ctx.listening:
+            await turn.announce(call)
+            if ctx.interrupt is not None:  # the listener may cancel on an event
+                raise Interrupted
+        turn.running = {call.id}
+        if turn.reports is not None and _reports_progress(ctx, call):
+            execution = await ctx.effect(_run_reporting(ctx, call, turn.reports))
+        else:
+            execution = await ctx.effect(_run(ctx, call))
+        turn.running = set()
+        if ctx.listening:
+            await ctx.emit_all(ctx.take_events())
+        stop = turn.record(call, execution)
+        if ctx.listening:
+            await turn.emit_result(execution)
+        if stop:
+            break
+    if ctx.interrupt is not None:
+        raise Interrupted
+
+
+# -- phase 3: the outcome ----------------------------------------------------------------------
+def _ending(turn: Turn, interrupted: bool) -> Outcome | None:
+    """The outcome of a turn that ends otherwise than with every call run (interrupted, the
+    task completed, a call failed under ``fail_fast``, a human to wait for), once its results
+    are in the run state; the calls' messages join the history unless the run suspends."""
+    ctx, rs = turn.ctx, turn.ctx.rs
     if interrupted:
         ctx.close_pending_calls("the run was interrupted")
         return ctx.interrupted
-    if done is not None:
+    if turn.done is not None:
         ctx.close_pending_calls("the task was completed by an earlier call")
-        rs.done_message = done.final_message or rs.last_text
+        rs.done_message = turn.done.final_message or rs.last_text
         return Outcome.DONE_TOOL
-    if failure is not None and fail_fast:
+    failure = turn.failure
+    if failure is not None and ctx.plan.settings.fail_fast:
         ctx.close_pending_calls("an earlier call failed")
-        result = failure.result
-        ctx.error = ToolExecutionError(
-            f"tool '{result.name}' failed: {result.content}",
-            tool_name=result.name,
-            call_id=result.call_id,
-        )
-        ctx.error.__cause__ = failure.error
+        ctx.error = _aborting_error(failure)
         return Outcome.TOOL_ABORT
-    if requests or paused:
-        rs.approved_calls = sorted(approved)
-        rs.human_requests = requests
+    if turn.requests or turn.paused:
+        rs.approved_calls = sorted(turn.approved)
+        rs.human_requests = turn.requests
         suspend(rs)
         return Outcome.NEEDS_HUMAN
-    outcome = _TOOLS_DONE
+    return None
+
+
+def _turn_outcome(turn: Turn) -> tuple[Outcome, LoopDetectedEvent | None]:
+    """The outcome of a turn whose every call has its result (done, all failed, repeated),
+    and the loop guard's event when this turn trips it."""
+    ctx, rs = turn.ctx, turn.ctx.rs
+    outcome, detected = Outcome.TOOLS_DONE, None
     if all(r.is_error for r in rs.tool_results):
-        outcome = _TOOLS_FAILED
+        outcome = Outcome.TOOLS_FAILED
         # The reason, should the table end the run on this turn (its error limits).
-        ctx.error = _failed_turn_error(ctx, failure)
-    elif plan.limits.max_repeated_tool_calls is not None and _repeats(ctx, calls):
+        ctx.error = _failed_turn_error(ctx, turn.failure)
+    elif ctx.plan.limits.max_repeated_tool_calls is not None and _repeats(ctx, turn.calls):
         outcome = Outcome.TOOLS_REPEATED
         detected = _loop_guard(ctx)
-        if listening and detected is not None:
-            await ctx.emit(detected)
-    ctx.close_pending_calls("")  # every call has its result: this records them
-    return outcome
+    return outcome, detected
+
+
+def _aborting_error(failure: ToolExecution) -> ToolExecutionError:
+    """What ends a run on a failed call under ``fail_fast`` (the tool's exception as the
+    cause)."""
+    result = failure.result
+    error = ToolExecutionError(
+        f"tool '{result.name}' failed: {result.content}",
+        tool_name=result.name,
+        call_id=result.call_id,
+    )
+    error.__cause__ = failure.error
+    return error
 
 
 def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolExecutionError:
@@ -476,24 +394,24 @@ def _failed_turn_error(ctx: RunContext, failure: ToolExecution | None) -> ToolEx
 async def _run_all(
     ctx: RunContext,
     calls: list[ToolCall],
-    tasks: list[asyncio.Task[ToolExecution]],
+    tasks: list[tuple[ToolCall, asyncio.Task[ToolExecution]]],
     reports: Reports | None,
 ) -> None:
-    """Run ``calls`` concurrently (their tasks go into ``tasks``). When one fails (a journal
-    write) or the run is interrupted, the others are cancelled and awaited: no tool runs on
+    """Run ``calls`` concurrently (each goes into ``tasks`` with its task). When one fails (a
+    journal write) or the run is interrupted, the others are cancelled and awaited: no tool runs on
     outside its run. A failure comes out as itself, not as an exception group."""
     failure: BaseException | None = None
     try:
         async with asyncio.TaskGroup() as group:
             for call in calls:
-                tasks.append(group.create_task(_run(ctx, call, reports)))
+                tasks.append((call, group.create_task(_run(ctx, call, reports))))
             # Wait here, not in the group's exit: on Python 3.11, a branch that fails while the
             # exit waits cancels this task and never withdraws it (task.cancelling() stays 1).
             # And wait for all of them at once: a loop of waits that wakes for each progress
             # report let a cancel of the run from one branch, with a journal write failing in
             # another, reach the run as a cancel nobody made (the seams fuzzer found it). So
             # the calls' progress is emitted when they have ended, before their results.
-            await asyncio.wait(tasks)
+            await asyncio.wait([task for _, task in tasks])
     except BaseExceptionGroup as failed:
         failure = failed.exceptions[0]
         # A group hides a cancel of this task that landed while a branch failed: when someone
@@ -523,36 +441,6 @@ async def _run_reporting(ctx: RunContext, call: ToolCall, reports: Reports) -> T
         await asyncio.wait({task})
         raise
     return task.result()
-
-
-def _settle_unfinished(
-    ctx: RunContext,
-    calls: list[ToolCall],
-    settled: dict[str, ToolResult],
-    running: list[ToolCall],
-    announced: set[str],
-) -> list[ToolResult]:
-    """Give a result to each call of an interrupted turn that started, or whose start events
-    went out, and has none; return them. A call cut off while it ran may have taken effect:
-    its result says so. The calls never started are left to ``close_pending_calls``."""
-    why = ctx.interrupt.value if ctx.interrupt is not None else "the run stopped"
-    started = {c.id for c in running}
-    new: list[ToolResult] = []
-    for call in calls:
-        if call.id in settled:
-            continue
-        if call.id in started:
-            content = (
-                f"Error: interrupted ({why}) while this call was running; it may or may not "
-                "have taken effect"
-            )
-        elif call.id in announced:
-            content = f"Error: not run: the run was interrupted ({why})"
-        else:
-            continue
-        settled[call.id] = result = _error(call, content)
-        new.append(result)
-    return new
 
 
 def _repeats(ctx: RunContext, calls: list[ToolCall]) -> bool:
