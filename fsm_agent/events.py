@@ -15,7 +15,7 @@ recording, the durable workflow's stream), and each type's ``model_validate`` an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
 
@@ -59,10 +59,6 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Event(Record):
-    # Validation (through the adapter) refuses unknown fields, as it did for the models the
-    # events were before; each subclass inherits the setting.
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
-
     run_id: str
 
 

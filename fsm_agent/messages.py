@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal, TypeAlias
 
-from pydantic import ConfigDict, Field, JsonValue
+from pydantic import Field, JsonValue
 from pydantic_core import from_json
 
 from .deep_json import deep_json, value_depth
@@ -60,14 +60,6 @@ __all__ = [
 ]
 
 
-class _Value(Record):
-    # The types below are declared ``@dataclass(frozen=True, slots=True, kw_only=True)``: their
-    # constructors validate nothing (the kernel's fast path); pydantic validates them at the
-    # edges, refusing a field it does not know, as when they were pydantic models.
-    __slots__ = ()
-    __pydantic_config__ = ConfigDict(extra="forbid")
-
-
 class Role(StrEnum):
     """Who wrote a message."""
 
@@ -89,7 +81,7 @@ class FinishReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextPart(_Value):
+class TextPart(Record):
     """Plain text."""
 
     type: Literal["text"] = "text"
@@ -97,7 +89,7 @@ class TextPart(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReasoningPart(_Value):
+class ReasoningPart(Record):
     """Model reasoning ("thinking"). ``signature`` and ``provider_data`` are kept verbatim so a
     provider that needs them back (Anthropic signatures, Gemini thought signatures) gets them."""
 
@@ -109,7 +101,7 @@ class ReasoningPart(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ImagePart(_Value):
+class ImagePart(Record):
     """An image, inline (base64 ``data``) or by ``url``."""
 
     type: Literal["image"] = "image"
@@ -119,7 +111,7 @@ class ImagePart(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResourceLinkPart(_Value):
+class ResourceLinkPart(Record):
     """A link to a resource a tool pointed at (an MCP resource link): its ``uri`` and what the
     server said of it. Kept on a :class:`ToolResult`; the model reads it as text."""
 
@@ -136,7 +128,7 @@ ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discri
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCall(_Value):
+class ToolCall(Record):
     """A call the model asked for.
 
     ``arguments_json`` is the raw JSON text exactly as the model produced it; ``arguments`` is the
@@ -182,7 +174,7 @@ class ToolCall(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResult(_Value):
+class ToolResult(Record):
     """A tool's answer to one call, linked by ``call_id``.
 
     ``content`` is the text every model reads. ``parts`` are images (sent as images to the
@@ -263,7 +255,7 @@ def arguments_too_deep(raw: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Message(_Value):
+class Message(Record):
     """One message of a conversation."""
 
     role: Role
@@ -316,7 +308,7 @@ class Message(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Usage(_Value):
+class Usage(Record):
     """Token (and optional cost) usage of one or more model calls.
 
     Every count is 0 or more and the cost a finite number of US dollars, 0 or more (0 when it
@@ -356,7 +348,7 @@ def _empty_object_schema() -> dict[str, JsonValue]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolDefinition(_Value):
+class ToolDefinition(Record):
     """What the model is told about a tool: name, description and JSON schema of its arguments."""
 
     name: str
@@ -370,7 +362,7 @@ ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OutputSchema(_Value):
+class OutputSchema(Record):
     """The shape the final answer must have: a JSON schema with a name, for providers to ask
     for structured output (OpenAI-compatible ``response_format``, Gemini ``responseSchema``, or
     a final answer tool where the wire format has no such mode).
@@ -386,7 +378,7 @@ class OutputSchema(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequest(_Value):
+class ModelRequest(Record):
     """Everything a model call needs, provider-neutral.
 
     ``messages`` starts with the system message when there is one; providers that take
@@ -417,7 +409,7 @@ class ModelRequest(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelResponse(_Value):
+class ModelResponse(Record):
     """A complete model turn: the assistant message, why it ended, and what it cost."""
 
     message: Message
@@ -429,7 +421,7 @@ class ModelResponse(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextDelta(_Value):
+class TextDelta(Record):
     """A fragment of assistant text, while streaming."""
 
     type: Literal["text_delta"] = "text_delta"
@@ -437,7 +429,7 @@ class TextDelta(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReasoningDelta(_Value):
+class ReasoningDelta(Record):
     """A fragment of reasoning, while streaming."""
 
     type: Literal["reasoning_delta"] = "reasoning_delta"
@@ -445,7 +437,7 @@ class ReasoningDelta(_Value):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallDelta(_Value):
+class ToolCallDelta(Record):
     """A fragment of a tool call, while streaming: the index of the call in the response, and
     whatever of id, name and argument text arrived in this chunk."""
 

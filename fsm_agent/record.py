@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 if TYPE_CHECKING:
     from typing import Self
@@ -43,9 +43,12 @@ def adapter(cls: type[_T]) -> TypeAdapter[_T]:
 
 class Record:
     """The base of fsm_agent's value types (declared ``@dataclass(slots=True)``, most of them
-    frozen): validation and JSON through the type's ``TypeAdapter``."""
+    frozen): validation and JSON through the type's ``TypeAdapter``, which refuses a field the
+    type does not have (data written by a newer version, a misspelt name)."""
 
     __slots__ = ()
+    # pydantic's configuration of a dataclass, inherited by every value type.
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     @classmethod
     def model_validate(cls, obj: object) -> Self:

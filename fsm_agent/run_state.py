@@ -102,7 +102,6 @@ StoredMove = Annotated[Move, BeforeValidator(_move_in), PlainSerializer(_move_ou
 load)."""
 
 _NO_COUNTERS = Counters()  # immutable: every new run may share it
-_FORBID_EXTRA = {"extra": "forbid"}  # pydantic's config: a field this version lacks is refused
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,8 +109,6 @@ class HumanRequest(Record):
     """A tool call a suspended run waits on: an ``approval`` asked by the permission hook, or a
     ``question`` the tool asked with ``ToolContext.ask_human``. ``resume`` fills ``decision``
     (``allow``, ``deny`` or ``answer``) and ``reply`` (the denial reason or the answer)."""
-
-    __pydantic_config__ = _FORBID_EXTRA
 
     kind: Literal["approval", "question"]
     call: ToolCall
@@ -128,8 +125,6 @@ class PhaseChange(Record):
     at the ``start``; ``step`` is the run's steps then and ``move`` the index in ``trace`` of
     the loop move that followed (the two traces line up)."""
 
-    __pydantic_config__ = _FORBID_EXTRA
-
     source: str | None
     dest: str
     by: Literal["start", "model", "code", "budget"]
@@ -145,8 +140,6 @@ class RunState(Record):
     that is not a field (a misspelt one, by a hook) raises ``AttributeError`` where it is made.
     The constructor validates nothing; ``model_validate``/``model_validate_json`` do (a
     checkpoint is read that way), and ``model_dump_json`` writes the stored shape."""
-
-    __pydantic_config__ = _FORBID_EXTRA
 
     run_id: str
     conversation_id: str | None = None  # the Conversation the run belongs to, if any
