@@ -24,7 +24,7 @@ the typed floor: a minimal typed loop on its own plain pydantic models, built pe
   --no-diagram``.
 - Rows from the other benchmarks in this folder, run as scripts when they exist.
 
-    pip install -e . -r benchmarks/requirements.txt   # in a separate environment
+    pip install -e '.[postgres]' -r benchmarks/requirements.txt   # in a separate environment
     python benchmarks/run.py [--quick] [--systems fsm_agent,typed floor] [--steps 50]
 
 A complete run (every system, N and measurement) writes the results block of
