@@ -22,13 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from types import MappingProxyType
 from typing import Any, Literal
 
 from .errors import ConfigurationError
 from .messages import ModelRequest, OutputSchema, ToolChoice, ToolDefinition
 
-__all__ = ["NO_SAMPLING", "ModelSettings", "merge_settings", "settings_request", "summary_settings"]
+__all__ = ["ModelSettings", "merge_settings", "settings_request", "summary_settings"]
 
 _FREE = frozenset({"auto", "none"})  # the tool choices that force no call
 _EFFORTS = ("low", "medium", "high")
@@ -190,9 +189,9 @@ def settings_request(
 
 
 def summary_settings(settings: ModelSettings | None) -> Mapping[str, Any]:
-    """The request fields of the step-limit summary call under ``settings``: sampling as set,
-    never a tool choice (the call sends no tools)."""
-    return NO_SAMPLING if settings is None else _sampling(settings)
+    """The request fields of the step-limit summary call under ``settings``: sampling as set
+    (none: the request's defaults), never a tool choice (the call sends no tools)."""
+    return {} if settings is None else _sampling(settings)
 
 
 def _sampling(settings: ModelSettings) -> dict[str, Any]:
@@ -206,17 +205,3 @@ def _sampling(settings: ModelSettings) -> dict[str, Any]:
         "reasoning_effort": settings.reasoning_effort,
         "reasoning_budget_tokens": settings.reasoning_budget_tokens,
     }
-
-
-NO_SAMPLING: Mapping[str, Any] = MappingProxyType(
-    {
-        "max_tokens": None,
-        "temperature": None,
-        "top_p": None,
-        "seed": None,
-        "stop_sequences": (),
-        "reasoning_effort": None,
-        "reasoning_budget_tokens": None,
-    }
-)
-"""A request's sampling fields when no setting is given (the provider's defaults)."""

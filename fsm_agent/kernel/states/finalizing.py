@@ -65,7 +65,6 @@ def _summary_request(ctx: RunContext) -> ModelRequest:
         messages=(*ctx.rs.messages, Message.user(SUMMARY_PROMPT)),  # a temporary copy
         tools=(),
         tool_choice="none",
-        parallel_tool_calls=None,
         **summary_settings(ctx.model_settings),  # sampling as set; no tool choice
     )
 
