@@ -175,7 +175,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Path) -> None:
+def _three_modules(tmp_path: Path) -> dict[str, Path]:
+    """A package of three modules: ``low`` imports ``high`` for a type only and ``mid`` inside a
+    function; ``high`` imports ``low``."""
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "low.py").write_text(
@@ -185,9 +187,13 @@ def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Pat
     )
     (package / "mid.py").write_text("Y = 1\n")
     (package / "high.py").write_text("from .low import later\nX = 1\n")
-    known = {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
-    assert imports_of(f"{ROOT}.low", package / "low.py", known) == {f"{ROOT}.mid"}
-    assert imports_of(f"{ROOT}.high", package / "high.py", known) == {f"{ROOT}.low"}
+    return {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
+
+
+def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Path) -> None:
+    known = _three_modules(tmp_path)
+    assert imports_of(f"{ROOT}.low", known[f"{ROOT}.low"], known) == {f"{ROOT}.mid"}
+    assert imports_of(f"{ROOT}.high", known[f"{ROOT}.high"], known) == {f"{ROOT}.low"}
 
 
 def layer_of(name: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int:
@@ -226,16 +232,7 @@ def test_every_import_points_down_the_layers() -> None:
 
 def test_the_layers_find_an_upward_import(tmp_path: Path) -> None:
     """A type-only or deferred import from a higher layer is reported; one downward is not."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "low.py").write_text(
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from .high import X\n"
-        "def later():\n    from .mid import Y\n"
-    )
-    (package / "mid.py").write_text("Y = 1\n")
-    (package / "high.py").write_text("from .low import later\nX = 1\n")
-    known = {f"{ROOT}.{name}": package / f"{name}.py" for name in ("low", "mid", "high")}
+    known = _three_modules(tmp_path)
     layers = (("bottom", ("low",)), ("middle", ("mid",)), ("top", ("high",)))
     assert upward_imports(known, layers) == [
         f"{ROOT}.low (bottom) imports {ROOT}.high (top)",
