@@ -90,8 +90,6 @@ def estimate_tokens(message: Message) -> int:
     chars = 0
     extra = _MESSAGE_OVERHEAD
     for part in message.parts:
-        # By the parts' discriminator: an isinstance check that misses a pydantic model costs
-        # three times a hit (its metaclass is an ABC), and this runs on every message.
         if part.type == "tool_call":
             chars += len(part.name) + len(part.arguments_json)
             extra += 4

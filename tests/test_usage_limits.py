@@ -18,7 +18,7 @@ from fsm_agent import (
     UsageLimits,
 )
 from fsm_agent.events import AttemptDiscardedEvent, HookErrorEvent
-from fsm_agent.kernel.limits import usage_exceeded
+from fsm_agent.kernel.limits import usage_exceeded, usage_fault
 from fsm_agent.messages import Usage
 from fsm_agent.testing import text, tool_call
 from helpers import look, make_agent, stream
@@ -50,6 +50,28 @@ def test_a_bad_cost_does_not_disable_the_cost_cap(bad: float) -> None:
     assert result.stop_reason is StopReason.USAGE_LIMIT
     assert len(model.requests) == 4
     assert result.usage.cost_usd == pytest.approx(0.012)
+
+
+COUNTS = (
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
+@pytest.mark.parametrize("name", COUNTS)
+@pytest.mark.parametrize("bad", [-1, 1.0, True, None, "3"])
+def test_the_usage_check_names_the_count_that_cannot_count(name: str, bad: object) -> None:
+    """Each count must be an integer (not a bool) of 0 or more; the fault names the first bad
+    one and its value, whichever of the six it is."""
+    usage = Usage(**{"requests": 1, name: bad})  # type: ignore[arg-type]
+    assert usage_fault(usage) == (
+        f"it reported usage {name}={bad!r}; a count must be an integer of 0 or more"
+    )
+    assert usage_fault(Usage(requests=1, input_tokens=3, output_tokens=2)) is None
 
 
 def test_negative_token_counts_are_refused() -> None:

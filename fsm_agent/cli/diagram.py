@@ -192,6 +192,11 @@ def handle(args: argparse.Namespace) -> int:
         content = diagrams.overview_dot(drawing)
     if fmt in ("svg", "png"):
         content = diagrams.render(str(content), "png" if fmt == "png" else "svg")
+    return _deliver(args, content)
+
+
+def _deliver(args: argparse.Namespace, content: str | bytes) -> int:
+    """Write the drawing to ``-o FILE``, else to standard output."""
     if args.output is None:
         sys.stdout.write(content if isinstance(content, str) else content.decode())
     else:
@@ -232,11 +237,7 @@ def _draw_phases(args: argparse.Namespace, fmt: str) -> int:
         content = phases_dot(phases, path, loop_path=loop_path)
         if fmt != "dot":
             content = diagrams.render(content, "png" if fmt == "png" else "svg")
-    if args.output is None:
-        sys.stdout.write(content if isinstance(content, str) else content.decode())
-    else:
-        write_output(args.output, content)
-    return 0
+    return _deliver(args, content)
 
 
 def _draw_agent(args: argparse.Namespace, fmt: str) -> int:

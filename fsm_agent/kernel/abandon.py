@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, RunAbandonedError, RunFinishedError
-from ..machine.table import TERMINAL, Outcome
+from ..errors import ConfigurationError, RunAbandonedError
+from ..machine.table import Outcome
 from ..messages import ToolCall, ToolResult
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
 from ..run_state import RunState
 from ..tools.output import cut_result
+from .resuming import refuse_finished
 from .run import RunHandle, RunResult
 from .states import RunContext
 
@@ -49,12 +50,7 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
     checkpoint = await load_checkpoint(store, run_id)
     rs = checkpoint.state
     version = checkpoint.version
-    if rs.state in TERMINAL:
-        raise RunFinishedError(
-            f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
-            "nothing to abandon",
-            run_id=run_id,
-        )
+    refuse_finished(rs, run_id, "abandon")
     if rs.pending_tool_calls:
         version += 1
         await in_store_thread(store, lambda: store.save(rs, version=version))  # the claim

@@ -32,10 +32,21 @@ def usage_fault(usage: object) -> str | None:
     the run's usage would leave a limit never reached."""
     if not isinstance(usage, Usage):
         return f"the response's usage is a {type(usage).__name__}, not a Usage"
-    for name in _COUNTS:
-        count = getattr(usage, name)
-        if type(count) is not int or count < 0:
-            return f"it reported usage {name}={count!r}; a count must be an integer of 0 or more"
+    counts = (
+        usage.requests,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
+    )
+    if set(map(type, counts)) != {int} or min(counts) < 0:  # (bool is not int here)
+        name, count = next(
+            (name, count)
+            for name, count in zip(_COUNTS, counts, strict=True)
+            if type(count) is not int or count < 0
+        )
+        return f"it reported usage {name}={count!r}; a count must be an integer of 0 or more"
     cost = usage.cost_usd
     if not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
         return (

@@ -24,7 +24,7 @@ from .states.calling import model_name
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["new_context", "resume_context", "start_context"]
+__all__ = ["new_context", "refuse_finished", "resume_context", "start_context"]
 
 
 def start_context(
@@ -174,12 +174,7 @@ async def _claim(
     """Check a loaded run, apply the human's decisions, claim it and read its journal."""
     run_id = log.run_id
     rs = checkpoint.state
-    if rs.state in TERMINAL:
-        raise RunFinishedError(
-            f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
-            "nothing to resume",
-            run_id=run_id,
-        )
+    refuse_finished(rs, run_id, "resume")
     fingerprint = agent._plan.definition
     if not allow_changed:
         check_definition(run_id, rs.definition, fingerprint)
@@ -208,3 +203,14 @@ def _run_log(agent: Agent[Any, Any], run_id: str, version: int, listening: bool)
         unknown_outcome=agent.unknown_outcome,
         heard=listening or bool(agent.hooks),
     )
+
+
+def refuse_finished(rs: RunState, run_id: str, action: str) -> None:
+    """Raise :class:`RunFinishedError` when the loaded run ``rs`` already ended: there is
+    nothing to ``action`` (resume, abandon)."""
+    if rs.state in TERMINAL:
+        raise RunFinishedError(
+            f"run {run_id!r} already ended ({rs.state.value}, {rs.stop_reason}); there is "
+            f"nothing to {action}",
+            run_id=run_id,
+        )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 from collections.abc import Callable
 from typing import Literal, TypeVar
@@ -386,9 +385,7 @@ def _nothing() -> None:
 
 def _storable(execution: ToolExecution) -> ToolExecution:
     result = storable_result(execution.result)
-    return (
-        execution if result is execution.result else dataclasses.replace(execution, result=result)
-    )
+    return execution if result is execution.result else execution._replace(result=result)
 
 
 def _snapshot(rs: RunState) -> RunState:

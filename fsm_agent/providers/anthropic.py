@@ -76,7 +76,7 @@ _FINISH: dict[str, FinishReason] = {
 
 def anthropic_finish_reason(raw: str) -> FinishReason:
     """Normalise a Messages ``stop_reason``; unknown values (and ``pause_turn``) are ``other``."""
-    return _FINISH.get(raw, FinishReason.OTHER)
+    return _FINISH.get(raw) or FinishReason.OTHER
 
 
 def _error_info(payload: object) -> ErrorInfo:

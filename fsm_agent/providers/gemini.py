@@ -96,7 +96,7 @@ _FINISH: dict[str, FinishReason] = {
 
 def gemini_finish_reason(raw: str) -> FinishReason:
     """Normalise a Gemini ``finishReason``; unknown values (``OTHER`` included) are ``other``."""
-    return _FINISH.get(raw, FinishReason.OTHER)
+    return _FINISH.get(raw) or FinishReason.OTHER
 
 
 def _error_info(payload: object) -> ErrorInfo:

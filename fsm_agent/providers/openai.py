@@ -80,7 +80,7 @@ _NOT_FINISHED = frozenset({"", "null"})
 
 def openai_finish_reason(raw: str) -> FinishReason:
     """Normalise a Chat Completions ``finish_reason``; unknown values are ``other``."""
-    return _FINISH.get(raw, FinishReason.OTHER)
+    return _FINISH.get(raw) or FinishReason.OTHER
 
 
 def _error_info(payload: object) -> ErrorInfo:

@@ -88,7 +88,7 @@ def responses_finish_reason(status: str, incomplete_reason: str | None) -> Finis
     if status == "completed":
         return FinishReason.STOP
     if status == "incomplete":
-        return _INCOMPLETE.get(incomplete_reason or "", FinishReason.OTHER)
+        return _INCOMPLETE.get(incomplete_reason or "") or FinishReason.OTHER
     return FinishReason.OTHER
 
 

@@ -27,7 +27,7 @@ import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, NoReturn, TypeVar, overload
+from typing import Any, Generic, NamedTuple, NoReturn, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
 from pydantic_core import to_json
@@ -93,12 +93,16 @@ def _no_progress(progress: float, total: float | None, message: str | None) -> N
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolContext(Generic[DepsT]):
     """What a tool that asks for it (a parameter annotated ``ToolContext``) receives.
 
     ``tool_outputs`` holds the full text of this run's tool outputs that were cut to fit the
     history (by call id).
+
+    Each call gets a context of its own, which the kernel never reads back: writing to it changes
+    nothing else. (It is not frozen because one is built per tool call on the kernel's hot path,
+    and on Python 3.11 a frozen dataclass costs several times more to build.)
     """
 
     run_id: str
@@ -144,9 +148,10 @@ class ToolContext(Generic[DepsT]):
         raise HumanInputRequired(question)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolExecution:
-    """The outcome of handling one call: its result, and whether it ended the run."""
+class ToolExecution(NamedTuple):
+    """The outcome of handling one call: its result, and whether it ended the run. (A named
+    tuple, like :class:`~fsm_agent.machine.guards.Counters`: one is built per tool call on the
+    kernel's hot path, where a frozen dataclass costs several times more on Python 3.11.)"""
 
     result: ToolResult
     done: bool = False

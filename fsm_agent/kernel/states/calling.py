@@ -100,9 +100,9 @@ def _output_cut(ctx: RunContext, output_tokens: int) -> bool:
 
 def _cut_answer(messages: list[Message]) -> str | None:
     """The text of the cut answer this call continues, if it continues one."""
-    if len(messages) < 2 or messages[-1].role is not Role.USER:
+    if len(messages) < 2 or messages[-1].text != CONTINUE_PROMPT:
         return None
-    if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not Role.ASSISTANT:
+    if messages[-1].role is not Role.USER or messages[-2].role is not Role.ASSISTANT:
         return None
     return messages[-2].text
 
@@ -290,12 +290,13 @@ def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall])
     rs = ctx.rs
     message = response.message
     outcome = _FINISH_OUTCOMES[response.finish_reason]
-    if outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
-        outcome = Outcome.OUTPUT_CUT
-    if calls and outcome in _ANSWERS:
+    if outcome is Outcome.TOOL_CALLS:
+        if not calls:
+            outcome = Outcome.FINISH_ERROR  # says tool_calls, made none
+    elif calls and outcome in _ANSWERS:
         outcome = Outcome.TOOL_CALLS  # tool calls present: they are what the model wants
-    elif outcome is Outcome.TOOL_CALLS and not calls:
-        outcome = Outcome.FINISH_ERROR  # says tool_calls, made none
+    elif outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
+        outcome = Outcome.OUTPUT_CUT
     rs.last_text = message.text.strip()
     if outcome is Outcome.OTHER:  # the run ends on it: keep what the provider said
         rs.raw_finish_reason = response.raw_finish_reason

@@ -148,9 +148,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     result = _limited(ctx, result)
     if result is execution.result:
         return execution
-    return ToolExecution(
-        result, execution.done, execution.final_message, execution.error, execution.duration_s
-    )
+    return execution._replace(result=result)
 
 
 def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:
@@ -293,15 +291,14 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
             await turn.announce(call)
             if ctx.interrupt is not None:  # the listener may cancel on an event
                 raise Interrupted
-        turn.running = {call.id}
+        turn.running.add(call.id)
         if turn.reports is not None and _reports_progress(ctx, call):
             execution = await ctx.effect(_run_reporting(ctx, call, turn.reports))
         else:
             execution = await ctx.effect(_run(ctx, call))
-        turn.running = set()
+        stop = turn.record(call, execution)
         if ctx.listening:
             await ctx.emit_all(ctx.take_events())
-        stop = turn.record(call, execution)
         if ctx.listening:
             await turn.emit_result(execution)
         if stop:
