@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import re
 import shutil
 import statistics
@@ -30,7 +31,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# FSM_AGENT_BENCH_ROOT (PACKAGE_ROOT_ENV below): a folder holding another revision's
+# fsm_agent/ to measure instead of this checkout's; kernel_against.py sets it.
+sys.path.insert(
+    0, os.environ.get("FSM_AGENT_BENCH_ROOT") or str(Path(__file__).resolve().parents[1])
+)
 
 from workload import (
     Adapter,
@@ -40,6 +45,9 @@ from workload import (
     PhasedAdapter,
     TypedFloorAdapter,
 )
+
+PACKAGE_ROOT_ENV = "FSM_AGENT_BENCH_ROOT"
+"""The variable naming the folder whose ``fsm_agent/`` is measured (read before the imports)."""
 
 SYSTEMS: dict[str, type[Adapter]] = {
     "typed": TypedFloorAdapter,
@@ -87,7 +95,12 @@ def timed(steps: int, rounds: int) -> None:
     )
 
 
-def _instructions(system: str, steps: int, runs: int, *, play_them: bool) -> int:
+def _instructions(
+    system: str, steps: int, runs: int, *, play_them: bool, root: str | None = None
+) -> int:
+    """Instructions callgrind counts in a process that prepares ``runs`` runs and plays them
+    (unless not ``play_them``); ``root`` holds the ``fsm_agent/`` to measure."""
+    env = {**os.environ, PACKAGE_ROOT_ENV: root} if root is not None else None
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -99,7 +112,7 @@ def _instructions(system: str, steps: int, runs: int, *, play_them: bool) -> int
         str(steps),
         str(runs),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     match = re.search(r"refs:\s+([\d,]+)", done.stderr)
     if match is None:
         raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
@@ -152,7 +165,16 @@ def main() -> None:
     parser.add_argument(
         "--prepare", nargs=3, metavar=("SYSTEM", "STEPS", "RUNS"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--time-one", nargs=3, metavar=("SYSTEM", "STEPS", "RUNS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.time_one:
+        system, steps, runs = args.time_one
+        adapter = SYSTEMS[system]()
+        asyncio.run(_time_runs(adapter, int(steps), 5))  # warm-up
+        print(asyncio.run(_time_runs(adapter, int(steps), int(runs))))
+        return
     if args.play or args.prepare:
         system, steps, runs = args.play or args.prepare
         play(system, int(steps), int(runs), play_them=bool(args.play))

@@ -44,3 +44,24 @@ def test_startup_times_the_checkout_it_is_given_from_any_working_directory(
     monkeypatch.chdir(tmp_path)
     root = Path(__file__).resolve().parents[1]
     assert startup.timed_import(root, "fsm_agent") > 0
+
+
+def test_kernel_against_measures_the_revision_it_extracts(tmp_path: Path) -> None:
+    """``benchmarks/kernel_against.py`` times the ``fsm_agent`` of the folder it is given (a
+    decoy there is what gets imported) and extracts a revision's package with ``git archive``."""
+    import subprocess
+
+    import kernel_against
+
+    assert kernel_against.time_one(None, 2, 2) > 0
+    decoy = tmp_path / "decoy" / "fsm_agent"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        kernel_against.time_one(str(decoy.parent), 2, 2)
+    assert "the decoy was imported" in failed.value.stderr
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: nothing to extract a revision from")
+    kernel_against.extract("HEAD", tmp_path)
+    assert (tmp_path / "fsm_agent" / "kernel" / "driver.py").is_file()
