@@ -22,7 +22,7 @@ except ImportError:
 
 from ..messages import ToolDefinition
 from ..policy import Policy
-from ..scripted import Turn
+from ..testing.scripted import Turn
 from .case import FuzzCase, HookPlan, VerifierAnswer
 from .decoding import (
     CASE_SIZE,

@@ -7,32 +7,59 @@ receives. Build turns with :func:`text`, :func:`answer`, :func:`tool_call`, :fun
 
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("3")])
 
-The doubles live in :mod:`fsm_agent.scripted`, below this package in the import graph (the
-fuzzer and replay build on them, and this package on the fuzzer); this package adds
-:func:`fuzz_agent` (in :mod:`.fuzz`), which runs the fuzzer, and the crash simulation (in
-:mod:`.crash`): :func:`crash_and_resume` stops a run as a crash would (with
-:class:`CrashingCheckpointer`) and resumes it, and :func:`resume_differences` compares the
-result with an uninterrupted run's.
+The doubles live in :mod:`.scripted`, low in the import graph (replay, the fuzzer and the
+demo build on them); :func:`fuzz_agent` (in :mod:`.fuzz`) runs the fuzzer, and the crash
+simulation (in :mod:`.crash`) builds on the kernel: :func:`crash_and_resume` stops a run as a
+crash would (with :class:`CrashingCheckpointer`) and resumes it, and
+:func:`resume_differences` compares the result with an uninterrupted run's.
+
+Each name loads with its module on first use, so importing this package, or
+:mod:`.scripted`, loads no kernel, store or fuzzer.
 """
 
 from __future__ import annotations
 
-from ..scripted import (
-    DEFAULT_USAGE,
-    Failure,
-    ScriptedModel,
-    ScriptExhaustedError,
-    Turn,
-    VirtualClock,
-    answer,
-    fail,
-    finish,
-    text,
-    tool_call,
-    tool_calls,
-)
-from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
-from .fuzz import fuzz_agent
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
+    from .fuzz import fuzz_agent
+    from .scripted import (
+        DEFAULT_USAGE,
+        Failure,
+        ScriptedModel,
+        ScriptExhaustedError,
+        Turn,
+        VirtualClock,
+        answer,
+        fail,
+        finish,
+        text,
+        tool_call,
+        tool_calls,
+    )
+
+# Where each public name lives; a name is imported with its module on first use (PEP 562).
+_LAZY: dict[str, tuple[str, ...]] = {
+    "crash": ("CrashingCheckpointer", "SimulatedCrash", "crash_and_resume", "resume_differences"),
+    "fuzz": ("fuzz_agent",),
+    "scripted": (
+        "DEFAULT_USAGE",
+        "Failure",
+        "ScriptExhaustedError",
+        "ScriptedModel",
+        "Turn",
+        "VirtualClock",
+        "answer",
+        "fail",
+        "finish",
+        "text",
+        "tool_call",
+        "tool_calls",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -53,3 +80,25 @@ __all__ = [
     "tool_call",
     "tool_calls",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported with its module on first use (PEP 562); a submodule's name
+    imports the submodule, as when this package imported its modules eagerly."""
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value: object = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks a dependency
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet loaded included."""
+    return sorted({*globals(), *__all__})

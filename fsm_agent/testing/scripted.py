@@ -1,7 +1,8 @@
 """Scripted test doubles: a model that replays turns, its turn builders, a virtual clock.
 
-:mod:`fsm_agent.testing` offers them to your tests (with ``fuzz_agent``); the fuzzer and the
-demo build on them here, below the fuzzer in the import graph.
+:mod:`fsm_agent.testing` offers them to your tests (with ``fuzz_agent``); replay, the fuzzer
+and the demo import them from here, a module that sits with the models, below all three in the
+import graph (the package's lazy ``__init__`` loads nothing when this module is imported).
 
 ``ScriptedModel`` replays a list of turns, one per model call, and records every request it
 receives (it is a :class:`ScriptPlayer`, as the fuzzer's and the replay's models are). Build
@@ -17,12 +18,12 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import JsonValue, TypeAdapter
 
-from .errors import ModelError, ProviderServerError
-from .messages import (
+from ..errors import ModelError, ProviderServerError
+from ..messages import (
     FinishReason,
     Message,
     ModelRequest,
@@ -35,9 +36,6 @@ from .messages import (
     ToolCallDelta,
     Usage,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "DEFAULT_USAGE",
