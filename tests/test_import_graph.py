@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),
     ("phases", ("phases",)),
-    ("seams", ("tools", "mcp", "compaction", "providers", "testing.scripted")),
+    ("seams", ("tools", "mcp", "compaction", "providers", "testing.scripted", "scripted")),
     ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
