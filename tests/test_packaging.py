@@ -84,7 +84,7 @@ _MISSING = {
         ["hypothesis"],
         "from fsm_agent.testing import fuzz_agent; fuzz_agent(lambda model: None)",
     ),
-    "hypothesis: strategies": ("testing", ["hypothesis"], "from fsm_agent.fuzzing import cases"),
+    "hypothesis: strategies": ("testing", ["hypothesis"], "from fsm_agent.testing import cases"),
     "psycopg": (
         "postgres",
         ["psycopg"],

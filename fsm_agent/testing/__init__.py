@@ -11,10 +11,13 @@ The doubles live in :mod:`.scripted`, low in the import graph (replay, the fuzze
 demo build on them); :func:`fuzz_agent` (in :mod:`.fuzz`) runs the fuzzer, and the crash
 simulation (in :mod:`.crash`) builds on the kernel: :func:`crash_and_resume` stops a run as a
 crash would (with :class:`CrashingCheckpointer`) and resumes it, and
-:func:`resume_differences` compares the result with an uninterrupted run's.
+:func:`resume_differences` compares the result with an uninterrupted run's. The hypothesis
+strategies for your own property tests (in :mod:`.strategies`) draw what the fuzzer draws:
+:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans` and :func:`verifiers`.
+They and ``fuzz_agent`` need hypothesis (``pip install -e '.[testing]'`` in a checkout).
 
 Each name loads with its module on first use, so importing this package, or
-:mod:`.scripted`, loads no kernel, store or fuzzer.
+:mod:`.scripted`, loads no kernel, store, fuzzer or hypothesis.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
         tool_call,
         tool_calls,
     )
+    from .strategies import cases, hook_plans, policies, scripts, verifiers
 
 # Where each public name lives; a name is imported with its module on first use (PEP 562).
 _LAZY: dict[str, tuple[str, ...]] = {
@@ -58,6 +62,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "tool_call",
         "tool_calls",
     ),
+    "strategies": ("cases", "hook_plans", "policies", "scripts", "verifiers"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -71,14 +76,19 @@ __all__ = [
     "Turn",
     "VirtualClock",
     "answer",
+    "cases",
     "crash_and_resume",
     "fail",
     "finish",
     "fuzz_agent",
+    "hook_plans",
+    "policies",
     "resume_differences",
+    "scripts",
     "text",
     "tool_call",
     "tool_calls",
+    "verifiers",
 ]
 
 
