@@ -9,7 +9,7 @@ lower module names from a higher one is still a dependency on it). The root pack
 as a target: every module loads it first, and it sits above every layer.
 
 A facade is a package whose ``__init__`` imports a public name's module only when the name is
-first read (PEP 562), so importing one of its submodules loads nothing else of its: that import
+first read (PEP 562), so importing one of its submodules loads no other module for it: that import
 does not count the facade, a name imported from the facade directly does. The rule holds while
 a facade's ``__init__`` loads nothing above the lowest layer of its own submodules when it runs:
 one test reads that from its imports, another watches a fresh interpreter import each facade.
