@@ -18,7 +18,7 @@ import os
 
 from fsm_agent import Agent, Model, Policy, tool
 from fsm_agent.phases import MOVE_TOOL, MovePhase, Phase, Phases
-from fsm_agent.scripted import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, text, tool_call
 
 FILES: dict[str, str] = {"greet.py": "def greet(name):\n    return 'hello ' + name\n"}
 

@@ -19,7 +19,7 @@ import asyncio
 import os
 
 from fsm_agent import Agent, Model, Policy, RetryPolicy, UsageLimits, tool
-from fsm_agent.scripted import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, text, tool_call
 
 ARCHIVE = {
     "tides": "Tides are caused mainly by the Moon's gravity; the Sun adds about half as much.",

@@ -27,8 +27,10 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    (DBOS), :mod:`fsm_agent.replay` (record and replay; :mod:`fsm_agent.replay_children` for
    the runs an agent tool ran, :mod:`fsm_agent.replay_compare` for a replay against its
    recording).
-6. Checking and showing: :mod:`fsm_agent.scripted` and :mod:`fsm_agent.testing` (test doubles,
-   crash simulation), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
+6. Checking and showing: :mod:`fsm_agent.testing` (test doubles: the scripted model of
+   :mod:`fsm_agent.testing.scripted`, which replay and the fuzzer build on, also importable from
+   its old path :mod:`fsm_agent.scripted`; the crash simulation, ``fuzz_agent``),
+   :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
    :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),
    :mod:`fsm_agent.redaction` (what is shown or kept without credentials),
    :mod:`fsm_agent.inspector` (stored runs in a browser) and :mod:`fsm_agent.cli`.

@@ -65,7 +65,7 @@ from .persistence.storable import storable_data
 from .policy import Policy
 from .replay_children import ChildHeader, child_headers, child_parts
 from .replay_compare import Divergence, first_divergence
-from .scripted import Failure, ScriptPlayer, Turn, VirtualClock
+from .testing.scripted import Failure, ScriptPlayer, Turn, VirtualClock
 from .tools import Tool, ToolContext, ToolExecution
 
 if TYPE_CHECKING:

@@ -31,7 +31,6 @@ from fsm_agent.fuzzing import (
     FuzzCase,
     HookPlan,
     InvariantViolation,
-    cases,
     check_case,
     check_invariants,
     fuzz,
@@ -41,7 +40,7 @@ from fsm_agent.fuzzing import (
 )
 from fsm_agent.models import Model
 from fsm_agent.policy import limits_of
-from fsm_agent.testing import fail, finish, fuzz_agent, text, tool_call, tool_calls
+from fsm_agent.testing import cases, fail, finish, fuzz_agent, text, tool_call, tool_calls
 
 
 def small_agent(model: Model) -> Agent[Any, Any]:

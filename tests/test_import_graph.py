@@ -3,16 +3,25 @@
 The graph: every import a module under ``fsm_agent/`` makes, read with ``ast`` (at module level
 and deferred inside functions alike: a deferred import that closes a cycle only hides it), plus
 the parent packages each import loads (importing ``fsm_agent.kernel.context`` runs
-``fsm_agent/kernel/__init__.py`` first). For cycles, imports under ``if TYPE_CHECKING:`` never
-run and are left out; for layers they count (a type a lower module names from a higher one is
-still a dependency on it). The root package is left out as a target: it re-exports the public
-names and sits above every layer.
+``fsm_agent/kernel/__init__.py`` first), except the lazy facades of :data:`FACADES`. For cycles,
+imports under ``if TYPE_CHECKING:`` never run and are left out; for layers they count (a type a
+lower module names from a higher one is still a dependency on it). The root package is left out
+as a target: every module loads it first, and it sits above every layer.
+
+A facade is a package whose ``__init__`` imports a public name's module only when the name is
+first read (PEP 562), so importing one of its submodules loads no other module for it: that import
+does not count the facade, a name imported from the facade directly does. The rule holds while
+a facade's ``__init__`` loads nothing above the lowest layer of its own submodules when it runs:
+one test reads that from its imports, another watches a fresh interpreter import each facade.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+import json
+import subprocess
+import sys
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import fsm_agent
@@ -20,13 +29,17 @@ import fsm_agent
 PACKAGE = Path(fsm_agent.__file__).parent
 ROOT = "fsm_agent"
 
+FACADES = (ROOT, f"{ROOT}.testing")
+"""The lazy facade packages: importing one of their submodules does not load their public names'
+modules."""
+
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("errors", "log", "redaction", "_genai_names", "deep_json", "record")),
     ("values", ("messages", "model_settings", "models")),
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),
     ("phases", ("phases",)),
-    ("seams", ("tools", "mcp", "compaction", "providers", "scripted")),
+    ("seams", ("tools", "mcp", "compaction", "providers", "testing.scripted", "scripted")),
     ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
@@ -63,36 +76,46 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def _imports(body: Iterable[ast.stmt], type_only: bool) -> Iterable[ast.Import | ast.ImportFrom]:
+def _imports(
+    body: Iterable[ast.stmt], type_only: bool, deferred: bool = True
+) -> Iterable[ast.Import | ast.ImportFrom]:
     """The import statements of ``body``; those under ``if TYPE_CHECKING:`` only when
-    ``type_only``."""
+    ``type_only``, those inside a function only when ``deferred``."""
     for node in body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
         elif isinstance(node, ast.If):
             if type_only or "TYPE_CHECKING" not in ast.unparse(node.test):
-                yield from _imports(node.body, type_only)
-            yield from _imports(node.orelse, type_only)
+                yield from _imports(node.body, type_only, deferred)
+            yield from _imports(node.orelse, type_only, deferred)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody):
-                yield from _imports(block, type_only)
+                yield from _imports(block, type_only, deferred)
             for handler in node.handlers:
-                yield from _imports(handler.body, type_only)
-        elif isinstance(
-            node,
-            ast.With | ast.For | ast.While | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+                yield from _imports(handler.body, type_only, deferred)
+        elif isinstance(node, ast.With | ast.For | ast.While | ast.ClassDef) or (
+            deferred and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         ):
-            yield from _imports(node.body, type_only)
+            yield from _imports(node.body, type_only, deferred)
 
 
 def imports_of(
-    name: str, path: Path, known: Mapping[str, Path], *, type_only: bool = False
+    name: str,
+    path: Path,
+    known: Mapping[str, Path],
+    *,
+    type_only: bool = False,
+    deferred: bool = True,
+    facades: Collection[str] = FACADES,
 ) -> set[str]:
     """The package modules that importing ``name`` (at ``path``) imports directly; with
-    ``type_only``, also those it names under ``if TYPE_CHECKING:``."""
+    ``type_only``, also those it names under ``if TYPE_CHECKING:``; without ``deferred``, only
+    those it imports when it runs (none inside a function). An imported module's parent
+    packages count too, except the ``facades``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8")).body, type_only):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _imports(tree.body, type_only, deferred):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -103,10 +126,11 @@ def imports_of(
         for alias in node.names:
             submodule = f"{base}.{alias.name}"
             targets.add(submodule if submodule in known else base)
-    loaded = set()
+    loaded = set(targets)
     for target in targets:
         parts = target.split(".")
-        loaded.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+        parents = (".".join(parts[:end]) for end in range(2, len(parts)))
+        loaded.update(parent for parent in parents if parent not in facades)
     own_packages = {p for p in known if name.startswith(p + ".")}
     return {t for t in loaded if t in known} - {name, ROOT} - own_packages
 
@@ -212,13 +236,15 @@ def layer_of(name: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
 
 
 def upward_imports(
-    known: Mapping[str, Path], layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
+    known: Mapping[str, Path],
+    layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS,
+    facades: Collection[str] = FACADES,
 ) -> list[str]:
     """Every import, type-only and deferred ones included, of a module from a higher layer."""
     found = []
     for name, path in sorted(known.items()):
         own = layer_of(name, layers)
-        for target in sorted(imports_of(name, path, known, type_only=True)):
+        for target in sorted(imports_of(name, path, known, type_only=True, facades=facades)):
             theirs = layer_of(target, layers)
             if theirs > own:
                 found.append(f"{name} ({layers[own][0]}) imports {target} ({layers[theirs][0]})")
@@ -238,6 +264,129 @@ def test_the_layers_find_an_upward_import(tmp_path: Path) -> None:
         f"{ROOT}.low (bottom) imports {ROOT}.high (top)",
         f"{ROOT}.low (bottom) imports {ROOT}.mid (middle)",
     ]
+
+
+def lowest_layer(
+    facade: str,
+    known: Mapping[str, Path],
+    layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS,
+) -> int:
+    """The lowest layer of the modules under package ``facade``."""
+    return min(layer_of(name, layers) for name in known if name.startswith(facade + "."))
+
+
+def eager_facade_imports(
+    known: Mapping[str, Path],
+    layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS,
+    facades: Collection[str] = FACADES,
+) -> list[str]:
+    """Every module a facade's ``__init__`` imports when it runs (not for a type, not inside a
+    function) from above the lowest layer of the facade's own modules: importing one of those
+    modules would load it, unseen by the graph, which does not count the facade."""
+    found = []
+    for facade in facades:
+        floor = lowest_layer(facade, known, layers)
+        for target in sorted(
+            imports_of(facade, known[facade], known, deferred=False, facades=facades)
+        ):
+            theirs = layer_of(target, layers)
+            if theirs > floor:
+                found.append(
+                    f"{facade} loads {target} ({layers[theirs][0]}), above its modules' lowest "
+                    f"layer ({layers[floor][0]})"
+                )
+    return found
+
+
+def _facade_package(tmp_path: Path, *, eager: bool) -> dict[str, Path]:
+    """A package with a facade ``front`` (a module ``front.low``) whose names come from ``high``,
+    eagerly or on first use; ``user`` imports ``front.low``, ``caller`` a name from ``front``."""
+    package = tmp_path / "pkg"
+    (package / "front").mkdir(parents=True)
+    (package / "front" / "__init__.py").write_text(
+        "from ..high import X\n"
+        if eager
+        else "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..high import X\n"
+        "def __getattr__(name):\n    from .. import high\n    return getattr(high, name)\n"
+    )
+    (package / "front" / "low.py").write_text("Y = 1\n")
+    (package / "high.py").write_text("X = 1\n")
+    (package / "user.py").write_text("from .front.low import Y\n")
+    (package / "caller.py").write_text("from .front import X\n")
+    files = {"front": package / "front" / "__init__.py", "front.low": package / "front" / "low.py"}
+    files |= {name: package / f"{name}.py" for name in ("high", "user", "caller")}
+    return {f"{ROOT}.{name}": path for name, path in files.items()}
+
+
+_FACADE_LAYERS = (("bottom", ("front.low", "user", "caller")), ("top", ("front", "high")))
+
+
+def test_a_facade_counts_when_a_name_is_imported_from_it_not_a_module(tmp_path: Path) -> None:
+    """Importing a facade's module does not count the facade; importing a name from it does
+    (a package that is not a facade counts either way)."""
+    known = _facade_package(tmp_path, eager=False)
+    facades = (f"{ROOT}.front",)
+    user, caller = f"{ROOT}.user", f"{ROOT}.caller"
+    assert imports_of(user, known[user], known, facades=facades) == {f"{ROOT}.front.low"}
+    assert imports_of(user, known[user], known, facades=()) == {
+        f"{ROOT}.front",
+        f"{ROOT}.front.low",
+    }
+    assert imports_of(caller, known[caller], known, facades=facades) == {f"{ROOT}.front"}
+    assert upward_imports(known, _FACADE_LAYERS, facades) == [
+        f"{ROOT}.caller (bottom) imports {ROOT}.front (top)"
+    ]
+    assert eager_facade_imports(known, _FACADE_LAYERS, facades) == []
+
+
+def test_a_facade_that_imports_a_higher_module_eagerly_fails(tmp_path: Path) -> None:
+    """A facade whose ``__init__`` imports a module above its own modules' lowest layer when it
+    runs is reported: importing ``front.low`` would load ``high`` behind the graph's back."""
+    known = _facade_package(tmp_path, eager=True)
+    facades = (f"{ROOT}.front",)
+    assert eager_facade_imports(known, _FACADE_LAYERS, facades) == [
+        f"{ROOT}.front loads {ROOT}.high (top), above its modules' lowest layer (bottom)"
+    ]
+
+
+def test_every_facade_loads_nothing_above_its_lowest_modules_when_imported() -> None:
+    """Neither facade's ``__init__`` imports a module above its own modules' lowest layer
+    (``fsm_agent``: the errors; ``fsm_agent.testing``: nothing)."""
+    assert eager_facade_imports(modules()) == []
+
+
+def test_importing_a_facade_loads_nothing_above_its_lowest_modules() -> None:
+    """In a fresh interpreter, importing a facade and its modules of the lowest layer
+    (``fsm_agent.testing.scripted`` for ``fsm_agent.testing``) loads no package module above
+    that layer (no kernel, store or fuzzer) and no hypothesis."""
+    known = modules()
+    for facade in FACADES:
+        floor = lowest_layer(facade, known)
+        lowest = sorted(n for n in known if n.startswith(facade + ".") and layer_of(n) == floor)
+        program = "\n".join(
+            [
+                "import json, sys",
+                *(f"import {name}" for name in [facade, *lowest]),
+                "print(json.dumps(sorted(sys.modules)))",
+            ]
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=PACKAGE.parent,
+        )
+        loaded = set(json.loads(out.stdout))
+        own = {".".join(facade.split(".")[:end]) for end in range(1, facade.count(".") + 2)}
+        above = sorted(
+            f"{name} ({LAYERS[layer_of(name)][0]})"
+            for name in loaded
+            if name.split(".")[0] == ROOT and name not in own and layer_of(name) > floor
+        )
+        assert lowest and above == [], (facade, above)
+        assert "hypothesis" not in loaded, facade
 
 
 def test_the_layers_in_the_docs_are_the_layers_tested() -> None:

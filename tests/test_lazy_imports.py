@@ -16,6 +16,7 @@ from pathlib import Path
 
 import fsm_agent
 import fsm_agent.diagrams
+import fsm_agent.testing
 
 ROOT = Path(fsm_agent.__file__).parents[1]
 
@@ -104,6 +105,31 @@ def test_the_table_the_type_imports_and_all_name_the_same_names() -> None:
     assert typed == fsm_agent._MODULE_OF
     assert eager.isdisjoint(typed)
     assert sorted(eager | set(typed)) == sorted(fsm_agent.__all__)
+
+
+def test_the_testing_facade_names_each_name_once_where_it_lives() -> None:
+    """``fsm_agent.testing``'s table, its ``if TYPE_CHECKING:`` imports and ``__all__`` name the
+    same names, each read as the object its module defines; ``dir`` lists them before any has
+    loaded, and a submodule's name imports the submodule."""
+    testing = fsm_agent.testing
+    tree = ast.parse(Path(testing.__file__).read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imported in node.body:
+                assert isinstance(imported, ast.ImportFrom) and imported.level == 1
+                typed.update({a.name: str(imported.module) for a in imported.names})
+    assert typed == testing._MODULE_OF
+    assert sorted(typed) == sorted(testing.__all__)
+    for name, module in typed.items():
+        home = import_module(f"fsm_agent.testing.{module}")
+        assert getattr(testing, name) is getattr(home, name), name
+    found = _loaded_after(
+        "import fsm_agent.testing as testing\n"
+        "result['missing'] = sorted(set(testing.__all__) - set(dir(testing)))\n"
+        "result['crash'] = testing.crash.SimulatedCrash.__name__\n"
+    )
+    assert found["missing"] == [] and found["crash"] == "SimulatedCrash"
 
 
 def test_dir_lists_the_public_names_before_they_load() -> None:

@@ -84,7 +84,7 @@ _MISSING = {
         ["hypothesis"],
         "from fsm_agent.testing import fuzz_agent; fuzz_agent(lambda model: None)",
     ),
-    "hypothesis: strategies": ("testing", ["hypothesis"], "from fsm_agent.fuzzing import cases"),
+    "hypothesis: strategies": ("testing", ["hypothesis"], "from fsm_agent.testing import cases"),
     "psycopg": (
         "postgres",
         ["psycopg"],
@@ -172,7 +172,7 @@ def test_a_built_agent_runs_without_building_a_validator() -> None:
         "import asyncio\n"
         "from pydantic._internal import _model_construction as construction\n"
         "from fsm_agent import Agent, InMemoryCheckpointer, tool\n"
-        "from fsm_agent.scripted import ScriptedModel, text, tool_call\n"
+        "from fsm_agent.testing import ScriptedModel, text, tool_call\n"
         "@tool\n"
         "def look(n: int) -> str:\n"
         "    'Look it up.'\n"

@@ -152,7 +152,7 @@ def test_diagram_phases_command_draws_a_recorded_path(
     monkeypatch.setitem(example.FILES, "greet.py", "def greet(name):\n    return name\n")
 
     from fsm_agent.events import event_adapter
-    from fsm_agent.scripted import ScriptedModel
+    from fsm_agent.testing import ScriptedModel
 
     async def events() -> list[str]:
         agent = example.build(ScriptedModel(example.SCRIPT))
@@ -197,7 +197,7 @@ def test_diagram_phases_command_draws_a_stored_run(
 
     from fsm_agent import Agent
     from fsm_agent.persistence import SQLiteCheckpointer
-    from fsm_agent.scripted import ScriptedModel
+    from fsm_agent.testing import ScriptedModel
 
     db = tmp_path / "runs.db"
     store = SQLiteCheckpointer(str(db))

@@ -27,7 +27,7 @@ from fsm_agent.phases import (
     Transition,
 )
 from fsm_agent.run_state import RunState
-from fsm_agent.scripted import ScriptedModel, Turn, text, tool_call, tool_calls
+from fsm_agent.testing import ScriptedModel, Turn, text, tool_call, tool_calls
 
 RAN: list[str] = []
 

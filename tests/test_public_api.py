@@ -61,3 +61,17 @@ def test_the_design_snippet_runs_as_written() -> None:
     result = agent.run_sync("What is 1 + 2?")
     assert (result.output, result.stop_reason) == ("3", StopReason.COMPLETED)
     assert result.usage.requests == 2 and len(result.trace) > 0 and result.messages
+
+
+def test_the_scripted_models_old_path_imports_the_same_doubles() -> None:
+    """``fsm_agent.scripted``, the scripted model's old path, still imports, without a warning,
+    and its names are ``fsm_agent.testing.scripted``'s own objects."""
+    code = (
+        "import fsm_agent.scripted as old, fsm_agent.testing.scripted as new; "
+        "print(old.__all__ == new.__all__, "
+        "all(getattr(old, name) is getattr(new, name) for name in new.__all__))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert (out.stdout.strip(), out.stderr) == ("True True", "")

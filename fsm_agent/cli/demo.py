@@ -23,7 +23,7 @@ from ..events import Event
 from ..kernel.agent import Agent, Runtime
 from ..kernel.states import Verdict
 from ..policy import Policy, RetryPolicy
-from ..scripted import ScriptedModel, VirtualClock, fail, text, tool_call
+from ..testing.scripted import ScriptedModel, VirtualClock, fail, text, tool_call
 from ..tools import Tool, tool
 from .args import UsageError, writable_file, write_output
 from .trace import Trace, add_record_option, drive, ended_ok, labels, open_recording

@@ -19,18 +19,17 @@ as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_a
 Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
 replaces the agent's runtime with its virtual clock.
 
-:func:`fuzz` does not need hypothesis; the strategies for your own property tests
-(:func:`cases`, :func:`scripts`, :func:`policies`, :func:`hook_plans`, :func:`verifiers`) do
-(``pip install -e '.[testing]'`` in a checkout), and import it when first used.
+:func:`fuzz` does not need hypothesis. The hypothesis strategies for your own property tests
+(``cases``, ``scripts``, ``policies``, ``hook_plans``, ``verifiers``) decode cases the same way;
+they are in :mod:`fsm_agent.testing`, beside ``fuzz_agent``.
 
 Read in order: :mod:`.decoding` (bytes to cases), :mod:`.case` (a case, the built-in agent,
 running one), :mod:`.source` (a case printed as Python), :mod:`.invariants` (what every run
 must keep), :mod:`.engine` (the search), :mod:`.oracle` (every move checked against a machine
 built from the table, not against ``decide()``), :mod:`.seams` and :mod:`.seam_checks` (the
 seams mode and its invariants), :mod:`.primary` (a primary model that always fails, for
-fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes),
-:mod:`.strategies` (hypothesis strategies for your own property tests) and :mod:`.phases` (a
-phase table attacked with illegal moves and out-of-phase tools).
+fallback chains), :mod:`.shrink` (smaller failing cases), :mod:`.jobs` (several processes)
+and :mod:`.phases` (a phase table attacked with illegal moves and out-of-phase tools).
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from .case import (
     DEFAULT_TOOLS,
@@ -76,9 +74,6 @@ from .seams import (
     run_seam_case,
 )
 
-if TYPE_CHECKING:
-    from .strategies import cases, hook_plans, policies, scripts, verifiers
-
 __all__ = [
     "ABORT_REASONS",
     "ALL_ATTACKS",
@@ -108,15 +103,12 @@ __all__ = [
     "SeamRecord",
     "SeamViolation",
     "StreamingFuzzModel",
-    "cases",
     "check_case",
     "check_history",
     "check_invariants",
     "check_seam_case",
     "check_seam_record",
     "fuzz",
-    "hook_plans",
-    "policies",
     "read_case",
     "read_hook_plan",
     "read_policy",
@@ -125,21 +117,8 @@ __all__ = [
     "regression_test",
     "run_case",
     "run_seam_case",
-    "scripts",
     "turn_source",
-    "verifiers",
 ]
-
-_STRATEGIES = frozenset({"cases", "hook_plans", "policies", "scripts", "verifiers"})
-
-
-def __getattr__(name: str) -> Any:
-    """The hypothesis strategies, imported on first use (``fuzz`` runs without hypothesis)."""
-    if name in _STRATEGIES:
-        from . import strategies as _fuzz_strategies
-
-        return getattr(_fuzz_strategies, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)

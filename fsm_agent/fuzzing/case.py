@@ -39,7 +39,7 @@ from ..models import Model
 from ..policy import Policy
 from ..record import Record
 from ..run_state import RunState
-from ..scripted import (
+from ..testing.scripted import (
     ScriptExhaustedError,
     ScriptPlayer,
     StreamingScriptPlayer,

@@ -37,7 +37,7 @@ from ..policy import (
     UsageLimits,
 )
 from ..providers._output import ANSWER_TOOL
-from ..scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
+from ..testing.scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
 from ..tools.output import PAGER_NAME
 from .case import DEFAULT_TOOLS, FuzzAnswer, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 

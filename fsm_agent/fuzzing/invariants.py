@@ -18,7 +18,7 @@ from ..machine.bounds import Bounds, bounds
 from ..machine.table import Counters, Limits, State, StopReason
 from ..messages import Message, ModelRequest, ModelResponse, Role, Usage
 from ..policy import Policy
-from ..scripted import Turn
+from ..testing.scripted import Turn
 from .oracle import oracle_for
 
 __all__ = [

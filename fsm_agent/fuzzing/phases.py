@@ -27,7 +27,7 @@ from ..kernel.run import RunHandle
 from ..messages import Role
 from ..phases.table import MOVE_TOOL, MovePhase, Phase, Phases
 from ..policy import Policy
-from ..scripted import ScriptedModel, Turn, text, tool_calls
+from ..testing.scripted import ScriptedModel, Turn, text, tool_calls
 from ..tools import Tool, ToolContext
 
 __all__ = ["PhaseFuzzReport", "default_phases", "fuzz_phases", "stub_tools"]

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from ..errors import RateLimitError
 from ..messages import ModelRequest, ModelResponse, StreamDelta
-from ..scripted import Failure, Turn
+from ..testing.scripted import Failure, Turn
 
 __all__ = ["FailingPrimary", "Recording"]
 

@@ -27,7 +27,7 @@ from ..messages import ModelResponse, ToolCall, ToolDefinition
 from ..persistence.sqlite import SQLiteCheckpointer
 from ..policy import HookFailureMode, Policy, RetryPolicy
 from ..run_state import RunState
-from ..scripted import Turn, VirtualClock
+from ..testing.scripted import Turn, VirtualClock
 from ..tools import Tool, ToolContext, ToolExecution
 from .case import (
     DEFAULT_TOOLS,

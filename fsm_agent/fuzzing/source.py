@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from ..errors import ModelError
 from ..messages import FinishReason, ToolCall, Usage
 from ..record import Record
-from ..scripted import DEFAULT_USAGE, Failure, Turn
+from ..testing.scripted import DEFAULT_USAGE, Failure, Turn
 
 __all__ = ["model_source", "turn_source"]
 

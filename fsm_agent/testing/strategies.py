@@ -1,9 +1,10 @@
 """Hypothesis strategies for fuzz cases, for your own property tests.
 
-Each strategy is hypothesis's ``binary()`` decoded by a reader of :mod:`.decoding`:
-hypothesis shrinks bytes by deleting and lowering them, so a shrunk case is a short, simple
-one; and one draw per example instead of dozens keeps the tests fast (hypothesis spends about
-15 µs per draw). ``fsm-agent fuzz`` itself draws its bytes without hypothesis.
+Each strategy is hypothesis's ``binary()`` decoded by a reader of the fuzzer's
+:mod:`fsm_agent.fuzzing.decoding`: hypothesis shrinks bytes by deleting and lowering them, so a
+shrunk case is a short, simple one; and one draw per example instead of dozens keeps the tests
+fast (hypothesis spends about 15 µs per draw). ``fsm-agent fuzz`` itself draws its bytes without
+hypothesis, which this module needs (the ``[testing]`` extra).
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ try:
     from hypothesis import strategies as st
 except ImportError:
     raise MissingExtraError(
-        "fsm_agent.fuzzing's strategies", extra="testing", module="hypothesis"
+        "fsm_agent.testing's strategies", extra="testing", module="hypothesis"
     ) from None
 
-from ..messages import ToolDefinition
-from ..policy import Policy
-from ..scripted import Turn
-from .case import FuzzCase, HookPlan, VerifierAnswer
-from .decoding import (
+from ..fuzzing.case import FuzzCase, HookPlan, VerifierAnswer
+from ..fuzzing.decoding import (
     CASE_SIZE,
     Choices,
     read_case,
@@ -33,6 +31,9 @@ from .decoding import (
     read_script,
     read_verifier,
 )
+from ..messages import ToolDefinition
+from ..policy import Policy
+from .scripted import Turn
 
 __all__ = ["cases", "hook_plans", "policies", "scripts", "verifiers"]
 
@@ -44,24 +45,26 @@ def _decoded(reader: Callable[[Choices], T], size: int) -> st.SearchStrategy[T]:
 
 
 def cases(definitions: Iterable[ToolDefinition] | None = None) -> st.SearchStrategy[FuzzCase]:
-    """Fuzz cases (see :func:`~.decoding.read_case`)."""
+    """Fuzz cases (see :func:`~fsm_agent.fuzzing.decoding.read_case`)."""
     tools = None if definitions is None else list(definitions)
     return _decoded(lambda c: read_case(c, tools), CASE_SIZE)
 
 
 def scripts(definitions: Iterable[ToolDefinition] = ()) -> st.SearchStrategy[tuple[Turn, ...]]:
-    """Model scripts for an agent with these tools (see :func:`~.decoding.read_script`)."""
+    """Model scripts for an agent with these tools (see
+    :func:`~fsm_agent.fuzzing.decoding.read_script`)."""
     tools = list(definitions)
     return _decoded(lambda c: read_script(c, tools), 64)
 
 
 def policies() -> st.SearchStrategy[Policy]:
-    """Small policies with every feature in play (see :func:`~.decoding.read_policy`)."""
+    """Small policies with every feature in play (see
+    :func:`~fsm_agent.fuzzing.decoding.read_policy`)."""
     return _decoded(read_policy, 40)
 
 
 def hook_plans() -> st.SearchStrategy[HookPlan]:
-    """Hook plans (see :func:`~.decoding.read_hook_plan`)."""
+    """Hook plans (see :func:`~fsm_agent.fuzzing.decoding.read_hook_plan`)."""
     return _decoded(read_hook_plan, 16)
 
 
