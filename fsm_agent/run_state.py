@@ -102,6 +102,7 @@ StoredMove = Annotated[Move, BeforeValidator(_move_in), PlainSerializer(_move_ou
 load)."""
 
 _NO_COUNTERS = Counters()  # immutable: every new run may share it
+_NO_USAGE = Usage()  # frozen: every new run may share it
 
 
 @dataclass(slots=True, kw_only=True)
@@ -145,7 +146,7 @@ class RunState(Record):
     conversation_id: str | None = None  # the Conversation the run belongs to, if any
     state: State = State.IDLE
     counters: StoredCounters = _NO_COUNTERS
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = _NO_USAGE
     messages: list[Message] = field(default_factory=list)
     context_tokens: int = 0  # estimate for ``messages``, kept up to date as they change
     pending_tool_calls: list[ToolCall] = field(default_factory=list)
