@@ -25,6 +25,7 @@ __all__ = [
     "ABORT_REASONS",
     "DONE_REASONS",
     "INVARIANTS",
+    "TERMINAL_EVENTS",
     "InvariantViolation",
     "RecordedModel",
     "RunRecord",
@@ -73,7 +74,8 @@ ABORT_REASONS = frozenset(
     }
 )
 """The stop reasons of a run that ends in ``aborted``."""
-_TERMINAL_EVENTS = ("final", "aborted", "suspended")
+TERMINAL_EVENTS = ("final", "aborted", "suspended")
+"""The event types that end an invocation of a run (a resume starts the next one)."""
 
 
 class InvariantViolation(AssertionError):
@@ -163,7 +165,7 @@ def check_invariants(record: RunRecord) -> int:
         raise InvariantViolation(1, "run not resting")
     # 4. One ending per invocation, last.
     for invocation in record.invocations or [events]:
-        ends = [i for i, e in enumerate(invocation) if e.type in _TERMINAL_EVENTS]
+        ends = [i for i, e in enumerate(invocation) if e.type in TERMINAL_EVENTS]
         if ends != [len(invocation) - 1]:
             raise InvariantViolation(4, f"terminal events at {ends} of {len(invocation)}")
     # 5. Well-formed history at every model request, and at the end.

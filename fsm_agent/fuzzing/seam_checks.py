@@ -16,7 +16,7 @@ from ..errors import UnknownRunError
 from ..events import Event
 from ..kernel.agent import RunHandle
 from ..machine.table import TERMINAL, State
-from .invariants import InvariantViolation, check_history
+from .invariants import TERMINAL_EVENTS, InvariantViolation, check_history
 from .seams import GRACE_S, SeamRecord
 
 __all__ = ["SEAM_INVARIANTS", "RunCrashed", "SeamViolation", "check_seam_record"]
@@ -31,8 +31,6 @@ SEAM_INVARIANTS: dict[int, str] = {
     7: "ends in time",
 }
 """The seam invariants by number (docs/testing.md lists them)."""
-
-_TERMINAL_EVENTS = ("final", "aborted", "suspended")
 
 
 class SeamViolation(AssertionError):
@@ -93,7 +91,7 @@ def _check_cancellation(record: SeamRecord) -> None:
 def _check_ending(record: SeamRecord) -> None:
     """Invariant 1: one terminal event, the last; a run that returned has its result."""
     events = record.events
-    ends = [i for i, e in enumerate(events) if e.type in _TERMINAL_EVENTS]
+    ends = [i for i, e in enumerate(events) if e.type in TERMINAL_EVENTS]
     if record.ending == "returned":
         if record.result is None:
             raise SeamViolation(1, "the run returned without a result on its handle")
