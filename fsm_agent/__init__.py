@@ -416,13 +416,9 @@ def __getattr__(name: str) -> object:
 
 def _submodule(name: str) -> object:
     """The submodule ``fsm_agent.<name>``, imported; ``AttributeError`` when there is none."""
-    if not name.startswith("_"):
-        try:
-            return import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks a dependency
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._lazy import submodule  # here, not at the top: ``import fsm_agent`` loads errors only
+
+    return submodule(__name__, name)
 
 
 def __dir__() -> list[str]:

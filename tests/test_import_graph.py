@@ -34,7 +34,7 @@ FACADES = (ROOT, f"{ROOT}.testing")
 modules."""
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "log", "redaction", "_genai_names", "deep_json", "record")),
+    ("foundation", ("errors", "log", "redaction", "_genai_names", "_lazy", "deep_json", "record")),
     ("values", ("messages", "model_settings", "models")),
     ("machine", ("machine", "policy")),
     ("run state", ("run_state", "events", "approval", "output")),

@@ -25,6 +25,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from .._lazy import submodule
+
 if TYPE_CHECKING:
     from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
     from .fuzz import fuzz_agent
@@ -100,13 +102,7 @@ def __getattr__(name: str) -> object:
         value: object = getattr(import_module(f"{__name__}.{module}"), name)
         globals()[name] = value
         return value
-    if not name.startswith("_"):
-        try:
-            return import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks a dependency
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return submodule(__name__, name)
 
 
 def __dir__() -> list[str]:
