@@ -4,11 +4,12 @@ Plays the workload of ``kernel_overhead.py`` (``workload.py``: N - 1 ``add`` too
 answer, each response built per call from the wire body) on this checkout's ``fsm_agent`` and on
 the ``fsm_agent/`` of ``REV`` (taken with ``git archive``; the workload is this checkout's, so
 the older revision must have the public API it uses). Each round times both in fresh processes,
-one after the other, and the figure is the median of the rounds' ratios (this / REV), which
-cancels most of the noise of a shared machine. ``--instructions`` counts CPU instructions under
-callgrind instead: the same figure on a loaded machine.
+one after the other (each first in half the rounds), and the figure is the median of the
+rounds' ratios (this / REV), which cancels most of the noise of a shared machine.
+``--instructions`` counts CPU instructions under callgrind instead (with a fixed hash seed):
+the same figure on a loaded machine, to the instruction.
 
-    python benchmarks/kernel_against.py REV [--steps 2,10,50] [--rounds 9] [--instructions]
+    python benchmarks/kernel_against.py REV [--steps 2,10,50] [--rounds 15] [--instructions]
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def extract(rev: str, into: Path) -> None:
 
 
 def time_one(root: str | None, steps: int, runs: int) -> float:
-    """µs per step of fsm_agent from ``root`` (``None``: this checkout), in a fresh process."""
+    """µs per step of fsm_agent from ``root`` (``None``: this checkout), in a fresh process:
+    the fastest of five timings of ``runs`` runs, after a warm-up."""
     env = {**os.environ, PACKAGE_ROOT_ENV: root} if root is not None else None
     done = subprocess.run(
         [
@@ -64,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rev", help="the revision to compare with (a commit, tag or branch)")
     parser.add_argument("--steps", default="2,10,50", help="comma-separated run lengths")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--instructions", action="store_true", help="count with callgrind")
     args = parser.parse_args()
     if args.instructions and shutil.which("valgrind") is None:
@@ -84,8 +86,13 @@ def main() -> None:
                 print(f"N = {steps:>5}  this / {args.rev}: {ratio:.3f}×")
                 continue
             ratios = []
-            for _ in range(args.rounds):
-                ratios.append(time_one(None, steps, runs) / time_one(scratch, steps, runs))
+            for round_ in range(args.rounds):
+                if round_ % 2:  # each goes first in half the rounds
+                    theirs = time_one(scratch, steps, runs)
+                    ratios.append(time_one(None, steps, runs) / theirs)
+                else:
+                    ours = time_one(None, steps, runs)
+                    ratios.append(ours / time_one(scratch, steps, runs))
             print(
                 f"N = {steps:>5}  this / {args.rev}: {statistics.median(ratios):.3f}× "
                 f"({min(ratios):.3f}–{max(ratios):.3f}, {args.rounds} rounds)"
