@@ -37,9 +37,9 @@ async def _held(lane: Lane) -> Callable[[], None]:
     return gate.set
 
 
-def test_writes_queued_together_are_made_in_one_transaction() -> None:
-    """Five writes of two runs, queued while the thread was busy, enter the store's batch once
-    and are all made, in each run's order."""
+def _counting_threads() -> tuple[StoreThreads, list[str], list[int]]:
+    """Store threads on one thread whose batches note how many writes were made when each
+    began; the writes of the tests append to the returned list."""
     entered: list[int] = []
     made: list[str] = []
 
@@ -48,7 +48,13 @@ def test_writes_queued_together_are_made_in_one_transaction() -> None:
         entered.append(len(made))
         yield
 
-    threads = StoreThreads(1, "test-store", batch)
+    return StoreThreads(1, "test-store", batch), made, entered
+
+
+def test_writes_queued_together_are_made_in_one_transaction() -> None:
+    """Five writes of two runs, queued while the thread was busy, enter the store's batch once
+    and are all made, in each run's order."""
+    threads, made, entered = _counting_threads()
 
     async def main() -> None:
         first, second = threads.lane(), threads.lane()
@@ -195,15 +201,7 @@ def test_writes_handed_over_together_keep_their_own_outcomes() -> None:
     """``call(after=...)`` hands the deferred writes and the awaited one to the thread at once:
     they are made in order in one batch, and a deferred write that fails fails the lane (the
     awaited write after it is not made) without undoing the writes before it."""
-    entered: list[int] = []
-    made: list[str] = []
-
-    @contextmanager
-    def batch() -> Iterator[None]:
-        entered.append(len(made))
-        yield
-
-    threads = StoreThreads(1, "test-store", batch)
+    threads, made, entered = _counting_threads()
 
     async def main() -> None:
         lane = threads.lane()

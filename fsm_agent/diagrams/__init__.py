@@ -26,8 +26,9 @@ An edge reads like a UML transition, ``outcome [guard] / stop reason``; where se
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from .._lazy import load
 
 # Bound at import: ``render`` is named like its module, and an import of the submodule
 # ``fsm_agent.diagrams.render`` that came first would otherwise leave the module in its place.
@@ -88,12 +89,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """A public name, imported with its module on first use (PEP 562)."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return load(__name__, _MODULE_OF, globals(), name)
 
 
 def __dir__() -> list[str]:

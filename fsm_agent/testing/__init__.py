@@ -22,10 +22,9 @@ Each name loads with its module on first use, so importing this package, or
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .._lazy import submodule
+from .._lazy import load
 
 if TYPE_CHECKING:
     from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
@@ -97,12 +96,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """A public name, imported with its module on first use (PEP 562); a submodule's name
     imports the submodule, as when this package imported its modules eagerly."""
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value: object = getattr(import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    return submodule(__name__, name)
+    return load(__name__, _MODULE_OF, globals(), name)
 
 
 def __dir__() -> list[str]:
