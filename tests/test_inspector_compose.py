@@ -161,3 +161,26 @@ def test_fork_from_here_creates_a_fork_that_continues_and_links_back(
 
     serve(store, shop(store, "Tea, again."), test)
     assert store.load(original.run_id) == before
+
+
+def test_fork_from_here_by_a_changed_agent_is_refused_and_stores_nothing(
+    store: SQLiteCheckpointer,
+) -> None:
+    """An inspector whose agent is not the one that started the run (another system prompt)
+    refuses "fork from here" with 409 naming the change, and stores no run that would wait
+    for an agent that can continue it."""
+    original = asyncio.run(shop(store).run("Find tea."))
+    at = after_results(original.trace)
+    changed = shop(store, "Tea, again.")
+    changed.system_prompt = "Answer in French."
+
+    async def test(http: httpx.AsyncClient) -> None:
+        path = f"/api/runs/{original.run_id}/fork"
+        refused = await http.post(path, json={"at": at}, headers=AUTH)
+        assert refused.status_code == 409, refused.text
+        assert "system_prompt" in refused.json()["error"]
+        listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in listed] == [original.run_id]
+
+    serve(store, changed, test)
+    assert [r.run_id for r in store.runs()] == [original.run_id]

@@ -42,6 +42,7 @@ from ..errors import (
     CheckpointError,
     ConfigurationError,
     CorruptCheckpointError,
+    DefinitionChangedError,
     InvalidInputError,
     ResumeError,
     SchemaVersionError,
@@ -356,8 +357,14 @@ class Inspector:
         if type(at) is not int or at < 1:
             return _error(400, 'expected {"at": n}: the move (1 or more) to fork the run from')
         try:
-            state = await fork_run(self.store, run_id, self.agent.runtime.new_id(), at=at)
-        except (InvalidInputError, ConfigurationError) as exc:
+            state = await fork_run(
+                self.store,
+                run_id,
+                self.agent.runtime.new_id(),
+                at=at,
+                definition=self.agent._plan.definition,
+            )
+        except (InvalidInputError, ConfigurationError, DefinitionChangedError) as exc:
             return _error(409, str(exc))
         fork_id = state.run_id
         waits = state.state is State.SUSPENDED

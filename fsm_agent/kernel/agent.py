@@ -383,14 +383,19 @@ class Agent(Generic[DepsT, OutputT]):
         it is checkpointed like any run of this agent. A fork of a move that waits for a human
         is returned suspended: resume it with the decisions. Raises
         :class:`~fsm_agent.InvalidInputError`, storing nothing, for a move not saved, a move
-        that ended the run, or an edit that leaves an invalid state."""
+        that ended the run, or an edit that leaves an invalid state, and
+        :class:`~fsm_agent.DefinitionChangedError`, storing nothing, when this agent is not the
+        one that started the run (unless ``allow_changed_definition``)."""
         store = self.checkpointer
         if store is None:
             raise ConfigurationError(
                 "fork starts from a run's saved moves: it needs an agent with a checkpointer "
                 "(the store that holds the run)"
             )
-        state = await fork_run(store, run_id, self.runtime.new_id(), at=at, edit=edit)
+        definition = None if allow_changed_definition else self._plan.definition
+        state = await fork_run(
+            store, run_id, self.runtime.new_id(), at=at, edit=edit, definition=definition
+        )
         if state.state is State.SUSPENDED and state.resume_token is not None:
             return RunResult.of(state, None, self._output_spec)
         return await self.resume(

@@ -555,6 +555,7 @@ function renderRun(detail) {
 
 function liveText(detail) {
   if (detail.resuming) return "resuming: following live";
+  if (detail.resume_error) return "stopped: the resume failed";
   if (detail.state === "suspended") return "waiting for a human";
   if (RESTING.has(detail.state)) return "at rest";
   return "following live";
