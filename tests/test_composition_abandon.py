@@ -162,3 +162,37 @@ def test_abandon_while_the_run_goes_on_stops_its_descendants(tmp_path: Path) -> 
         assert (rs.state, rs.stop_reason) == (State.ABORTED, StopReason.CANCELLED), rs.run_id
         validate_history(rs.messages)
     store.close()
+
+
+def test_runs_list_lists_children_under_their_parent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fsm-agent runs list`` lists the child run under its parent's and the grandchild
+    under the child's, each saying whose call it ran for; a fork is listed under its
+    original, saying from which move."""
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path)
+    world = Charges(store)
+    assert world.manager.run_sync("Take the payment.").ok
+    _, clerk, cashier = _descendants(store)
+    forker = Agent(
+        ScriptedModel([text("paid again")]),
+        tools=[world.manager.tools["pay"]],
+        checkpointer=store,
+        policy=world.manager.policy,
+        runtime=Runtime(),
+    )
+    fork = asyncio.run(forker.fork(PARENT_ID, at=3))
+    store.close()
+    assert main(["runs", "list", "--db", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    ids = [line.replace("└", " ").split()[0] for line in lines]
+    assert ids.index(PARENT_ID) < ids.index(clerk.run_id) < ids.index(cashier.run_id)
+    assert ids.index(PARENT_ID) < ids.index(fork.run_id)
+    by_id = dict(zip(ids, lines, strict=True))
+    assert by_id[PARENT_ID].startswith(PARENT_ID)
+    assert by_id[clerk.run_id].startswith(f"└ {clerk.run_id}")
+    assert by_id[clerk.run_id].endswith(f"child of {PARENT_ID} (call p1)")
+    assert by_id[cashier.run_id].startswith(f"  └ {cashier.run_id}")
+    assert by_id[cashier.run_id].endswith(f"child of {clerk.run_id} (call b1)")
+    assert by_id[fork.run_id].endswith(f"fork of {PARENT_ID} at move 3")
