@@ -22,7 +22,7 @@ import copy
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib import resources
@@ -52,7 +52,7 @@ from ..kernel.agent import Agent
 from ..kernel.fork import fork_run
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
-from .views import diagram_svg, redact, run_detail, run_row, state_svg
+from .views import diagram_svg, forks_of, grouped, redact, run_detail, run_row, state_svg
 
 __all__ = ["SECURITY_HEADERS", "Inspector"]
 
@@ -220,6 +220,14 @@ class Inspector:
                 return checkpoint
         return self._checkpoints[key]
 
+    def _latest(self) -> Iterator[Checkpoint]:
+        """The latest checkpoint of every stored run that can be read (cached)."""
+        for summary in self.store.runs():
+            if summary.problem is None:
+                checkpoint = self._checkpoint(summary.run_id, summary.version)
+                if not isinstance(checkpoint, str):
+                    yield checkpoint
+
     # -- the API ----------------------------------------------------------------------------------
     async def _runs(self, request: Request) -> Response:
         state = request.query_params.get("state", "")
@@ -247,7 +255,7 @@ class Inspector:
                 if search and search not in text:
                     continue
                 found.append(row)
-            return found
+            return grouped(found)
 
         return JSONResponse(
             {
@@ -263,6 +271,7 @@ class Inspector:
         run_id = request.path_params["run_id"]
         checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
+        detail["forks"] = await self._read(lambda: forks_of(run_id, self._latest()))
         detail["resuming"] = self._is_resuming(run_id)
         failed = self.failures.get(run_id)
         shown = failed is not None and failed[0] in (None, checkpoint.version)
