@@ -236,8 +236,9 @@ class Agent(Generic[DepsT, OutputT]):
         agent on the task, under the calling run's usage limits, deadline and cancellation, and
         its output (typed, for an ``output_type``) is the call's result. A stop without an
         answer (its step limit, an abort) is an error result the caller's model reads. The
-        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
-        the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
+        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``; with
+        neither, only this agent's own limits and the caller's deadline end it: the calling
+        policy's per-tool ``tool_timeout_s`` does not apply). See ``docs/composition.md``."""
         return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
 
     def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:

@@ -357,6 +357,12 @@ class AgentTool(Tool):
         )
         self.agent = agent
 
+    def call_timeout_s(self, default_timeout_s: float) -> float | None:
+        """The call's own ``timeout_s`` (given to ``as_tool``, else the child's
+        ``max_wall_clock_s``), never the parent's per-tool default: without either, the child
+        runs until its own limits end it, within the parent's deadline."""
+        return self.timeout_s
+
     @property
     def reports_progress(self) -> bool:
         """No: the child's events say how it goes, and they reach the parent's listener as they
@@ -377,6 +383,7 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
         model_timeout_s=model_timeout_s,
         models=len(agent._plan.models),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
+        other_tools=any(not isinstance(t, AgentTool) for t in agent.tools.values()),
     )
 
 
@@ -407,7 +414,11 @@ def children_bounds(
 ) -> list[ChildBounds]:
     """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
     return [
-        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
+        ChildBounds(
+            found.name,
+            agent_bounds(found.agent, model_timeout_s=model_timeout_s),
+            timeout_s=found.timeout_s,
+        )
         for found in agent.tools.values()
         if isinstance(found, AgentTool)
     ]
