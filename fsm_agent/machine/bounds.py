@@ -233,9 +233,7 @@ def _bounds(
     )
 
 
-def _compose(
-    own: Bounds, timed: Bounds, policy: Policy, children: Sequence[ChildBounds]
-) -> Bounds:
+def _compose(own: Bounds, timed: Bounds, policy: Policy, children: Sequence[ChildBounds]) -> Bounds:
     """The worst case of an agent whose own is ``own`` under ``policy`` (``timed``: the same
     with each tool call as long as its longest child's call) when it uses ``children`` as
     tools: each of its tool executions may be a call of its costliest child."""
