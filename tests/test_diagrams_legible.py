@@ -107,7 +107,7 @@ def test_a_composition_with_several_children_is_legible(children: int) -> None:
         ],
     )
     (source,) = agent_drawings(orchestrator, None, "dot", "orchestrator").values()
-    assert source.count("ID=\"agent-tool-") == children
+    assert source.count('ID="agent-tool-') == children
     assert problems(source) == []
 
 
@@ -124,6 +124,6 @@ def test_a_composed_run_is_legible(tmp_path: Path) -> None:
     runs = child_runs_of(store, store.load(run_id).state)
     store.close()
     drawn = run_drawings(runs, run_id, "run.dot", "dot", "fsm_agent: run")
-    assert len(drawn) == 3 and drawn["run.dot"].count("ID=\"agent-call-") == 2
+    assert len(drawn) == 3 and drawn["run.dot"].count('ID="agent-call-') == 2
     for source in drawn.values():
         assert problems(source) == []
