@@ -38,11 +38,11 @@ from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
-from ..messages import Message, Usage
+from ..messages import Message, ToolCall, Usage
 from ..persistence.storable import storable_message
 from ..policy import UsageLimits
 from ..run_state import RunState
-from ..tools import Tool, ToolContext
+from ..tools import Tool, ToolContext, ToolExecution
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
@@ -357,11 +357,18 @@ class AgentTool(Tool):
         )
         self.agent = agent
 
-    def call_timeout_s(self, default_timeout_s: float) -> float | None:
-        """The call's own ``timeout_s`` (given to ``as_tool``, else the child's
-        ``max_wall_clock_s``), never the parent's per-tool default: without either, the child
-        runs until its own limits end it, within the parent's deadline."""
-        return self.timeout_s
+    async def execute(
+        self,
+        call: ToolCall,
+        context: ToolContext[Any],
+        *,
+        default_timeout_s: float | None = None,
+    ) -> ToolExecution:
+        """Run the child as :meth:`Tool.execute` runs a function, cut off at the call's own
+        ``timeout_s`` (given to ``as_tool``, else the child's ``max_wall_clock_s``), never at
+        the parent's per-tool default: without either, the child runs until its own limits
+        end it, within the parent's deadline."""
+        return await super().execute(call, context, default_timeout_s=None)
 
     @property
     def reports_progress(self) -> bool:

@@ -248,19 +248,17 @@ class Tool:
         own and emits its ``tool_progress`` events while it runs."""
         return self.takes_context
 
-    def call_timeout_s(self, default_timeout_s: float) -> float | None:
-        """How long one call may run before it is cut off: the tool's own ``timeout_s``, else
-        ``default_timeout_s`` (the policy's ``tool_timeout_s``); ``None``: no limit of its own."""
-        return self.timeout_s if self.timeout_s is not None else default_timeout_s
-
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
+        self,
+        call: ToolCall,
+        context: ToolContext[Any],
+        *,
+        default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """Validate the call's arguments, run the function, and turn what happened into a
         result: never raises, except :class:`asyncio.CancelledError`. The tool's own
-        ``timeout_s`` wins over ``default_timeout_s`` (the policy's); see
-        :meth:`call_timeout_s`."""
-        timeout = self.call_timeout_s(default_timeout_s)
+        ``timeout_s`` wins over ``default_timeout_s`` (the policy's; ``None``: no limit)."""
+        timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
         started = time.perf_counter()
         try:
             kwargs = self._arguments(call)

@@ -460,7 +460,7 @@ function renderSummary(detail) {
   document.getElementById("task").textContent = detail.task || "(no task)";
   document.getElementById("model").textContent = detail.model || "model unknown";
   document.getElementById("started").textContent = when(detail.started_at);
-  const moving = !RESTING.has(detail.state) && detail.started_at !== null;
+  const moving = !RESTING.has(detail.state) && detail.started_at !== null && !detail.resume_error;
   document.getElementById("duration-label").textContent = moving ? "running for" : "ran";
   document.getElementById("duration").textContent = moving
     ? duration(Math.max(0, Date.now() / 1000 - detail.started_at))
@@ -583,9 +583,9 @@ function renderRun(detail) {
 
 function liveText(detail) {
   if (detail.resuming) return "resuming: following live";
-  if (detail.resume_error) return "stopped: the resume failed";
   if (detail.state === "suspended") return "waiting for a human";
   if (RESTING.has(detail.state)) return "at rest";
+  if (detail.resume_error) return "stopped: the resume failed";
   return "following live";
 }
 
