@@ -196,3 +196,37 @@ def test_runs_list_lists_children_under_their_parent(
     assert by_id[cashier.run_id].startswith(f"  └ {cashier.run_id}")
     assert by_id[cashier.run_id].endswith(f"child of {clerk.run_id} (call b1)")
     assert by_id[fork.run_id].endswith(f"fork of {PARENT_ID} at move 3")
+
+
+class _CrashWhenTheCashierEnds(CrashingCheckpointer):
+    """Stops the process as a crash would right after the cashier's run is saved ended, before
+    the clerk journals the result of its call."""
+
+    def save(self, state: RunState, *, version: int) -> None:
+        """Store, then crash when this is the cashier's last checkpoint."""
+        self.inner.save(state, version=version)
+        if state.state is State.DONE and state.output == "charged 1, 2 and 3":
+            raise SimulatedCrash("after the cashier ended")
+
+
+def test_abandon_gives_a_call_the_answer_its_child_had_given(tmp_path: Path) -> None:
+    """A crash right after the grandchild ended with its answer: abandoning the top run gives
+    the child's call of the grandchild that answer (not "outcome unknown"), and leaves the
+    grandchild's finished run as it was."""
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path)
+    world = Charges(_CrashWhenTheCashierEnds(store, 0))
+    with pytest.raises(SimulatedCrash):
+        world.manager.run_sync("Take the payment.")
+    ended = store.load(_descendants(store)[2].run_id)
+    result = asyncio.run(
+        Agent(ScriptedModel([]), checkpointer=store, runtime=Runtime()).abandon(PARENT_ID)
+    )
+    assert result.state is State.ABORTED
+    _, clerk, cashier = _descendants(store)
+    (billed,) = _results(clerk).values()
+    assert billed.content == "charged 1, 2 and 3" and not billed.is_error
+    assert (clerk.state, clerk.stop_reason) == (State.ABORTED, StopReason.CANCELLED)
+    assert store.load(cashier.run_id) == ended and cashier.state is State.DONE
+    assert world.made == [1, 2, 3]
+    store.close()

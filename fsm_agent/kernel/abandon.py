@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
-from ..machine.table import TERMINAL, Outcome
+from ..machine.table import TERMINAL, Outcome, State, StopReason
 from ..messages import ToolCall, ToolResult
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
@@ -43,8 +43,15 @@ _UNKNOWN = (
 
 _CHILD_ABANDONED = (
     "Error: not finished: the run was abandoned while agent tool '{name}' ran (call {id}); "
-    "its child run {child} was abandoned with it ({stop}): what it did is in that run's journal"
+    "its child run {child} was abandoned too ({stop}): what it did is in that run's journal"
 )
+
+_CHILD_ENDED = (
+    "Error: not finished: agent tool '{name}' (call {id}) stopped without finishing its task "
+    "before the run was abandoned; its child run {child} ended {stop}"
+)
+
+_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
 
 _UNANSWERED = (
     "Error: not finished: tool '{name}' asked a human ({question}) and the run was abandoned "
@@ -94,7 +101,8 @@ async def _abandon_children(
     agent: Agent[Any, Any], store: Checkpointer, rs: RunState, reason: str
 ) -> dict[str, RunState]:
     """Abandon the unfinished child run of each call ``rs`` waits for (an agent tool's, found
-    by the id its call gives it); the children's states by call id."""
+    by the id its call gives it); the children's states by call id, those that had ended
+    before included."""
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their children's ids)
     why = f"its parent run {rs.run_id} was abandoned: {reason}"
@@ -107,9 +115,8 @@ async def _abandon_children(
             checkpoint = await load_checkpoint(store, child_id)
         except UnknownRunError:  # not an agent tool, or its child never started
             continue
-        if checkpoint.state.state in TERMINAL:  # it ended: the journal says what it gave
-            continue
-        await _abandoned(agent, store, checkpoint, why)  # moves checkpoint.state on
+        if checkpoint.state.state not in TERMINAL:
+            await _abandoned(agent, store, checkpoint, why)  # moves checkpoint.state on
         children[call.id] = checkpoint.state
     return children
 
@@ -118,8 +125,8 @@ async def _settle_from_journal(
     agent: Agent[Any, Any], store: Checkpointer, rs: RunState, children: dict[str, RunState]
 ) -> None:
     """Give each waiting call the journal knows of its result (see :func:`_journaled`; a
-    recorded result is cut as the agent cuts tool outputs); a call whose child was abandoned
-    with the run and gave no result says so."""
+    recorded result is cut as the agent cuts tool outputs); a call of a child whose result
+    the journal does not hold gets what the child's run says (see :func:`_from_child`)."""
     effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
@@ -131,19 +138,25 @@ async def _settle_from_journal(
         record = effects.get(f"{step}/tool/{call.id}")
         child = children.get(call.id)
         if child is not None and (record is None or record.result is None):
-            content = _CHILD_ABANDONED.format(
-                name=call.name, id=call.id, child=child.run_id, stop=_stop(child)
-            )
-            result: ToolResult | None = ToolResult(
-                call_id=call.id, name=call.name, content=content, is_error=True
-            )
+            result: ToolResult | None = _from_child(call, child)
         else:
             result = _journaled(call, record)
-            if result is not None and max_chars is not None:
-                result = cut_result(rs.tool_outputs, result, max_chars)
+        if result is not None and max_chars is not None:
+            result = cut_result(rs.tool_outputs, result, max_chars)
         if result is not None:
             results.append(result)
     rs.tool_results = results
+
+
+def _from_child(call: ToolCall, child: RunState) -> ToolResult:
+    """The result of ``call`` from its child's run: the child's answer when it had ended with
+    one before the abandon, else an error naming the child's run and how it ended."""
+    if child.state is State.DONE and child.stop_reason in _ANSWERED and child.output is not None:
+        return ToolResult(call_id=call.id, name=call.name, content=child.output)
+    cancelled = child.state is State.ABORTED and child.stop_reason is StopReason.CANCELLED
+    template = _CHILD_ABANDONED if cancelled else _CHILD_ENDED
+    content = template.format(name=call.name, id=call.id, child=child.run_id, stop=_stop(child))
+    return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
 
 
 def _stop(rs: RunState) -> str:
