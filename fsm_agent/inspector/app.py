@@ -127,6 +127,7 @@ class Inspector:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-agent-inspect")
         self._svgs: dict[tuple[str, int], bytes] = {}
         self._checkpoints: dict[tuple[str, int], Checkpoint] = {}
+        self._forked_from: dict[str, str | None] = {}  # by run id: set once, when forked
         read = self._readable
         routes = [
             Route("/", self._page("index")),
@@ -220,10 +221,18 @@ class Inspector:
                 return checkpoint
         return self._checkpoints[key]
 
-    def _latest(self) -> Iterator[Checkpoint]:
-        """The latest checkpoint of every stored run that can be read (cached)."""
+    def _forks(self, run_id: str) -> Iterator[Checkpoint]:
+        """The latest checkpoint of each stored fork of ``run_id``. Where a run was forked from
+        never changes, so each run's checkpoint is read once for it, not on every request."""
         for summary in self.store.runs():
-            if summary.problem is None:
+            if summary.problem is not None:
+                continue
+            if summary.run_id not in self._forked_from:
+                first = self._checkpoint(summary.run_id, summary.version)
+                if isinstance(first, str):
+                    continue
+                self._forked_from[summary.run_id] = first.state.forked_from
+            if self._forked_from[summary.run_id] == run_id:
                 checkpoint = self._checkpoint(summary.run_id, summary.version)
                 if not isinstance(checkpoint, str):
                     yield checkpoint
@@ -271,7 +280,7 @@ class Inspector:
         run_id = request.path_params["run_id"]
         checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
-        detail["forks"] = await self._read(lambda: forks_of(run_id, self._latest()))
+        detail["forks"] = await self._read(lambda: forks_of(run_id, self._forks(run_id)))
         detail["resuming"] = self._is_resuming(run_id)
         failed = self.failures.get(run_id)
         shown = failed is not None and failed[0] in (None, checkpoint.version)
