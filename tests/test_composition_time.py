@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, Policy, RetryPolicy, tool
+from fsm_agent.kernel.composition import AgentTool
 from fsm_agent.messages import ModelRequest, ModelResponse
 from fsm_agent.testing import ScriptedModel, Turn, text, tool_call, tool_calls
 
@@ -140,3 +141,19 @@ def test_a_run_that_takes_every_worst_time_comes_close_to_the_bound() -> None:
     took = time.perf_counter() - started
     assert sorted(done) == ["audit", "law", "tax"] and result.model_calls == 2 + 3 * 2
     assert 0.75 * bound <= took <= bound, (took, bound)
+
+
+def test_a_tools_timeout_shorter_than_the_childs_worst_time_bounds_the_call() -> None:
+    """as_tool(timeout_s=...) shorter than the child's worst time is what one call of it
+    counts in the parent's bound, and the derivation says so."""
+    orchestrator, _ = _orchestrator()
+    law = orchestrator.tools["law"]
+    assert isinstance(law, AgentTool)
+    quick = Agent(
+        ScriptedModel([]),
+        tools=[law.agent.as_tool(name="law", description="Law.", timeout_s=0.2)],
+        policy=orchestrator.policy,
+    )
+    bound = quick.bounds(model_timeout_s=MODEL_S)
+    assert bound.max_wall_clock_s == pytest.approx(2 * MODEL_S + 2 * 0.2)
+    assert "0.2 s (the child 'law', its tool's timeout_s)" in bound.wall_clock_derivation

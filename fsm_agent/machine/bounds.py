@@ -136,7 +136,8 @@ def _longest_call(
         )
     if other_tools and policy.tool_timeout_s > time:
         return policy.tool_timeout_s, f"{policy.tool_timeout_s:g} s (tool_timeout_s)"
-    how = "its tool's timeout_s" if time == worst.timeout_s else "its worst time"
+    cut = worst.timeout_s is not None and worst.timeout_s < _key(worst.bounds.max_wall_clock_s)
+    how = "its tool's timeout_s" if cut else "its worst time"
     return time, f"{time:g} s (the child {worst.name!r}, {how})"
 
 
