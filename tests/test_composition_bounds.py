@@ -134,16 +134,18 @@ def test_grandchildren_count_through_their_parent() -> None:
     assert parent.bounds().max_model_calls == 3 + 2 * (3 + 1 * 3)
 
 
-def test_the_wall_clock_bound_adds_the_childrens_time() -> None:
-    """The children's worst time is added per call; the parent's own limit caps the sum."""
+def test_the_wall_clock_bound_counts_each_tool_call_as_its_longest_tool() -> None:
+    """Each tool call of the parent takes at most its longest tool's time, here the child's
+    worst time (longer than tool_timeout_s), counted once per call, not on top of it; the
+    parent's own limit caps the sum."""
     child_bound = bounds(CHILD, model_timeout_s=10)
-    own = bounds(PARENT, model_timeout_s=10)
     composed = bounds(PARENT, model_timeout_s=10, children=[ChildBounds("c", child_bound)])
-    assert child_bound.max_wall_clock_s is not None and own.max_wall_clock_s is not None
-    assert composed.max_wall_clock_s == own.max_wall_clock_s + 2 * child_bound.max_wall_clock_s
+    assert child_bound.max_wall_clock_s == 60.0 > PARENT.tool_timeout_s
+    assert composed.max_wall_clock_s == 3 * 10 + 2 * 60.0
     capped = PARENT.model_copy(update={"max_wall_clock_s": 50.0})
     limited = bounds(capped, model_timeout_s=10, children=[ChildBounds("c", child_bound)])
     assert limited.max_wall_clock_s == 50.0
+    assert "shared with the children" in limited.wall_clock_derivation
 
 
 def _random_turns(rng: random.Random, tools: list[str], count: int) -> list[Turn]:

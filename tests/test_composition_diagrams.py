@@ -1,6 +1,7 @@
-"""A composition drawn: the parent's overview with a box per agent tool, linked to the child's
-own overview; the checked-in drawings of the writer example are fresh; the command writes the
-child's drawing beside the parent's."""
+"""A composition drawn: the parent's overview with a box per agent tool inside dispatching,
+linked to the child's own overview; a composed run drawn with each child's run inside the
+parent's dispatching, linked to the child's own drawing; the checked-in drawings of the writer
+example are fresh; the command writes the child's drawing beside the parent's."""
 
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ def writer() -> Any:
 
 
 def test_the_parent_is_drawn_with_a_box_linking_to_the_childs_machine() -> None:
-    """The writer's drawing has a box for 'research' level with dispatching: at most 2 runs of at
-    most 7 model calls each, linked to the researcher's drawing, which is drawn beside it."""
+    """The writer's drawing has a box for 'research' inside dispatching, where it is called: at
+    most 2 runs of at most 7 model calls each, linked to the researcher's drawing, which is
+    drawn beside it."""
     files = agent_drawings(writer(), "out/writer.dot", "dot", "writer")
     assert list(files) == ["out/writer.dot", "out/writer-research.dot"]
     dot = files["out/writer.dot"]
-    (box,) = [line for line in dot.splitlines() if 'id="agent-tool-research"' in line]
-    assert 'URL="writer-research.dot"' in box
+    (box,) = [line for line in dot.splitlines() if 'ID="agent-tool-research"' in line]
+    assert box.startswith("  dispatching [") and 'id="state-dispatching"' in box
+    assert 'HREF="writer-research.dot"' in box
     assert "≤ 2 runs per run" in box and "≤ 7 model calls each" in box
-    assert "{rank=same; dispatching; __agent_0;}" in dot
     child = files["out/writer-research.dot"]
     assert "agent tool 'research'" in child and "agent-tool-" not in child
     mermaid = agent_drawings(writer(), "w.mmd", "mermaid", "writer")["w.mmd"]
@@ -77,3 +79,46 @@ def test_the_command_writes_the_childs_drawing_beside_the_parents(
     assert "stateDiagram-v2" in (tmp_path / "writer-research.mmd").read_text(encoding="utf-8")
     code = main(["diagram", "--agent", "writer_researcher:writer", "--level", "full"])
     assert code == 2 and "--agent draws the agent as it is built" in capsys.readouterr().err
+
+
+def test_a_composed_run_is_drawn_with_each_childs_path_inside_dispatching(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fsm-agent diagram --trace STORE#RUN_ID -o FILE`` of a stored writer run draws, inside
+    the writer's dispatching, each research call's child run (its path, how it ended, its
+    model calls) linked to that child's run drawn beside it as ``STEM-CALL_ID``; a run
+    without children is drawn as before."""
+    db = tmp_path / "runs.db"
+    run_id = stored_writer_run(db)
+    target = tmp_path / "run.dot"
+    assert main(["diagram", "--trace", f"sqlite:///{db}#{run_id}", "-o", str(target)]) == 0
+    drawn = sorted(p.name for p in tmp_path.glob("run*.dot"))
+    assert drawn == ["run-call_0_0.dot", "run-call_1_0.dot", "run.dot"]
+    (line,) = [x for x in target.read_text(encoding="utf-8").splitlines() if "agent-call-" in x]
+    assert line.startswith("  dispatching [")
+    for call_id in ("call_0_0", "call_1_0"):
+        assert f'ID="agent-call-{call_id}"' in line and f'HREF="run-{call_id}.dot"' in line
+    assert "agent tool &#x27;research&#x27;, call call_0_0:" in line
+    assert "done: completed, 2 model calls" in line
+    child = (tmp_path / "run-call_0_0.dot").read_text(encoding="utf-8")
+    assert "ended: completed" in child and "agent-call-" not in child
+    assert main(["diagram", "--trace", f"sqlite:///{db}#{run_id}", "--format", "mermaid"]) == 0
+    assert "note right of dispatching : agent tool 'research', call call_0_0:" in (
+        capsys.readouterr().out
+    )
+
+
+def stored_writer_run(db: Path) -> str:
+    """The writer example run to its end over a SQLite store at ``db``; its run id."""
+    from fsm_agent import Runtime, SQLiteCheckpointer
+    from fsm_agent.testing import ScriptedModel
+
+    example = runpy.run_path(str(ROOT / "examples" / "writer_researcher.py"))
+    researcher = example["build_researcher"](ScriptedModel(example["RESEARCHER_SCRIPT"]))
+    parent = example["build_writer"](ScriptedModel(example["WRITER_SCRIPT"]), researcher)
+    store = SQLiteCheckpointer(db)
+    parent.checkpointer = store
+    parent.runtime = Runtime(new_id=lambda: "run_writer")
+    assert parent.run_sync("Write a short piece on tides.").ok
+    store.close()
+    return "run_writer"

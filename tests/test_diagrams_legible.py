@@ -4,6 +4,7 @@ at least 9 px at 900 px wide, no two labels overlap, and no edge runs through a 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -85,5 +86,44 @@ def test_a_composition_is_legible() -> None:
     writer = runpy.run_path(str(example))["writer"]
     drawn = agent_drawings(writer, "composition.dot", "dot", "writer")
     assert len(drawn) == 2
+    for source in drawn.values():
+        assert problems(source) == []
+
+
+@pytest.mark.parametrize("children", [1, 2, 3, 4, 6])
+def test_a_composition_with_several_children_is_legible(children: int) -> None:
+    """An orchestrator with 1 to 6 agents as tools, each a box inside its dispatching, passes
+    every measure."""
+    from fsm_agent import Agent
+    from fsm_agent.cli.diagram_agent import agent_drawings
+    from fsm_agent.testing import ScriptedModel
+
+    specialist = Agent(ScriptedModel([]))
+    orchestrator = Agent(
+        ScriptedModel([]),
+        tools=[
+            specialist.as_tool(name=f"specialist_{n}", description="A specialist.")
+            for n in range(children)
+        ],
+    )
+    (source,) = agent_drawings(orchestrator, None, "dot", "orchestrator").values()
+    assert source.count('ID="agent-tool-') == children
+    assert problems(source) == []
+
+
+def test_a_composed_run_is_legible(tmp_path: Path) -> None:
+    """A stored writer run drawn with each research call's child run inside its dispatching,
+    and each child's run drawn on its own, pass every measure."""
+    from fsm_agent.cli.diagram_run import child_runs_of, run_drawings
+    from fsm_agent.persistence import SQLiteCheckpointer
+    from test_composition_diagrams import stored_writer_run
+
+    db = tmp_path / "runs.db"
+    run_id = stored_writer_run(db)
+    store = SQLiteCheckpointer(db)
+    runs = child_runs_of(store, store.load(run_id).state)
+    store.close()
+    drawn = run_drawings(runs, run_id, "run.dot", "dot", "fsm_agent: run")
+    assert len(drawn) == 3 and drawn["run.dot"].count('ID="agent-call-') == 2
     for source in drawn.values():
         assert problems(source) == []

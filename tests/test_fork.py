@@ -14,6 +14,7 @@ import pytest
 
 from fsm_agent import (
     Agent,
+    DefinitionChangedError,
     InvalidInputError,
     Policy,
     Runtime,
@@ -173,6 +174,26 @@ def test_an_edit_that_writes_garbage_is_refused(store: Checkpointer) -> None:
     with pytest.raises(InvalidInputError, match="not a valid run state"):
         asyncio.run(forker.fork(original.run_id, at=move_after_results(original), edit=garbage))
     assert {r.run_id for r in store.runs()} == {original.run_id}
+
+
+def test_a_fork_by_a_changed_agent_is_refused_before_anything_is_stored(
+    store: Checkpointer,
+) -> None:
+    """A fork run by an agent with another definition (here another system prompt) is refused
+    with DefinitionChangedError and nothing is stored: no run is left waiting that nothing
+    will run; allow_changed_definition=True forks and runs it."""
+    original = original_run(store)
+    at = move_after_results(original)
+    model = ScriptedModel([text("answer: found a")])
+    other = Agent(
+        model, tools=[lookup], checkpointer=store, runtime=Runtime(), system_prompt="Be terse."
+    )
+    with pytest.raises(DefinitionChangedError, match="nothing was stored"):
+        asyncio.run(other.fork(original.run_id, at=at))
+    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert model.calls == 0
+    result = asyncio.run(other.fork(original.run_id, at=at, allow_changed_definition=True))
+    assert result.ok and result.output == "answer: found a"
 
 
 def test_fork_needs_a_checkpointer() -> None:

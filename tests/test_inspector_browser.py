@@ -403,3 +403,47 @@ def test_a_child_run_is_one_click_away_and_a_fork_from_here_opens_the_new_run(
         expect(page.locator("#lineage")).to_contain_text(f"after move {at}")
         expect(page.locator("#current-state")).to_have_text("done")
         expect(page.locator("#output")).to_have_text("Tea, again.")
+
+
+def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
+    store: SQLiteCheckpointer, page: Any
+) -> None:
+    """In the list a child run sits indented right under its parent, naming the call; a run
+    that ended on its step limit wears a "gave up" badge, not the clean "done"; an original's
+    page lists its fork, whose link opens it."""
+    from fsm_agent import Agent, Policy, Runtime
+    from fsm_agent.testing import ScriptedModel, text, tool_call
+    from test_inspector_compose import after_results, search, shop, writer_with_researcher
+
+    parent = run_in_thread(lambda: writer_with_researcher(store).run("Write on tides."))
+    original = run_in_thread(lambda: shop(store).run("Find tea."))
+    at = after_results(original.trace)
+    fork = run_in_thread(lambda: shop(store, "Tea, again.").fork(original.run_id, at=at))
+    limited = Agent(
+        ScriptedModel([tool_call("search", {"query": "tea"}), text("Tea: a summary.")]),
+        tools=[search],
+        checkpointer=store,
+        policy=Policy(max_steps=1),
+        runtime=Runtime(),
+    )
+    gave_up = run_in_thread(lambda: limited.run("Find tea, briefly."))
+    with LiveInspector(store) as live:
+        page.goto(live.page("/"))
+        rows = page.locator("#runs tbody tr")
+        expect(rows).to_have_count(5)
+        ids = [rows.nth(i).get_attribute("data-run-id") for i in range(5)]
+        child = ids[ids.index(parent.run_id) + 1]
+        below = page.locator(f'#runs tr[data-run-id="{child}"]')
+        expect(below).to_have_attribute("data-depth", "1")
+        expect(below.locator(".origin")).to_have_text(f"↳ child of {parent.run_id} (call c1)")
+        assert ids[ids.index(original.run_id) + 1] == fork.run_id
+        badge = page.locator(f'#runs tr[data-run-id="{gave_up.run_id}"] .badge')
+        expect(badge).to_have_text("gave up")
+        clean = page.locator(f'#runs tr[data-run-id="{parent.run_id}"] .badge')
+        expect(clean).to_have_text("done")
+        assert badge.evaluate("b => getComputedStyle(b).backgroundColor") != clean.evaluate(
+            "b => getComputedStyle(b).backgroundColor"
+        )
+        page.goto(live.page(f"/runs/{original.run_id}"))
+        page.locator(f'#forks li[data-run-id="{fork.run_id}"] a.run-link').click()
+        expect(page.locator("#lineage")).to_contain_text(f"after move {at}")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fsm_agent import Agent, Runtime, State, tool
+from fsm_agent import Agent, Policy, Runtime, State, StopReason, tool
 from fsm_agent.inspector import build
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -161,3 +161,69 @@ def test_fork_from_here_creates_a_fork_that_continues_and_links_back(
 
     serve(store, shop(store, "Tea, again."), test)
     assert store.load(original.run_id) == before
+
+
+def test_fork_from_here_by_a_changed_agent_is_refused_and_stores_nothing(
+    store: SQLiteCheckpointer,
+) -> None:
+    """An inspector whose agent is not the one that started the run (another system prompt)
+    refuses "fork from here" with 409 naming the change, and stores no run that would wait
+    for an agent that can continue it."""
+    original = asyncio.run(shop(store).run("Find tea."))
+    at = after_results(original.trace)
+    changed = shop(store, "Tea, again.")
+    changed.system_prompt = "Answer in French."
+
+    async def test(http: httpx.AsyncClient) -> None:
+        path = f"/api/runs/{original.run_id}/fork"
+        refused = await http.post(path, json={"at": at}, headers=AUTH)
+        assert refused.status_code == 409, refused.text
+        assert "system_prompt" in refused.json()["error"]
+        listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
+        assert [row["run_id"] for row in listed] == [original.run_id]
+
+    serve(store, changed, test)
+    assert [r.run_id for r in store.runs()] == [original.run_id]
+
+
+def test_the_list_groups_children_and_forks_and_marks_a_give_up(store: SQLiteCheckpointer) -> None:
+    """The run list puts a child run right under its parent and a fork right under its
+    original, one level down, each saying where it came from; the original's page lists its
+    forks; a run that ended on its step limit is marked as given up, a clean one is not."""
+    parent = asyncio.run(writer_with_researcher(store).run("Write on tides."))
+    original = asyncio.run(shop(store).run("Find tea."))
+    fork = asyncio.run(
+        shop(store, "Tea, again.").fork(original.run_id, at=after_results(original.trace))
+    )
+    limited = Agent(
+        ScriptedModel([tool_call("search", {"query": "tea"}), text("Tea: a summary.")]),
+        tools=[search],
+        checkpointer=store,
+        policy=Policy(max_steps=1),
+        runtime=Runtime(),
+    )
+    gave_up = asyncio.run(limited.run("Find tea, briefly."))
+    assert gave_up.stop_reason is StopReason.MAX_STEPS and gave_up.state is State.DONE
+
+    async def test(http: httpx.AsyncClient) -> None:
+        rows = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
+        order = [row["run_id"] for row in rows]
+        by_id = {row["run_id"]: row for row in rows}
+        (child_id,) = [r for r in order if by_id[r]["parent"] is not None]
+        assert order.index(child_id) == order.index(parent.run_id) + 1
+        assert by_id[child_id]["parent"]["run_id"] == parent.run_id
+        assert order.index(fork.run_id) == order.index(original.run_id) + 1
+        assert by_id[fork.run_id]["forked_from"]["run_id"] == original.run_id
+        assert (by_id[child_id]["depth"], by_id[fork.run_id]["depth"]) == (1, 1)
+        assert by_id[parent.run_id]["depth"] == by_id[original.run_id]["depth"] == 0
+        assert by_id[gave_up.run_id]["gave_up"] is True
+        assert not any(by_id[r]["gave_up"] for r in (parent.run_id, child_id, fork.run_id))
+        page = (await http.get(f"/api/runs/{original.run_id}", headers=AUTH)).json()
+        assert [(f["run_id"], f["move"]) for f in page["forks"]] == [
+            (fork.run_id, after_results(original.trace))
+        ]
+        assert (await http.get(f"/api/runs/{fork.run_id}", headers=AUTH)).json()["forks"] == []
+        shown = (await http.get(f"/api/runs/{gave_up.run_id}", headers=AUTH)).json()
+        assert shown["gave_up"] is True
+
+    serve(store, None, test)

@@ -168,6 +168,10 @@ def handle(args: argparse.Namespace) -> int:
         )
         title += f": policy {Path(args.policy).name}"
     run = None
+    if args.trace is not None and args.trace.startswith(_STORE_PREFIXES) and args.level is None:
+        composed = _composed_run(args.trace, args.output, fmt, title) if args.state is None else {}
+        if composed:  # a run whose agent-tool calls started child runs
+            return _write_drawings(composed, fmt)
     if args.trace is not None:
         recorded = read_run(args.trace)
         run = recorded.path
@@ -245,7 +249,13 @@ def _draw_agent(args: argparse.Namespace, fmt: str) -> int:
     from .diagram_agent import agent_drawings
 
     agent = load_agent(args.agent)
-    files = agent_drawings(agent, args.output, fmt, args.agent.partition(":")[2])
+    return _write_drawings(
+        agent_drawings(agent, args.output, fmt, args.agent.partition(":")[2]), fmt
+    )
+
+
+def _write_drawings(files: dict[str | None, str], fmt: str) -> int:
+    """Write each drawing to its file (``None``: standard output), in ``fmt``."""
     for file_name, source in files.items():
         content: str | bytes = source
         if fmt == "svg":  # stamped with its DOT's digest, so a checked-in copy can be checked
@@ -335,9 +345,28 @@ def _read_stored_run(target: str) -> RecordedRun:
     )
 
 
+def _composed_run(target: str, name: str | None, fmt: str, title: str) -> dict[str | None, str]:
+    """The drawings of the stored run ``target`` and its child runs (see
+    :mod:`~fsm_agent.cli.diagram_run`); empty for a run that started none."""
+    from .diagram_run import run_drawings
+
+    runs = _stored_runs(target)
+    if len(runs) == 1:
+        return {}
+    root = next(iter(runs))
+    return run_drawings(runs, root, name, fmt, f"{title}: run {root}")
+
+
 def _stored_state(target: str) -> RunState:
     """The run state ``STORE#RUN_ID`` holds."""
+    return next(iter(_stored_runs(target, children=False).values()))
+
+
+def _stored_runs(target: str, *, children: bool = True) -> dict[str, RunState]:
+    """The run state ``STORE#RUN_ID`` holds, first, and (``children``) those of the runs its
+    agent-tool calls started, theirs too, by run id."""
     from ..persistence import open_checkpointer
+    from .diagram_run import child_runs_of
 
     store_url, _, run_id = target.rpartition("#")
     if not store_url or not run_id:
@@ -349,7 +378,8 @@ def _stored_state(target: str) -> RunState:
     except CheckpointError as exc:
         raise UsageError(mask_url(store_url, f"cannot open {store_url!r}: {exc}")) from None
     try:
-        return store.load(run_id).state
+        state = store.load(run_id).state
+        return child_runs_of(store, state) if children else {run_id: state}
     except UnknownRunError as exc:
         raise UsageError(str(exc)) from None
     finally:

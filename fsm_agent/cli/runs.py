@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from ..errors import CheckpointError, ConfigurationError, InvalidInputError, ResumeError
@@ -14,7 +15,7 @@ from ..kernel.agent import Agent
 from ..kernel.fork import fork_run
 from ..kernel.run import new_run_id
 from ..messages import ModelRequest, ModelResponse
-from ..persistence import Checkpointer, open_checkpointer
+from ..persistence import Checkpointer, RunSummary, open_checkpointer
 from ..redaction import redact, secret_values
 from .args import UsageError, existing_store, mask_url, nonnegative_int
 
@@ -121,14 +122,18 @@ def _list(store: Checkpointer) -> None:
     if not runs:
         print("no runs")
         return
-    print(f"{'run id':<40} {'state':<11} {'stop reason':<16} {'steps':>5} {'ckpts':>5}  updated")
+    print(
+        f"{'run id':<40} {'state':<11} {'stop reason':<16} {'steps':>5} {'ckpts':>5}  updated"
+        "               from"
+    )
     unreadable = 0
-    for run in runs:
+    for run, depth, origin in _grouped(store, runs):
         state = run.state.value if run.state is not None else "?"
         stop = run.stop_reason.value if run.stop_reason else ("?" if run.problem else "-")
+        name = f"{'  ' * (depth - 1)}└ {run.run_id}" if depth else run.run_id
         print(
-            f"{run.run_id:<40} {state:<11} {stop:<16} {run.steps:>5} "
-            f"{run.version:>5}  {_when(run.updated_at)}"
+            f"{name:<40} {state:<11} {stop:<16} {run.steps:>5} "
+            f"{run.version:>5}  {_when(run.updated_at)}  {origin}".rstrip()
         )
         if run.problem is not None:
             unreadable += 1
@@ -139,6 +144,47 @@ def _list(store: Checkpointer) -> None:
             "upgrade fsm_agent to read them",
             file=sys.stderr,
         )
+
+
+def _grouped(store: Checkpointer, runs: list[RunSummary]) -> Iterator[tuple[RunSummary, int, str]]:
+    """The runs in the store's order, each child (of an agent tool's call) and each fork listed
+    under the run it came from, with its depth there and where it came from."""
+    origins: dict[str, tuple[str, str]] = {}
+    for run in runs:
+        if run.problem is None:
+            try:
+                rs = store.load(run.run_id).state
+            except Exception:  # gone since listed, or unreadable: listed as it is
+                continue
+            if rs.parent_run_id is not None:
+                text = f"child of {rs.parent_run_id} (call {rs.parent_call_id})"
+                origins[run.run_id] = (rs.parent_run_id, text)
+            elif rs.forked_from is not None:
+                text = f"fork of {rs.forked_from} at move {rs.forked_at}"
+                origins[run.run_id] = (rs.forked_from, text)
+    listed = {run.run_id for run in runs}
+    under: dict[str, list[RunSummary]] = {}
+    for run in runs:
+        origin = origins.get(run.run_id)
+        if origin is not None and origin[0] in listed:
+            under.setdefault(origin[0], []).append(run)
+
+    seen: set[str] = set()
+
+    def walk(run: RunSummary, depth: int) -> Iterator[tuple[RunSummary, int, str]]:
+        seen.add(run.run_id)
+        yield run, depth, origins[run.run_id][1] if run.run_id in origins else ""
+        for child in under.get(run.run_id, ()):
+            if child.run_id not in seen:
+                yield from walk(child, depth + 1)
+
+    for run in runs:
+        origin = origins.get(run.run_id)
+        if origin is None or origin[0] not in listed:
+            yield from walk(run, 0)
+    for run in runs:  # only runs whose origins loop back to them are left
+        if run.run_id not in seen:
+            yield from walk(run, 0)
 
 
 def _show(store: Checkpointer, run_id: str, last: int) -> None:

@@ -145,7 +145,7 @@ class StepTool(Tool):
         self._intent: StepOptions = {"name": f"fsm_agent.intent.{inner.name}"}
 
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
+        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float | None = 30.0
     ) -> ToolExecution:
         """Run the tool in a step, or replay the step's recorded outcome."""
         intent = not self.inner.idempotent
@@ -160,7 +160,7 @@ class StepTool(Tool):
         self,
         call: ToolCall,
         context: ToolContext[Any],
-        default_timeout_s: float,
+        default_timeout_s: float | None,
         intent: bool,
         tickets: list[int],
     ) -> ToolExecution:

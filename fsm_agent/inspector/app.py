@@ -22,7 +22,7 @@ import copy
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib import resources
@@ -42,6 +42,7 @@ from ..errors import (
     CheckpointError,
     ConfigurationError,
     CorruptCheckpointError,
+    DefinitionChangedError,
     InvalidInputError,
     ResumeError,
     SchemaVersionError,
@@ -51,7 +52,7 @@ from ..kernel.agent import Agent
 from ..kernel.fork import fork_run
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
-from .views import diagram_svg, redact, run_detail, run_row, state_svg
+from .views import diagram_svg, forks_of, grouped, redact, run_detail, run_row, state_svg
 
 __all__ = ["SECURITY_HEADERS", "Inspector"]
 
@@ -126,6 +127,7 @@ class Inspector:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-agent-inspect")
         self._svgs: dict[tuple[str, int], bytes] = {}
         self._checkpoints: dict[tuple[str, int], Checkpoint] = {}
+        self._forked_from: dict[str, str | None] = {}  # by run id: set once, when forked
         read = self._readable
         routes = [
             Route("/", self._page("index")),
@@ -219,6 +221,22 @@ class Inspector:
                 return checkpoint
         return self._checkpoints[key]
 
+    def _forks(self, run_id: str) -> Iterator[Checkpoint]:
+        """The latest checkpoint of each stored fork of ``run_id``. Where a run was forked from
+        never changes, so each run's checkpoint is read once for it, not on every request."""
+        for summary in self.store.runs():
+            if summary.problem is not None:
+                continue
+            if summary.run_id not in self._forked_from:
+                first = self._checkpoint(summary.run_id, summary.version)
+                if isinstance(first, str):
+                    continue
+                self._forked_from[summary.run_id] = first.state.forked_from
+            if self._forked_from[summary.run_id] == run_id:
+                checkpoint = self._checkpoint(summary.run_id, summary.version)
+                if not isinstance(checkpoint, str):
+                    yield checkpoint
+
     # -- the API ----------------------------------------------------------------------------------
     async def _runs(self, request: Request) -> Response:
         state = request.query_params.get("state", "")
@@ -246,7 +264,7 @@ class Inspector:
                 if search and search not in text:
                     continue
                 found.append(row)
-            return found
+            return grouped(found)
 
         return JSONResponse(
             {
@@ -262,6 +280,7 @@ class Inspector:
         run_id = request.path_params["run_id"]
         checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
+        detail["forks"] = await self._read(lambda: forks_of(run_id, self._forks(run_id)))
         detail["resuming"] = self._is_resuming(run_id)
         failed = self.failures.get(run_id)
         shown = failed is not None and failed[0] in (None, checkpoint.version)
@@ -356,8 +375,14 @@ class Inspector:
         if type(at) is not int or at < 1:
             return _error(400, 'expected {"at": n}: the move (1 or more) to fork the run from')
         try:
-            state = await fork_run(self.store, run_id, self.agent.runtime.new_id(), at=at)
-        except (InvalidInputError, ConfigurationError) as exc:
+            state = await fork_run(
+                self.store,
+                run_id,
+                self.agent.runtime.new_id(),
+                at=at,
+                definition=self.agent._plan.definition,
+            )
+        except (InvalidInputError, ConfigurationError, DefinitionChangedError) as exc:
             return _error(409, str(exc))
         fork_id = state.run_id
         waits = state.state is State.SUSPENDED

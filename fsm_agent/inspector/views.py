@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from ..diagrams import RunPath, overview_dot, plan, render, state_dot
-from ..machine.table import TERMINAL, Counters, State
+from ..machine.table import TERMINAL, Counters, State, StopReason
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
 from ..redaction import redact, secret_values
@@ -22,6 +22,9 @@ from ..run_state import RunState
 
 __all__ = [
     "diagram_svg",
+    "forks_of",
+    "gave_up",
+    "grouped",
     "redact",
     "run_detail",
     "run_path",
@@ -68,6 +71,87 @@ def _ending(rs: RunState) -> str | None:
     return None
 
 
+_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
+
+
+def gave_up(state: State | None, stop_reason: StopReason | None) -> bool:
+    """Whether a run ended ``done`` without a clean answer: a limit or a budget ended it
+    (``max_steps``, ``unverified``, ...), and its output, if any, is the best it had."""
+    return state is State.DONE and stop_reason not in _ANSWERED
+
+
+def _origin(rs: RunState | None) -> dict[str, JsonValue]:
+    """Where a run came from: the parent run and call it ran for, the run and move it was
+    forked from (``None`` each when it did not)."""
+    if rs is None:
+        return {"parent": None, "forked_from": None}
+    return {
+        "parent": None
+        if rs.parent_run_id is None
+        else {"run_id": rs.parent_run_id, "call_id": rs.parent_call_id},
+        "forked_from": None
+        if rs.forked_from is None
+        else {"run_id": rs.forked_from, "move": rs.forked_at},
+    }
+
+
+def grouped(rows: list[dict[str, JsonValue]]) -> list[dict[str, JsonValue]]:
+    """The run list's ``rows`` (from :func:`run_row`) with each child run under its parent's
+    and each fork under its original, when those are listed (in the list's order otherwise),
+    each row's ``depth`` saying how far under."""
+    listed = {row["run_id"] for row in rows}
+    under: dict[JsonValue, list[dict[str, JsonValue]]] = {}
+    tops: list[dict[str, JsonValue]] = []
+    for row in rows:
+        origin = _origin_id(row)
+        if origin is not None and origin in listed and origin != row["run_id"]:
+            under.setdefault(origin, []).append(row)
+        else:
+            tops.append(row)
+    ordered: list[dict[str, JsonValue]] = []
+    seen: set[JsonValue] = set()
+
+    def walk(row: dict[str, JsonValue], depth: int) -> None:
+        seen.add(row["run_id"])
+        ordered.append({**row, "depth": depth})
+        for below in under.get(row["run_id"], ()):
+            if below["run_id"] not in seen:
+                walk(below, depth + 1)
+
+    for row in tops:
+        walk(row, 0)
+    ordered.extend({**row, "depth": 0} for row in rows if row["run_id"] not in seen)
+    return ordered
+
+
+def forks_of(run_id: str, checkpoints: Iterable[Checkpoint]) -> list[JsonValue]:
+    """The forks of ``run_id`` among ``checkpoints`` (the latest of each stored run): each
+    one's run id, the move it was forked after, its state and stop reason."""
+    forks: list[JsonValue] = []
+    for checkpoint in checkpoints:
+        rs = checkpoint.state
+        if rs.forked_from == run_id and rs.run_id != run_id:
+            forks.append(
+                {
+                    "run_id": rs.run_id,
+                    "move": rs.forked_at,
+                    "state": rs.state.value,
+                    "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
+                    "gave_up": gave_up(rs.state, rs.stop_reason),
+                }
+            )
+    cleaned: list[JsonValue] = _clean(forks, secret_values())
+    return cleaned
+
+
+def _origin_id(row: Mapping[str, JsonValue]) -> JsonValue:
+    for key in ("parent", "forked_from"):
+        origin = row.get(key)
+        if isinstance(origin, dict):
+            return origin.get("run_id")
+    return None
+
+
 def _span(times: Iterable[float | None]) -> tuple[float | None, float | None]:
     """The first and last known of ``times``."""
     known = [t for t in times if t is not None]
@@ -95,6 +179,8 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
         "ending": _ending(rs) if rs is not None else None,
         "usage": rs.usage.model_dump() if rs is not None else None,
         "waiting": len(rs.human_requests) if rs is not None else 0,
+        "gave_up": gave_up(summary.state, summary.stop_reason),
+        **_origin(rs),
         "problem": summary.problem,
     }
     cleaned: dict[str, JsonValue] = _clean(row, secret_values())
@@ -257,12 +343,8 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "tool_calls": _tool_calls(
             rs.messages, {r.call_id: r for r in rs.tool_results}, rs.child_runs
         ),
-        "parent": None
-        if rs.parent_run_id is None
-        else {"run_id": rs.parent_run_id, "call_id": rs.parent_call_id},
-        "forked_from": None
-        if rs.forked_from is None
-        else {"run_id": rs.forked_from, "move": rs.forked_at},
+        **_origin(rs),
+        "gave_up": gave_up(rs.state, rs.stop_reason),
         "can_fork": can_answer,
         "questions": [
             {

@@ -7,19 +7,25 @@ running in another worker, or a crash cut it short), "not finished" for one that
 a question nobody answered, and "not run" for one that never started.
 The run is claimed (its checkpoint written again) before the journal is read, so that no
 worker can start a call after that read: a worker still running the run fails its next write.
+
+A run's children (agents used as tools, saved in the same store, see
+:mod:`~fsm_agent.kernel.durable_child`) are abandoned with it, each claimed in turn before its
+journal is read and its own children abandoned, so that no descendant starts a call after the
+abandon either; the parent's call of a child that did not report back says so.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, RunAbandonedError
-from ..machine.table import Outcome
+from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
+from ..machine.table import TERMINAL, Outcome, State, StopReason
 from ..messages import ToolCall, ToolResult
-from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpointer, EffectRecord
+from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
 from ..run_state import RunState
 from ..tools.output import cut_result
+from .durable_child import child_run_id
 from .resuming import refuse_finished
 from .run import RunHandle, RunResult
 from .states import RunContext
@@ -35,6 +41,18 @@ _UNKNOWN = (
     "not have taken effect: check before calling it again."
 )
 
+_CHILD_ABANDONED = (
+    "Error: not finished: the run was abandoned while agent tool '{name}' ran (call {id}); "
+    "its child run {child} was abandoned too ({stop}): what it did is in that run's journal"
+)
+
+_CHILD_ENDED = (
+    "Error: not finished: agent tool '{name}' (call {id}) stopped without finishing its task "
+    "before the run was abandoned; its child run {child} ended {stop}"
+)
+
+_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
+
 _UNANSWERED = (
     "Error: not finished: tool '{name}' asked a human ({question}) and the run was abandoned "
     "before the answer came"
@@ -42,19 +60,27 @@ _UNANSWERED = (
 
 
 async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunResult[Any]:
-    """Move ``run_id``'s latest checkpoint on by the machine's ``cancel`` outcome and store it
-    (see :meth:`~fsm_agent.Agent.abandon`)."""
+    """Move ``run_id``'s latest checkpoint on by the machine's ``cancel`` outcome and store it,
+    its children's too (see :meth:`~fsm_agent.Agent.abandon`)."""
     store = agent.checkpointer
     if store is None:
         raise ConfigurationError("abandon needs an agent with a checkpointer")
     checkpoint = await load_checkpoint(store, run_id)
+    refuse_finished(checkpoint.state, run_id, "abandon")
+    return await _abandoned(agent, store, checkpoint, reason)
+
+
+async def _abandoned(
+    agent: Agent[Any, Any], store: Checkpointer, checkpoint: Checkpoint, reason: str
+) -> RunResult[Any]:
+    """Abandon the run of ``checkpoint`` (not ended), and its unfinished children first."""
     rs = checkpoint.state
     version = checkpoint.version
-    refuse_finished(rs, run_id, "abandon")
     if rs.pending_tool_calls:
         version += 1
         await in_store_thread(store, lambda: store.save(rs, version=version))  # the claim
-        await _settle_from_journal(agent, store, rs)
+        children = await _abandon_children(agent, store, rs, reason)
+        await _settle_from_journal(agent, store, rs, children)
     move = agent._plan.decide(rs.state, Outcome.CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
@@ -64,15 +90,43 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
         context = RunContext(agent, rs, listening=False, handle=RunHandle())
         context.close_pending_calls("the run was abandoned")
     rs.resume_token = None
+    run_id = rs.run_id
     error = RunAbandonedError(f"the run was abandoned: {reason}", run_id=run_id, reason=reason)
     rs.error = str(error)
     await in_store_thread(store, lambda: store.save(rs, version=version + 1))
     return RunResult.of(rs, error, agent._plan.output_spec)
 
 
-async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: RunState) -> None:
+async def _abandon_children(
+    agent: Agent[Any, Any], store: Checkpointer, rs: RunState, reason: str
+) -> dict[str, RunState]:
+    """Abandon the unfinished child run of each call ``rs`` waits for (an agent tool's, found
+    by the id its call gives it); the children's states by call id, those that had ended
+    before included."""
+    settled = {r.call_id for r in rs.tool_results}
+    step = rs.counters.steps  # the step the calls were dispatched in (their children's ids)
+    why = f"its parent run {rs.run_id} was abandoned: {reason}"
+    children: dict[str, RunState] = {}
+    for call in rs.pending_tool_calls:
+        if call.id in settled:
+            continue
+        child_id = rs.child_runs.get(call.id) or child_run_id(rs.run_id, step, call.id)
+        try:
+            checkpoint = await load_checkpoint(store, child_id)
+        except UnknownRunError:  # not an agent tool, or its child never started
+            continue
+        if checkpoint.state.state not in TERMINAL:
+            await _abandoned(agent, store, checkpoint, why)  # moves checkpoint.state on
+        children[call.id] = checkpoint.state
+    return children
+
+
+async def _settle_from_journal(
+    agent: Agent[Any, Any], store: Checkpointer, rs: RunState, children: dict[str, RunState]
+) -> None:
     """Give each waiting call the journal knows of its result (see :func:`_journaled`; a
-    recorded result is cut as the agent cuts tool outputs)."""
+    recorded result is cut as the agent cuts tool outputs); a call of a child whose result
+    the journal does not hold gets what the child's run says (see :func:`_from_child`)."""
     effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
@@ -81,12 +135,33 @@ async def _settle_from_journal(agent: Agent[Any, Any], store: Checkpointer, rs: 
     for call in rs.pending_tool_calls:
         if call.id in settled:
             continue
-        result = _journaled(call, effects.get(f"{step}/tool/{call.id}"))
+        record = effects.get(f"{step}/tool/{call.id}")
+        child = children.get(call.id)
+        if child is not None and (record is None or record.result is None):
+            result: ToolResult | None = _from_child(call, child)
+        else:
+            result = _journaled(call, record)
+        if result is not None and max_chars is not None:
+            result = cut_result(rs.tool_outputs, result, max_chars)
         if result is not None:
-            if max_chars is not None:
-                result = cut_result(rs.tool_outputs, result, max_chars)
             results.append(result)
     rs.tool_results = results
+
+
+def _from_child(call: ToolCall, child: RunState) -> ToolResult:
+    """The result of ``call`` from its child's run: the child's answer when it had ended with
+    one before the abandon, else an error naming the child's run and how it ended."""
+    if child.state is State.DONE and child.stop_reason in _ANSWERED and child.output is not None:
+        return ToolResult(call_id=call.id, name=call.name, content=child.output)
+    cancelled = child.state is State.ABORTED and child.stop_reason is StopReason.CANCELLED
+    template = _CHILD_ABANDONED if cancelled else _CHILD_ENDED
+    content = template.format(name=call.name, id=call.id, child=child.run_id, stop=_stop(child))
+    return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+
+
+def _stop(rs: RunState) -> str:
+    """How a run ended, as ``state, stop reason``."""
+    return f"{rs.state.value}, {rs.stop_reason.value if rs.stop_reason else 'no stop reason'}"
 
 
 def _journaled(call: ToolCall, record: EffectRecord | None) -> ToolResult | None:

@@ -236,8 +236,9 @@ class Agent(Generic[DepsT, OutputT]):
         agent on the task, under the calling run's usage limits, deadline and cancellation, and
         its output (typed, for an ``output_type``) is the call's result. A stop without an
         answer (its step limit, an abort) is an error result the caller's model reads. The
-        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
-        the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
+        call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``; with
+        neither, only this agent's own limits and the caller's deadline end it: the calling
+        policy's per-tool ``tool_timeout_s`` does not apply). See ``docs/composition.md``."""
         return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
 
     def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:
@@ -383,14 +384,19 @@ class Agent(Generic[DepsT, OutputT]):
         it is checkpointed like any run of this agent. A fork of a move that waits for a human
         is returned suspended: resume it with the decisions. Raises
         :class:`~fsm_agent.InvalidInputError`, storing nothing, for a move not saved, a move
-        that ended the run, or an edit that leaves an invalid state."""
+        that ended the run, or an edit that leaves an invalid state, and
+        :class:`~fsm_agent.DefinitionChangedError`, storing nothing, when this agent is not the
+        one that started the run (unless ``allow_changed_definition``)."""
         store = self.checkpointer
         if store is None:
             raise ConfigurationError(
                 "fork starts from a run's saved moves: it needs an agent with a checkpointer "
                 "(the store that holds the run)"
             )
-        state = await fork_run(store, run_id, self.runtime.new_id(), at=at, edit=edit)
+        definition = None if allow_changed_definition else self._plan.definition
+        state = await fork_run(
+            store, run_id, self.runtime.new_id(), at=at, edit=edit, definition=definition
+        )
         if state.state is State.SUSPENDED and state.resume_token is not None:
             return RunResult.of(state, None, self._output_spec)
         return await self.resume(

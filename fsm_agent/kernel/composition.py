@@ -38,11 +38,11 @@ from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
-from ..messages import Message, Usage
+from ..messages import Message, ToolCall, Usage
 from ..persistence.storable import storable_message
 from ..policy import UsageLimits
 from ..run_state import RunState
-from ..tools import Tool, ToolContext
+from ..tools import Tool, ToolContext, ToolExecution
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
@@ -357,6 +357,19 @@ class AgentTool(Tool):
         )
         self.agent = agent
 
+    async def execute(
+        self,
+        call: ToolCall,
+        context: ToolContext[Any],
+        *,
+        default_timeout_s: float | None = None,
+    ) -> ToolExecution:
+        """Run the child as :meth:`Tool.execute` runs a function, cut off at the call's own
+        ``timeout_s`` (given to ``as_tool``, else the child's ``max_wall_clock_s``), never at
+        the parent's per-tool default: without either, the child runs until its own limits
+        end it, within the parent's deadline."""
+        return await super().execute(call, context, default_timeout_s=None)
+
     @property
     def reports_progress(self) -> bool:
         """No: the child's events say how it goes, and they reach the parent's listener as they
@@ -377,6 +390,7 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
         model_timeout_s=model_timeout_s,
         models=len(agent._plan.models),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
+        other_tools=any(not isinstance(t, AgentTool) for t in agent.tools.values()),
     )
 
 
@@ -407,7 +421,11 @@ def children_bounds(
 ) -> list[ChildBounds]:
     """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
     return [
-        ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
+        ChildBounds(
+            found.name,
+            agent_bounds(found.agent, model_timeout_s=model_timeout_s),
+            timeout_s=found.timeout_s,
+        )
         for found in agent.tools.values()
         if isinstance(found, AgentTool)
     ]

@@ -15,13 +15,14 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ..approval import suspend
-from ..errors import ConfigurationError, InvalidInputError
+from ..errors import ConfigurationError, DefinitionChangedError, InvalidInputError
 from ..machine.table import TERMINAL, State
 from ..messages import validate_history
 from ..persistence import Checkpoint, Checkpointer
 from ..persistence.run_log import in_store_thread
 from ..record import adapter
 from ..run_state import RunState
+from .definition import check_definition
 
 __all__ = ["RunEdit", "fork_run"]
 
@@ -37,9 +38,13 @@ async def fork_run(
     *,
     at: int | None = None,
     edit: RunEdit | None = None,
+    definition: str | None = None,
 ) -> RunState:
     """Store the fork ``new_id`` of ``run_id`` from the state after move ``at`` (``None``: its
-    latest checkpoint), edited by ``edit``; return the fork's state."""
+    latest checkpoint), edited by ``edit``; return the fork's state. ``definition`` is the
+    fingerprint of the agent that is to run the fork: a run started by another agent is
+    refused with :class:`~fsm_agent.DefinitionChangedError` before anything is stored
+    (``None``: not checked, the agent is not known or may differ on purpose)."""
     checkpoints = getattr(store, "checkpoints", None)
     if not callable(checkpoints):
         raise ConfigurationError(
@@ -48,6 +53,8 @@ async def fork_run(
         )
     saved: list[Checkpoint] = await in_store_thread(store, lambda: checkpoints(run_id))
     state = _at(saved, run_id, at)
+    if definition is not None:
+        _same_definition(run_id, state.definition, definition)
     state.run_id = new_id
     state.forked_from, state.forked_at = run_id, len(state.trace)
     if edit is not None:
@@ -75,6 +82,22 @@ async def fork_run(
         suspend(state)  # the fork's own resume token, not the original's
     await in_store_thread(store, lambda: store.save(state, version=1))
     return state
+
+
+def _same_definition(run_id: str, stored: str | None, current: str) -> None:
+    """Refuse a fork whose agent is not the one that started ``run_id``, before anything is
+    stored: the fork would be left waiting for an agent that can continue it."""
+    try:
+        check_definition(run_id, stored, current)
+    except DefinitionChangedError as exc:
+        raise DefinitionChangedError(
+            f"run {run_id!r} was started by an agent with other {', '.join(exc.changed)}, so "
+            "this agent cannot continue a fork of it; nothing was stored. Fork it with the "
+            "agent that started it, or pass allow_changed_definition=True to continue it "
+            "under this one",
+            run_id=run_id,
+            changed=exc.changed,
+        ) from None
 
 
 def _at(saved: list[Checkpoint], run_id: str, at: int | None) -> RunState:

@@ -29,10 +29,14 @@ The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the che
 
 An agent with children (agents used as tools, ``Agent.as_tool``; ``bounds(..., children=...)``)
 adds their worst cases: each tool execution of the parent may be a call of its costliest child,
-so ``max_tool_calls`` executions add that many times the child's worst case, of model calls, tool
-executions and seconds alike. A child's model calls count against the parent's usage limits, so
+so ``max_tool_calls`` executions add that many times the child's worst case, of model calls and
+tool executions. A child's model calls count against the parent's usage limits, so
 ``usage_limits.max_requests`` still caps the model calls of the whole composition, and the
-parent's ``max_wall_clock_s`` its time.
+parent's ``max_wall_clock_s`` its time. A child's time is the time of the call that runs it: a
+call of an agent tool lasts at most the smaller of the tool's ``timeout_s`` and the child's own
+worst time, so the parent's tool time counts its longest tool (a child, or a plain tool's
+``tool_timeout_s``) once per tool run, as for any tool: calls run in parallel in one turn take
+the longest of them, not their sum.
 """
 
 from __future__ import annotations
@@ -79,6 +83,14 @@ class ChildBounds:
 
     name: str
     bounds: Bounds
+    timeout_s: float | None = None  # the call's own timeout (the agent tool's), if it has one
+
+    @property
+    def call_time_s(self) -> float | None:
+        """The most one call of the child can take: its tool's timeout or its own worst
+        time, the smaller (``None``: unbounded)."""
+        times = [t for t in (self.timeout_s, self.bounds.max_wall_clock_s) if t is not None]
+        return min(times) if times else None
 
 
 def _show(value: float | None) -> str:
@@ -94,26 +106,50 @@ def bounds(
     model_timeout_s: float | None = None,
     models: int = 1,
     children: Sequence[ChildBounds] = (),
+    other_tools: bool = True,
 ) -> Bounds:
     """The worst case of a run under ``policy`` (with a verifier or the done-tool requirement
     when ``verification``, and a fallback chain of ``models`` models), where one model call takes
     at most ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound).
     ``children`` are the worst cases of the agents it uses as tools, each added as many times as
-    the parent can execute a tool."""
+    the parent can execute a tool; ``other_tools`` says whether it has tools besides them (each
+    call of one may take ``tool_timeout_s``)."""
     own = _bounds(policy, verification, model_timeout_s, models)
     if not children:
         return own
-    work = own
-    if policy.max_wall_clock_s is not None:  # the work alone, before the limit caps it
-        unlimited = policy.model_copy(update={"max_wall_clock_s": None})
-        work = _bounds(unlimited, verification, model_timeout_s, models)
-    return _compose(own, work, policy, children)
+    timed = _bounds(
+        policy, verification, model_timeout_s, models, _longest_call(policy, children, other_tools)
+    )
+    return _compose(own, timed, policy, children)
+
+
+def _longest_call(
+    policy: Policy, children: Sequence[ChildBounds], other_tools: bool
+) -> tuple[float | None, str]:
+    """The most one tool call of an agent with ``children`` can take, and what it is."""
+    worst = max(children, key=lambda c: _key(c.call_time_s))
+    time = worst.call_time_s
+    if time is None:
+        return None, (
+            f"the child {worst.name!r} has no time bound (give it max_wall_clock_s, or its "
+            "tool a timeout_s)"
+        )
+    if other_tools and policy.tool_timeout_s > time:
+        return policy.tool_timeout_s, f"{policy.tool_timeout_s:g} s (tool_timeout_s)"
+    cut = worst.timeout_s is not None and worst.timeout_s < _key(worst.bounds.max_wall_clock_s)
+    how = "its tool's timeout_s" if cut else "its worst time"
+    return time, f"{time:g} s (the child {worst.name!r}, {how})"
 
 
 def _bounds(
-    policy: Policy, verification: bool, model_timeout_s: float | None, models: int
+    policy: Policy,
+    verification: bool,
+    model_timeout_s: float | None,
+    models: int,
+    tool_time: tuple[float | None, str] | None = None,
 ) -> Bounds:
-    """The worst case of one agent's own run, children left out."""
+    """The worst case of one agent's own run, children left out, where one tool call takes at
+    most ``tool_time`` (seconds and what they are; ``None``: the policy's ``tool_timeout_s``)."""
     retry = policy.retry
     errors = policy.max_total_errors
     switches = max(0, models - 1)
@@ -181,8 +217,10 @@ def _bounds(
             f"(tool turns: {_show(tool_turns)})"
         )
 
+    if tool_time is None:
+        tool_time = (policy.tool_timeout_s, f"{policy.tool_timeout_s:g} s")
     wall, wall_text = _wall_clock(
-        policy, calls, retried, tool_turns, executions, retry, model_timeout_s
+        policy, calls, retried, tool_turns, executions, retry, model_timeout_s, tool_time
     )
     return Bounds(
         max_model_calls=calls,
@@ -196,10 +234,10 @@ def _bounds(
     )
 
 
-def _compose(own: Bounds, work: Bounds, policy: Policy, children: Sequence[ChildBounds]) -> Bounds:
-    """The worst case of an agent whose own is ``own`` under ``policy`` (``work``: the same
-    without its wall-clock limit) when it uses ``children`` as tools: each of its tool
-    executions may be a call of its costliest child."""
+def _compose(own: Bounds, timed: Bounds, policy: Policy, children: Sequence[ChildBounds]) -> Bounds:
+    """The worst case of an agent whose own is ``own`` under ``policy`` (``timed``: the same
+    with each tool call as long as its longest child's call) when it uses ``children`` as
+    tools: each of its tool executions may be a call of its costliest child."""
     times = own.max_tool_executions
     calls, calls_text = _added(
         own.max_model_calls, own.model_calls_derivation, children, "max_model_calls", times
@@ -217,13 +255,9 @@ def _compose(own: Bounds, work: Bounds, policy: Policy, children: Sequence[Child
         "max_tool_executions",
         times,
     )
-    wall, wall_text = _added(
-        work.max_wall_clock_s, work.wall_clock_derivation, children, "max_wall_clock_s", times
-    )
-    limit = policy.max_wall_clock_s
-    if limit is not None and (wall is None or limit <= wall):
-        wall_text = f"max_wall_clock_s={limit:g}, shared with the children ({wall_text})"
-        wall = limit
+    wall, wall_text = timed.max_wall_clock_s, timed.wall_clock_derivation
+    if policy.max_wall_clock_s is not None and wall == policy.max_wall_clock_s:
+        wall_text = wall_text.replace(" (", ", shared with the children (", 1)
     return Bounds(
         max_model_calls=None if calls is None else int(calls),
         model_calls_derivation=calls_text,
@@ -295,8 +329,11 @@ def _wall_clock(
     executions: int | None,
     retry: RetryPolicy,
     model_timeout_s: float | None,
+    tool_time: tuple[float | None, str],
 ) -> tuple[float | None, str]:
-    """The wall-clock bound: the policy's limit, or the worst time the bounded work can take."""
+    """The wall-clock bound: the policy's limit, or the worst time the bounded work can take,
+    one tool call taking at most ``tool_time`` (seconds, and what they are)."""
+    tool_s, tool_text = tool_time
     work: float | None = None
     if model_timeout_s is None:
         why = "no model-call timeout is known (model_timeout_s)"
@@ -312,14 +349,14 @@ def _wall_clock(
             tool_runs = tool_turns if policy.parallel_tool_calls else None
         if tool_runs is None:
             why = "sequential tool calls without max_tool_calls take unbounded time"
+        elif tool_s is None:
+            why = f"a tool call takes unbounded time: {tool_text}"
         else:
-            tool_time = tool_runs * policy.tool_timeout_s
-            work = calls * model_timeout_s + backoff + tool_time
+            work = calls * model_timeout_s + backoff + tool_runs * tool_s
             tools = "parallel turns" if policy.parallel_tool_calls else "tool calls"
             why = (
                 f"{calls} calls × {model_timeout_s:g} s + {backoff:g} s worst backoff over "
-                f"{retried} retries + {tool_runs} {tools} × {policy.tool_timeout_s:g} s "
-                f"= {work:g} s"
+                f"{retried} retries + {tool_runs} {tools} × {tool_text} = {work:g} s"
             )
     limit = policy.max_wall_clock_s
     if limit is None:

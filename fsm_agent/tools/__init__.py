@@ -249,11 +249,15 @@ class Tool:
         return self.takes_context
 
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float = 30.0
+        self,
+        call: ToolCall,
+        context: ToolContext[Any],
+        *,
+        default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """Validate the call's arguments, run the function, and turn what happened into a
         result: never raises, except :class:`asyncio.CancelledError`. The tool's own
-        ``timeout_s`` wins over ``default_timeout_s`` (the policy's)."""
+        ``timeout_s`` wins over ``default_timeout_s`` (the policy's; ``None``: no limit)."""
         timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
         started = time.perf_counter()
         try:

@@ -92,9 +92,15 @@ function cell(text, className) {
   return el("td", className ? { text: String(text), className } : { text: String(text) });
 }
 
-function badge(state, title) {
+// A run's state; a run that ended done without a clean answer (a limit or a budget ended it:
+// max_steps, unverified, ...) reads "gave up", in another colour.
+function badge(state, title, gaveUp) {
   const shown = state || "unknown";
   const attrs = { className: "badge " + shown, text: shown, "data-state": shown };
+  if (gaveUp) {
+    attrs.className += " gave-up";
+    attrs.text = "gave up";
+  }
   if (title) attrs.title = title;
   return el("span", attrs);
 }
@@ -275,7 +281,18 @@ function taskCell(run) {
   link.textContent = run.task || (run.problem ? "(cannot be read)" : "(no task)");
   const box = el("td", { className: "task-cell" }, link, el("div", { className: "run-id muted", text: run.run_id }));
   if (run.problem) box.append(el("div", { className: "problem", text: run.problem }));
+  const origin = originText(run);
+  if (origin) box.prepend(el("div", { className: "origin muted", text: origin }));
+  if (run.depth) box.style.paddingLeft = 1.5 * run.depth + "em";
   return box;
+}
+
+// Where a listed run comes from: the call of its parent run it ran for, or the move of the run
+// it was forked from (the list shows it under that run when that run is listed too).
+function originText(run) {
+  if (run.parent) return "↳ child of " + run.parent.run_id + " (call " + run.parent.call_id + ")";
+  if (run.forked_from) return "↳ fork of " + run.forked_from.run_id + " after move " + run.forked_from.move;
+  return "";
 }
 
 async function loadRuns() {
@@ -295,9 +312,13 @@ async function loadRuns() {
     const usage = run.usage;
     return el(
       "tr",
-      { "data-run-id": run.run_id, className: run.problem ? "unreadable" : "" },
+      {
+        "data-run-id": run.run_id,
+        "data-depth": run.depth || 0,
+        className: [run.problem ? "unreadable" : "", run.depth ? "under" : ""].join(" ").trim(),
+      },
       taskCell(run),
-      el("td", {}, badge(run.state, run.problem)),
+      el("td", {}, badge(run.state, run.problem || (run.gave_up ? "done (" + run.stop_reason + "): no clean answer" : ""), run.gave_up)),
       cell(run.stop_reason || "–"),
       cell(run.steps, "num"),
       cell(run.model || "–", "model"),
@@ -439,15 +460,16 @@ function renderSummary(detail) {
   document.getElementById("task").textContent = detail.task || "(no task)";
   document.getElementById("model").textContent = detail.model || "model unknown";
   document.getElementById("started").textContent = when(detail.started_at);
-  const moving = !RESTING.has(detail.state) && detail.started_at !== null;
+  const moving = !RESTING.has(detail.state) && detail.started_at !== null && !detail.resume_error;
   document.getElementById("duration-label").textContent = moving ? "running for" : "ran";
   document.getElementById("duration").textContent = moving
     ? duration(Math.max(0, Date.now() / 1000 - detail.started_at))
     : duration(detail.duration_s);
   const box = document.getElementById("ending");
-  box.className = "ending " + detail.state;
-  document.getElementById("state-badge").replaceChildren(badge(detail.state));
-  document.getElementById("ending-title").textContent = ENDINGS[detail.state] || "Running: now in " + detail.state;
+  box.className = "ending " + detail.state + (detail.gave_up ? " gave-up" : "");
+  document.getElementById("state-badge").replaceChildren(badge(detail.state, "", detail.gave_up));
+  const title = detail.gave_up ? "Gave up: no clean answer" : ENDINGS[detail.state];
+  document.getElementById("ending-title").textContent = title || "Running: now in " + detail.state;
   document.getElementById("stop-reason").textContent = detail.stop_reason ? "(" + detail.stop_reason + ")" : "";
   document.getElementById("output").textContent = detail.output || "";
   document.getElementById("output").hidden = detail.output === null;
@@ -473,6 +495,12 @@ function renderLineage(detail) {
   }
   box.replaceChildren(...parts);
   box.hidden = parts.length === 0;
+  const forks = document.getElementById("forks");
+  const items = (detail.forks || []).map((fork) =>
+    el("li", { "data-run-id": fork.run_id }, runLink(fork.run_id), " after move " + fork.move + " ", badge(fork.state, "", fork.gave_up)),
+  );
+  forks.replaceChildren(...(items.length ? [el("span", { text: "Its forks:" }), el("ul", {}, ...items)] : []));
+  forks.hidden = items.length === 0;
 }
 
 async function forkFrom(move) {
@@ -557,6 +585,7 @@ function liveText(detail) {
   if (detail.resuming) return "resuming: following live";
   if (detail.state === "suspended") return "waiting for a human";
   if (RESTING.has(detail.state)) return "at rest";
+  if (detail.resume_error) return "stopped: the resume failed";
   return "following live";
 }
 
