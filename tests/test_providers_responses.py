@@ -321,23 +321,27 @@ def test_typed_output_with_tools_is_the_final_answer_tool(streaming: bool) -> No
 
 
 @paths
-def test_usage_counts_cached_and_reasoning_tokens(streaming: bool) -> None:
-    """Input, output, cached input and reasoning tokens are read from the usage object."""
+def test_usage_counts_cached_written_and_reasoning_tokens(streaming: bool) -> None:
+    """Input, output, cached input, cache-written input and reasoning tokens are read from the
+    usage object."""
     turn = Turn(text="ok", usage=(1200, 80))
     if streaming:
         events = responses_events(turn)
-        events[-1]["response"]["usage"]["input_tokens_details"]["cached_tokens"] = 1024
-        events[-1]["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] = 64
-        reply = _sse_reply(sse(*events, names=[e["type"] for e in events]))
+        usage_of = events[-1]["response"]["usage"]
     else:
         body = responses_json(turn)
-        body["usage"]["input_tokens_details"]["cached_tokens"] = 1024
-        body["usage"]["output_tokens_details"]["reasoning_tokens"] = 64
+        usage_of = body["usage"]
+    usage_of["input_tokens_details"] = {"cached_tokens": 1024, "cache_write_tokens": 128}
+    usage_of["output_tokens_details"]["reasoning_tokens"] = 64
+    if streaming:
+        reply = _sse_reply(sse(*events, names=[e["type"] for e in events]))
+    else:
         reply = json_reply(body)
     answer, _ = run(_ask(ASK, reply, streaming=streaming))
     usage = _response(answer, streaming).usage
     assert (usage.input_tokens, usage.output_tokens) == (1200, 80)
-    assert (usage.cache_read_tokens, usage.reasoning_tokens, usage.requests) == (1024, 64, 1)
+    assert (usage.cache_read_tokens, usage.cache_write_tokens) == (1024, 128)
+    assert (usage.reasoning_tokens, usage.requests) == (64, 1)
 
 
 @paths

@@ -118,6 +118,7 @@ def _usage(value: object) -> Usage | None:
         input_tokens=as_count(usage.get("input_tokens")) or 0,
         output_tokens=as_count(usage.get("output_tokens")) or 0,
         cache_read_tokens=as_count(given.get("cached_tokens")) or 0,
+        cache_write_tokens=as_count(given.get("cache_write_tokens")) or 0,
         reasoning_tokens=as_count(produced.get("reasoning_tokens")) or 0,
     )
 
