@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import ClassVar, Unpack
 
-from ..errors import MalformedResponseError, ModelError
+from ..errors import ConfigurationError, MalformedResponseError, ModelError
 from ..messages import (
     FinishReason,
     ImagePart,
@@ -61,7 +61,8 @@ __all__ = ["AnthropicModel", "anthropic_finish_reason"]
 _PROVIDER = "anthropic"
 _VERSION = "2023-06-01"
 _DEFAULT_MAX_TOKENS = 4096
-_EFFORT_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
+_MIN_BUDGET = 1024  # the smallest thinking budget the API takes
+_EFFORT_BUDGET = {"low": _MIN_BUDGET, "medium": 4096, "high": 16384}
 
 _FINISH: dict[str, FinishReason] = {
     "end_turn": FinishReason.STOP,
@@ -174,6 +175,23 @@ def _wire_messages(request: ModelRequest) -> list[JSONObject]:
             blocks = _user_blocks(message, tools)
         append_turn(wire, role, "content", blocks)
     return wire
+
+
+def _check_thinking(request: ModelRequest, budget: int | None) -> None:
+    """Refuse the settings Anthropic refuses with extended thinking on, before any request."""
+    if budget is None:
+        return
+    if budget < _MIN_BUDGET:
+        raise ConfigurationError(
+            f"{_PROVIDER}: reasoning_budget_tokens={budget} is below the {_MIN_BUDGET} tokens "
+            f"extended thinking takes at least: give {_MIN_BUDGET} or more, or leave it unset"
+        )
+    if request.tools and request.tool_choice not in (None, "auto", "none"):
+        raise ConfigurationError(
+            f"{_PROVIDER}: tool_choice={request.tool_choice!r} cannot go with extended "
+            "thinking, which lets the model choose (only 'auto' or 'none'): drop tool_choice "
+            "or turn thinking off (no reasoning_budget_tokens or reasoning_effort)"
+        )
 
 
 def _tool_choice(request: ModelRequest) -> JSONObject | None:
@@ -454,6 +472,7 @@ class AnthropicModel(ProviderBase):
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
         """The Messages JSON body for ``request``."""
         budget = thinking_budget(request, _EFFORT_BUDGET)
+        _check_thinking(request, budget)
         max_tokens = request.max_tokens or self._default_max_tokens
         if budget is not None and max_tokens <= budget:
             max_tokens = budget + self._default_max_tokens
