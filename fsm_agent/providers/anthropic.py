@@ -149,12 +149,30 @@ def _user_blocks(message: Message, tools: bool) -> list[JSONObject]:
 
 def _result_content(result: ToolResult) -> str | list[JSONObject]:
     """A tool result's content: its text, and its images as image blocks (Anthropic takes
-    them in a ``tool_result``); other parts are in the text already."""
-    images = [_image_block(p) for p in result.parts if isinstance(p, ImagePart)]
+    them in a ``tool_result``), each in the place of its placeholder line in the text, or after
+    the text when the text has none; other parts are in the text already."""
+    images = [p for p in result.parts if isinstance(p, ImagePart)]
     if not images:
         return result.content
-    text: list[JSONObject] = [{"type": "text", "text": result.content}] if result.content else []
-    return [*text, *images]
+    blocks: list[JSONObject] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        text = "\n".join(lines)
+        if text.strip():  # the API refuses an empty text block
+            blocks.append({"type": "text", "text": text})
+        lines.clear()
+
+    for line in result.content.split("\n"):
+        placed = next((i for i in images if i.placeholder == line), None)
+        if placed is None:
+            lines.append(line)
+            continue
+        flush()
+        blocks.append(_image_block(placed))
+        images.remove(placed)
+    flush()
+    return [*blocks, *map(_image_block, images)]
 
 
 def _wire_messages(request: ModelRequest) -> list[JSONObject]:
