@@ -1,4 +1,5 @@
-"""Request bodies judged by the official ``openai`` SDK's own request types (its ``TypedDict``s).
+"""Request bodies judged by the official ``openai`` SDK's own request types (its ``TypedDict``s),
+for the Responses and the Chat Completions APIs.
 
 The SDK describes every request it can send as typed dictionaries generated from the API's
 specification; a body that fits none of them is one the SDK could not have built. Each check
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-__all__ = ["responses_faults"]
+__all__ = ["chat_faults", "responses_faults"]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -36,6 +37,23 @@ def _adapters() -> tuple[TypeAdapter[Any], TypeAdapter[Any], TypeAdapter[Any], T
         TypeAdapter(list[ResponseCreateParamsStreaming], config=_STRICT),
         TypeAdapter(list[ResponseInputItemParam], config=_STRICT),  # type: ignore[valid-type]
         TypeAdapter(list[FunctionToolParam], config=_STRICT),
+    )
+
+
+@cache
+def _chat_adapters() -> tuple[TypeAdapter[Any], TypeAdapter[Any], TypeAdapter[Any]]:
+    """Adapters for a whole Chat Completions body (not streamed, streamed) and one message."""
+    pytest.importorskip("openai", reason="the SDK's types come with the [dev] extra")
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat.completion_create_params import (
+        CompletionCreateParamsNonStreaming,
+        CompletionCreateParamsStreaming,
+    )
+
+    return (
+        TypeAdapter(list[CompletionCreateParamsNonStreaming], config=_STRICT),
+        TypeAdapter(list[CompletionCreateParamsStreaming], config=_STRICT),
+        TypeAdapter(list[ChatCompletionMessageParam], config=_STRICT),  # type: ignore[valid-type]
     )
 
 
@@ -70,6 +88,19 @@ def responses_faults(body: dict[str, Any]) -> list[str]:
         f"tools[{i}] {value!r}: {fault}"
         for i, value in enumerate(body.get("tools", []))
         if value.get("type") == "function" and (fault := _fault(tool, value))
+    ]
+    fault = _fault(streamed if body.get("stream") else whole, body)
+    return [*faults, f"the body: {fault}"] if fault else faults
+
+
+def chat_faults(body: dict[str, Any]) -> list[str]:
+    """What the SDK's types find wrong in a Chat Completions request ``body``: each message
+    that fits none of its types (named by index), then the body as a whole."""
+    whole, streamed, message = _chat_adapters()
+    faults = [
+        f"messages[{i}] {value!r}: {fault}"
+        for i, value in enumerate(body.get("messages", []))
+        if (fault := _fault(message, value))
     ]
     fault = _fault(streamed if body.get("stream") else whole, body)
     return [*faults, f"the body: {fault}"] if fault else faults
