@@ -23,7 +23,7 @@ from pydantic import JsonValue
 from ...messages import ImagePart, ResourceLinkPart, ToolResultPart
 from .. import ToolReturn
 
-__all__ = ["result_text", "tool_return"]
+__all__ = ["tool_return"]
 
 
 def _for_user_only(block: mcp_types.ContentBlock) -> bool:
@@ -92,8 +92,3 @@ def tool_return(result: mcp_types.CallToolResult) -> ToolReturn:
     if for_user:
         metadata["for_user"] = for_user
     return ToolReturn("\n".join(lines), tuple(parts), structured=structured, metadata=metadata)
-
-
-def result_text(result: mcp_types.CallToolResult) -> str:
-    """``result`` as the text the model reads (an error's message, say)."""
-    return tool_return(result).text
