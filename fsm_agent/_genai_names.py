@@ -53,5 +53,10 @@ OPERATION_INVOKE_AGENT: Final = "invoke_agent"
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 OUTPUT_TEXT: Final = "text"
 OUTPUT_JSON: Final = "json"
-PROVIDERS: Final = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
+PROVIDERS: Final = {
+    "openai": "openai",
+    "openai-responses": "openai",  # the conventions name the provider, not the API
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+}
 """A provider model's ``provider`` → the conventions' ``gen_ai.provider.name`` value."""

@@ -109,6 +109,14 @@ class ImagePart(Record):
     data: str | None = None
     url: str | None = None
 
+    @property
+    def placeholder(self) -> str:
+        """The line that stands for this image in a tool result's text. A provider that takes
+        images in tool results sends the image in that line's place."""
+        if self.url:
+            return f"[image: {self.url}]"
+        return f"[image: {self.media_type}, {len(self.data or '')} base64 characters]"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceLinkPart(Record):

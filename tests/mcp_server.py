@@ -11,8 +11,9 @@ Its tools: ``add`` answers, ``fail`` returns an error result, ``reject`` answers
 JSON-RPC error, ``hang`` never answers, ``die`` ends the server's process in the middle of the
 call, ``repeat`` returns long texts, and ``whoami`` returns the process id (to tell a
 restarted server from the first one). Content beyond text: ``picture`` returns an image (with
-annotations), ``forecast`` structured content with no text, ``linked`` a resource link, and
-``slow`` reports its progress before it answers.
+annotations), ``logo`` an image between two texts and a text for the user only, ``forecast``
+structured content with no text, ``linked`` a resource link, and ``slow`` reports its progress
+before it answers.
 """
 
 from __future__ import annotations
@@ -81,13 +82,26 @@ PIXEL = (
 
 @server.tool(description="A picture, with a caption.")
 def picture() -> mcp_types.CallToolResult:
-    audience = mcp_types.Annotations(audience=["user"], priority=0.9)
+    audience = mcp_types.Annotations(audience=["user", "assistant"], priority=0.9)
     return mcp_types.CallToolResult(
         content=[
             mcp_types.TextContent(type="text", text="a red pixel"),
             mcp_types.ImageContent(
                 type="image", data=PIXEL, mime_type="image/png", annotations=audience
             ),
+        ]
+    )
+
+
+@server.tool(description="A logo between two texts, and a note for the user only.")
+def logo() -> mcp_types.CallToolResult:
+    for_user = mcp_types.Annotations(audience=["user"])
+    return mcp_types.CallToolResult(
+        content=[
+            mcp_types.TextContent(type="text", text="Here is the logo."),
+            mcp_types.ImageContent(type="image", data=PIXEL, mime_type="image/png"),
+            mcp_types.TextContent(type="text", text="The image above is the MCP logo."),
+            mcp_types.TextContent(type="text", text="Shown in the app.", annotations=for_user),
         ]
     )
 

@@ -127,6 +127,7 @@ def test_stdio_tools_keep_the_servers_schema_and_description() -> None:
         "t_repeat",
         "t_whoami",
         "t_picture",
+        "t_logo",
         "t_forecast",
         "t_linked",
         "t_slow",
@@ -659,7 +660,7 @@ def test_images_links_structured_content_and_annotations_are_kept_on_the_result(
     assert picture.content == "a red pixel\n[image: image/png, 96 base64 characters]"
     assert picture.parts == (ImagePart(media_type="image/png", data=PIXEL),)
     assert picture.metadata["annotations"] == [
-        {"index": 1, "type": "image", "audience": ["user"], "priority": 0.9}
+        {"index": 1, "type": "image", "audience": ["user", "assistant"], "priority": 0.9}
     ]
     weather = {"city": "Oslo", "celsius": -3, "sky": "snow"}
     assert forecast.structured == weather and json.loads(forecast.content) == weather
@@ -696,7 +697,7 @@ def test_an_mcp_image_reaches_anthropic_as_an_image_block_and_openai_as_a_placeh
     )
     (result,) = [b for b in anthropic[1]["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert result["content"] == [
-        {"type": "text", "text": "a red pixel\n[image: image/png, 96 base64 characters]"},
+        {"type": "text", "text": "a red pixel"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
     ]
     openai = run(
@@ -708,6 +709,63 @@ def test_an_mcp_image_reaches_anthropic_as_an_image_block_and_openai_as_a_placeh
     tool_message = openai[1]["messages"][-1]
     assert tool_message["role"] == "tool"
     assert tool_message["content"] == "a red pixel\n[image: image/png, 96 base64 characters]"
+
+
+def test_the_servers_content_order_is_kept_and_user_only_content_is_not_the_models() -> None:
+    """Text, an image and text again reach the model in the server's order: as lines (the
+    image's placeholder between the texts) where the provider takes only text, as text, image
+    and text blocks with no placeholder where it takes the image (Anthropic). Content whose
+    audience is the user alone is left out of the model's view and kept in the metadata."""
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PIXEL},
+    }
+
+    async def main(model_of: Any, replies: list[Reply]) -> tuple[ToolResult, Any]:
+        async with ProviderServer().script(*replies) as http, stdio() as server:
+            model = model_of(http.url)
+            try:
+                done = await Agent(model, tools=server.tools).run("Show the logo.")
+            finally:
+                await model.aclose()
+            assert done.ok
+            (kept,) = tool_results_of(done)
+            return kept, http.requests[1].json
+
+    call = Turn(calls=[("c1", "logo", {})])
+    kept, openai = run(
+        main(
+            lambda url: OpenAIChatModel("g", base_url=url, api_key="k", timeouts=FAST),
+            [json_reply(openai_json(call)), json_reply(openai_json(Turn(text="A logo.")))],
+        )
+    )
+    lines = [
+        "Here is the logo.",
+        "[image: image/png, 96 base64 characters]",
+        "The image above is the MCP logo.",
+    ]
+    assert kept.content.splitlines() == lines
+    assert openai["messages"][-1]["content"] == kept.content
+    assert kept.parts == (ImagePart(media_type="image/png", data=PIXEL),)
+    (for_user,) = kept.metadata["for_user"]
+    assert for_user == {
+        "index": 3,
+        "type": "text",
+        "text": "Shown in the app.",
+        "annotations": {"audience": ["user"]},
+    }
+    _, anthropic = run(
+        main(
+            lambda url: AnthropicModel("c", base_url=url, api_key="k", timeouts=FAST),
+            [json_reply(anthropic_json(call)), json_reply(anthropic_json(Turn(text="A logo.")))],
+        )
+    )
+    (result,) = [b for b in anthropic["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert result["content"] == [
+        {"type": "text", "text": "Here is the logo."},
+        image,
+        {"type": "text", "text": "The image above is the MCP logo."},
+    ]
 
 
 def test_progress_of_a_long_call_is_streamed_as_tool_progress_events() -> None:

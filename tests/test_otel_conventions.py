@@ -428,3 +428,31 @@ def test_anthropic_cache_counts_are_included_in_the_input_tokens(
     assert attrs[GEN_AI_USAGE_INPUT_TOKENS] == 60
     assert attrs[GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 30
     assert attrs[GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 20
+
+
+def test_a_responses_model_reports_openai_and_its_cache_write(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A Responses API run names the conventions' openai as its provider, and its chat span
+    carries the cache reads and writes the server reported (both inside input_tokens)."""
+    from fsm_agent.providers.openai_responses import OpenAIResponsesModel
+    from provider_server import Turn
+    from responses_wire import responses_json
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = responses_json(Turn(text="hi", usage=(100, 2)))
+        body["usage"]["input_tokens_details"] = {"cached_tokens": 30, "cache_write_tokens": 50}
+        return httpx.Response(200, json=body)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    model = OpenAIResponsesModel("gpt-test", api_key="k", client=client)
+    assert Agent(model, hooks=[_hooks(exporter)]).run_sync("hi").ok
+    spans = exporter.get_finished_spans()
+    (chat,) = _op(spans, CHAT)
+    (run,) = _op(spans, INVOKE_AGENT)
+    for span in (chat, run):
+        assert _attrs(span)[GEN_AI_PROVIDER_NAME] == GenAiProviderNameValues.OPENAI.value
+    attrs = _attrs(chat)
+    assert attrs[GEN_AI_USAGE_INPUT_TOKENS] == 100
+    assert attrs[GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 30
+    assert attrs[GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 50

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from conftest_network import no_external_network  # noqa: F401
-from fsm_agent.errors import MalformedResponseError, ModelError, ProviderServerError
+from fsm_agent import Agent, ModelSettings, tool
+from fsm_agent.errors import (
+    ConfigurationError,
+    MalformedResponseError,
+    ModelError,
+    ProviderServerError,
+)
 from fsm_agent.messages import FinishReason, Message, ModelRequest, ModelResponse
 from fsm_agent.providers import AnthropicModel
 from provider_server import (
@@ -172,7 +178,6 @@ def test_request_mapping() -> None:
         tools=(ToolDefinition(name="grep"),),
         tool_choice="required",
         parallel_tool_calls=False,
-        reasoning_budget_tokens=2048,
     )
     body = AnthropicModel("c", api_key="k").build_body(request, stream=False)
     assert body["system"] == [
@@ -185,5 +190,65 @@ def test_request_mapping() -> None:
         ("b", True),
     ]
     assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    thinking = request.model_copy(update={"tool_choice": "auto", "reasoning_budget_tokens": 2048})
+    body = AnthropicModel("c", api_key="k").build_body(thinking, stream=False)
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["max_tokens"] > 2048
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"tool_choice": "required", "reasoning_budget_tokens": 2048}, "tool_choice='required'"),
+        ({"tool_choice": "grep", "reasoning_effort": "high"}, "tool_choice='grep'"),
+        ({"reasoning_budget_tokens": 1023}, "reasoning_budget_tokens=1023"),
+    ],
+    ids=["required", "a-tools-name", "small-budget"],
+)
+def test_settings_extended_thinking_refuses_are_refused_before_anything_is_sent(
+    settings: dict[str, Any], named: str
+) -> None:
+    """A tool_choice that forces a call, or a thinking budget under 1,024 tokens, with extended
+    thinking on is a ConfigurationError naming the setting and the rule, and no request goes
+    out (Anthropic would answer HTTP 400)."""
+
+    @tool
+    def grep(p: str) -> str:
+        """Search."""
+        return p
+
+    async def scenario() -> list[Any]:
+        async with ProviderServer() as server:
+            model = AnthropicModel("c", base_url=server.url, api_key="k", timeouts=FAST)
+            agent = Agent(model, tools=[grep], model_settings=ModelSettings(**settings))
+            try:
+                with pytest.raises(ConfigurationError) as caught:
+                    await agent.run("Find it.")
+            finally:
+                await model.aclose()
+            assert named in str(caught.value)
+            assert "thinking" in str(caught.value)
+            return server.requests
+
+    assert run(scenario()) == []
+
+
+def test_auto_and_none_and_the_smallest_budget_go_with_extended_thinking() -> None:
+    """``auto``, ``none`` and a budget of exactly 1,024 tokens (the ``low`` effort's) are
+    accepted with thinking on."""
+    from fsm_agent.messages import ToolDefinition
+
+    model = AnthropicModel("c", api_key="k")
+    for choice in ("auto", "none", None):
+        request = REQUEST.model_copy(
+            update={
+                "tools": (ToolDefinition(name="grep"),),
+                "tool_choice": choice,
+                "reasoning_budget_tokens": 1024,
+            }
+        )
+        body = model.build_body(request, stream=False)
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    low = model.build_body(REQUEST.model_copy(update={"reasoning_effort": "low"}), stream=True)
+    assert low["thinking"]["budget_tokens"] == 1024

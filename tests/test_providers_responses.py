@@ -40,6 +40,7 @@ from fsm_agent.providers import infer_model
 from provider_server import FAST, ProviderServer, Reply, Turn, collect, json_reply, run, sse
 from provider_server import sse_reply as _sse_reply
 from responses_wire import responses_events, responses_json, responses_sse
+from sdk_types import responses_faults
 
 LOOKUP = ToolDefinition(
     name="lookup",
@@ -106,14 +107,14 @@ def test_request_items_for_every_kind_of_message() -> None:
             "role": "user",
             "content": [
                 {"type": "input_text", "text": "What is this?"},
-                {"type": "input_image", "image_url": "https://example.org/a.png"},
+                {
+                    "type": "input_image",
+                    "image_url": "https://example.org/a.png",
+                    "detail": "auto",
+                },
             ],
         },
-        {
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": "Let me look."}],
-        },
+        {"type": "message", "role": "assistant", "content": "Let me look."},
         {
             "type": "function_call",
             "call_id": "call_1",
@@ -128,12 +129,98 @@ def test_request_items_for_every_kind_of_message() -> None:
             "name": "lookup",
             "description": "Look a word up.",
             "parameters": LOOKUP.parameters,
+            "strict": False,
         }
     ]
     assert body["tool_choice"] == {"type": "function", "name": "lookup"}
     assert (body["parallel_tool_calls"], body["max_output_tokens"]) == (False, 64)
     assert (body["temperature"], body["reasoning"]) == (0.2, {"effort": "low"})
     assert "store" not in body and "include" not in body and "stream" not in body
+
+
+STRICT_READY = ToolDefinition(
+    name="add",
+    parameters={
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": ["integer", "null"]}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    },
+    strict=True,
+)
+
+
+def test_strict_is_sent_for_every_tool_and_true_only_when_asked_and_possible() -> None:
+    """Every function tool says ``strict``: false for a tool with an optional parameter (the
+    API would otherwise make it required), for one that does not ask, and for one that asks
+    but whose schema strict mode cannot take; true for a strict-ready schema that asks."""
+    optional = ToolDefinition(
+        name="f",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 3}},
+            "required": ["a"],
+        },
+    )
+    asks_but_cannot = ToolDefinition(name="g", parameters=optional.parameters, strict=True)
+    not_asking = ToolDefinition(name="h", parameters=STRICT_READY.parameters)
+    tools = (optional, asks_but_cannot, not_asking, STRICT_READY)
+    request = ASK.model_copy(update={"tools": tools, "output": SCHEMA})
+    body = _model("http://127.0.0.1:1").build_body(request, stream=False)
+    sent = {t["name"]: t["strict"] for t in body["tools"]}
+    assert sent == {"f": False, "g": False, "h": False, "add": True, "final_answer": False}
+    assert responses_faults(body) == []
+
+
+REPLAYED_REASONING = ReasoningPart(
+    text="Count.",
+    provider_data={
+        "provider": "openai-responses",
+        "item": {
+            "type": "reasoning",
+            "id": "rs_7",
+            "summary": [],
+            "content": None,
+            "encrypted_content": "enc",
+        },
+        "message_id": "msg_7",
+    },
+)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_every_request_shape_fits_the_sdks_request_types(stream: bool) -> None:
+    """A request with every kind of message (a second system prompt, user text and images, an
+    assistant's text alone, after reasoning and beside calls, a replayed reasoning item whose
+    content is null, tool results), tools, settings and typed output is a body the official
+    SDK's request types describe, item by item."""
+    call = ToolCall.create("call_1", "lookup", {"q": "fsm"})
+    request = ModelRequest(
+        messages=(
+            Message.system("Be brief."),
+            Message.user("What is this?", ImagePart(media_type="image/png", data="aGVsbG8=")),
+            Message.assistant("A picture."),
+            Message.system("Answer in English."),
+            Message(role=Role.ASSISTANT, parts=(REPLAYED_REASONING, TextPart(text="Three."))),
+            Message.user("And this?", ImagePart(url="https://example.org/a.png")),
+            Message.assistant("Let me look.", [call]),
+            Message.tool(ToolResult(call_id="call_1", name="lookup", content="a state machine")),
+        ),
+        tools=(LOOKUP, STRICT_READY),
+        output=SCHEMA,
+        parallel_tool_calls=False,
+        max_tokens=64,
+        temperature=0.2,
+        top_p=0.9,
+        reasoning_effort="low",
+    )
+    model = _model("http://127.0.0.1:1", store=False, reasoning_summary="auto")
+    body = model.build_body(request, stream=stream)
+    assert responses_faults(body) == []
+    reasoning, message = body["input"][3:5]
+    assert "content" not in reasoning and message["id"] == "msg_7"
+    alone = request.model_copy(update={"tools": (), "output": SCHEMA})
+    assert responses_faults(model.build_body(alone, stream=stream)) == []
 
 
 def test_settings_the_api_lacks_are_not_sent() -> None:
@@ -234,8 +321,9 @@ def test_a_reasoning_item_goes_back_with_the_message_it_led_to(streaming: bool) 
         {
             "type": "message",
             "role": "assistant",
-            "content": [{"type": "output_text", "text": "Three."}],
+            "content": [{"type": "output_text", "text": "Three.", "annotations": []}],
             "id": "msg_1",
+            "status": "completed",
         },
     ]
 
@@ -321,23 +409,27 @@ def test_typed_output_with_tools_is_the_final_answer_tool(streaming: bool) -> No
 
 
 @paths
-def test_usage_counts_cached_and_reasoning_tokens(streaming: bool) -> None:
-    """Input, output, cached input and reasoning tokens are read from the usage object."""
+def test_usage_counts_cached_written_and_reasoning_tokens(streaming: bool) -> None:
+    """Input, output, cached input, cache-written input and reasoning tokens are read from the
+    usage object."""
     turn = Turn(text="ok", usage=(1200, 80))
     if streaming:
         events = responses_events(turn)
-        events[-1]["response"]["usage"]["input_tokens_details"]["cached_tokens"] = 1024
-        events[-1]["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] = 64
-        reply = _sse_reply(sse(*events, names=[e["type"] for e in events]))
+        usage_of = events[-1]["response"]["usage"]
     else:
         body = responses_json(turn)
-        body["usage"]["input_tokens_details"]["cached_tokens"] = 1024
-        body["usage"]["output_tokens_details"]["reasoning_tokens"] = 64
+        usage_of = body["usage"]
+    usage_of["input_tokens_details"] = {"cached_tokens": 1024, "cache_write_tokens": 128}
+    usage_of["output_tokens_details"]["reasoning_tokens"] = 64
+    if streaming:
+        reply = _sse_reply(sse(*events, names=[e["type"] for e in events]))
+    else:
         reply = json_reply(body)
     answer, _ = run(_ask(ASK, reply, streaming=streaming))
     usage = _response(answer, streaming).usage
     assert (usage.input_tokens, usage.output_tokens) == (1200, 80)
-    assert (usage.cache_read_tokens, usage.reasoning_tokens, usage.requests) == (1024, 64, 1)
+    assert (usage.cache_read_tokens, usage.cache_write_tokens) == (1024, 128)
+    assert (usage.reasoning_tokens, usage.requests) == (64, 1)
 
 
 @paths
@@ -498,3 +590,4 @@ def test_agent_run_with_a_tool_and_reasoning(streaming: bool) -> None:
     assert looked_up == ["fsm"]
     kinds = [i.get("type", "message") for i in bodies[1]["input"]]
     assert kinds == ["message", "reasoning", "function_call", "function_call_output"]
+    assert [responses_faults(body) for body in bodies] == [[], []]

@@ -5,6 +5,8 @@ received (it rejects what the APIs reject, cache breakpoints included)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -193,9 +195,9 @@ def _marked(body: Any) -> list[tuple[str, Any]]:
 
 
 def test_anthropic_marks_tools_system_and_history_and_reports_the_cache() -> None:
-    """Every request of an agent loop marks three cache breakpoints (the last tool, the system
-    prompt, the last block of the history), a strict server accepts them, and the cache tokens
-    the server reports are the run's usage."""
+    """Every request of an agent loop marks the last tool, the system prompt and the last block
+    of the history, and after an answer the block where the previous request ended too; a
+    strict server accepts them, and the cache tokens the server reports are the run's usage."""
 
     def build(url: str) -> Agent[Any, Any]:
         model = AnthropicModel("m", base_url=url, api_key=KEY, timeouts=FAST)
@@ -209,10 +211,84 @@ def test_anthropic_marks_tools_system_and_history_and_reports_the_cache() -> Non
     assert result.output == "A state machine."
     first, second = bodies
     assert _marked(first) == [("tool", "lookup"), ("system", "Be brief."), ("message", (0, 0))]
-    # The second request's history ends with the tool result: that block is marked.
-    assert _marked(second) == [("tool", "lookup"), ("system", "Be brief."), ("message", (2, 0))]
+    # The second request's history ends with the tool result: that block is marked, and the
+    # first request's last block, where its cache entry ends.
+    assert _marked(second) == [
+        ("tool", "lookup"),
+        ("system", "Be brief."),
+        ("message", (0, 0)),
+        ("message", (2, 0)),
+    ]
     assert second["messages"][2]["content"][0]["type"] == "tool_result"
     assert (result.usage.cache_write_tokens, result.usage.cache_read_tokens) == (1540, 1500)
+
+
+LOOKBACK = 20
+"""How many block boundaries before a breakpoint Anthropic looks for an earlier cache entry."""
+
+
+def _blocks(body: Any) -> list[str]:
+    """The body's blocks in cache order (tools, system, messages), each as the JSON of what it
+    holds and where it sits, without its cache mark: the prefix up to a block is the key of
+    the cache entry a breakpoint there writes."""
+    unmarked = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in [*body.get("tools", []), *body.get("system", [])]
+    ]
+    flat = [json.dumps(["head", block], sort_keys=True) for block in unmarked]
+    for index, message in enumerate(body["messages"]):
+        for block in message["content"]:
+            kept = {k: v for k, v in block.items() if k != "cache_control"}
+            flat.append(json.dumps([index, message["role"], kept], sort_keys=True))
+    return flat
+
+
+def _breakpoints(body: Any) -> list[int]:
+    """The positions (in :func:`_blocks` order) of the body's marked blocks."""
+    marked = [
+        "cache_control" in block
+        for block in [*body.get("tools", []), *body.get("system", [])]
+        + [b for m in body["messages"] for b in m["content"]]
+    ]
+    return [i for i, mark in enumerate(marked) if mark]
+
+
+def _cached_blocks(before: Any, after: Any) -> int:
+    """How many leading blocks of ``after`` Anthropic reads from the entries ``before`` wrote:
+    each breakpoint of ``after`` finds an entry at its own block or one of the ``LOOKBACK``
+    boundaries before it."""
+    old = _blocks(before)
+    written = {tuple(old[: p + 1]) for p in _breakpoints(before)}
+    new = _blocks(after)
+    read = 0
+    for point in _breakpoints(after):
+        for end in range(point, max(point - LOOKBACK, 0) - 1, -1):
+            if tuple(new[: end + 1]) in written:
+                read = max(read, end + 1)
+                break
+    return read
+
+
+def test_after_a_turn_of_twelve_parallel_calls_the_history_is_still_read_from_the_cache() -> None:
+    """A turn of 12 parallel calls adds 24 blocks, more than Anthropic looks back from a
+    breakpoint: each next request still reads the whole previous request from the cache (a
+    breakpoint sits where the previous request ended), with at most four breakpoints."""
+
+    def build(url: str) -> Agent[Any, Any]:
+        model = AnthropicModel("m", base_url=url, api_key=KEY, timeouts=FAST)
+        return Agent(model, tools=[lookup], system_prompt="Be brief.", policy=Policy(max_steps=5))
+
+    def twelve(turn: int) -> Reply:
+        calls = [(f"toolu_{turn}_{n}", "lookup", {"q": f"w{n}"}) for n in range(12)]
+        return json_reply(anthropic_json(Turn(calls=calls)))
+
+    answer = json_reply(anthropic_json(Turn(text="All looked up.")))
+    result, bodies = _run(build, twelve(1), twelve(2), answer)
+    assert result.output == "All looked up."
+    assert len(bodies) == 3 and all(len(_breakpoints(b)) <= 4 for b in bodies)
+    assert len(_blocks(bodies[1])) - len(_blocks(bodies[0])) == 24
+    for before, after in itertools.pairwise(bodies):
+        assert _cached_blocks(before, after) == len(_blocks(before))
 
 
 def test_anthropic_prompt_cache_opt_out_sends_no_breakpoint() -> None:

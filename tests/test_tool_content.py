@@ -91,6 +91,37 @@ def test_providers_send_a_results_image_where_their_wire_format_takes_one() -> N
     assert part["functionResponse"]["response"] == {"result": "a snapshot"}
 
 
+def test_an_images_placeholder_line_is_where_anthropic_gets_the_image() -> None:
+    """A line of a result's text that is an image's placeholder is replaced by the image for
+    Anthropic, between the texts around it; the other providers read the text as it is."""
+    second = ImagePart(url="https://example.org/b.png")
+    made = ToolCall.create("c1", "snapshot", {})
+    content = f"before\n{IMAGE.placeholder}\nbetween\n{second.placeholder}"
+    result = ToolResult(call_id=made.id, name="snapshot", content=content, parts=(second, IMAGE))
+    request = ModelRequest(
+        messages=(
+            Message.user("Snap."),
+            Message.assistant(tool_calls=[made]),
+            Message.tool(result),
+        ),
+        tools=(snapshot.definition,),
+    )
+    anthropic = AnthropicModel("c", api_key="k").build_body(request, stream=False)
+    (block,) = anthropic["messages"][-1]["content"]
+    assert block["content"] == [
+        {"type": "text", "text": "before"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="},
+        },
+        {"type": "text", "text": "between"},
+        {"type": "image", "source": {"type": "url", "url": "https://example.org/b.png"}},
+    ]
+    assert IMAGE.placeholder == "[image: image/png, 8 base64 characters]"
+    openai = OpenAIChatModel("g", api_key="k").build_body(request, stream=False)
+    assert openai["messages"][-1]["content"] == content
+
+
 def test_tools_report_progress_inline_async_and_from_a_thread() -> None:
     """Progress reported by an async tool, an inline sync tool and a threaded tool arrives as
     tool_progress events before each call's result; without a listener it is a no-op."""

@@ -18,27 +18,23 @@ from typing import ClassVar, Unpack
 from ..errors import MalformedResponseError, ModelError
 from ..messages import (
     FinishReason,
-    ImagePart,
-    Message,
     ModelRequest,
     ModelResponse,
     Part,
     ReasoningDelta,
     ReasoningPart,
-    Role,
     StreamDelta,
     TextDelta,
     TextPart,
     ToolCall,
     ToolCallDelta,
-    ToolResult,
     Usage,
     parse_arguments,
 )
 from ._anthropic_cache import mark_cache_breakpoints
+from ._anthropic_request import MIN_BUDGET, PROVIDER, check_thinking, tool_choice, wire_messages
 from ._assembly import (
     JSONObject,
-    append_turn,
     as_count,
     as_int,
     as_list,
@@ -58,10 +54,10 @@ from ._sse import SSEDecoder
 
 __all__ = ["AnthropicModel", "anthropic_finish_reason"]
 
-_PROVIDER = "anthropic"
+_PROVIDER = PROVIDER
 _VERSION = "2023-06-01"
 _DEFAULT_MAX_TOKENS = 4096
-_EFFORT_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
+_EFFORT_BUDGET = {"low": MIN_BUDGET, "medium": 4096, "high": 16384}
 
 _FINISH: dict[str, FinishReason] = {
     "end_turn": FinishReason.STOP,
@@ -82,111 +78,6 @@ def anthropic_finish_reason(raw: str) -> FinishReason:
 def _error_info(payload: object) -> ErrorInfo:
     error = as_obj(as_obj(payload).get("error"))
     return ErrorInfo(message=as_str(error.get("message")), kind=as_str(error.get("type")))
-
-
-def _image_block(image: ImagePart) -> JSONObject:
-    if image.url:
-        return {"type": "image", "source": {"type": "url", "url": image.url}}
-    return {
-        "type": "image",
-        "source": {"type": "base64", "media_type": image.media_type, "data": image.data or ""},
-    }
-
-
-def _assistant_blocks(message: Message, tools: bool) -> list[JSONObject]:
-    blocks: list[JSONObject] = []
-    for part in message.parts:
-        if isinstance(part, ReasoningPart):
-            origin = (part.provider_data or {}).get("provider")
-            if part.redacted and origin == _PROVIDER:
-                blocks.append(
-                    {"type": "redacted_thinking", "data": (part.provider_data or {}).get("data")}
-                )
-            elif part.signature and origin == _PROVIDER:
-                blocks.append(
-                    {"type": "thinking", "thinking": part.text, "signature": part.signature}
-                )
-            # Unsigned reasoning (or another provider's) cannot be replayed: Anthropic rejects it.
-        elif isinstance(part, TextPart) and part.text:
-            blocks.append({"type": "text", "text": part.text})
-        elif isinstance(part, ToolCall) and not tools:
-            text = f"[called {part.name} with {canonical_json(object_arguments(part))}]"
-            blocks.append({"type": "text", "text": text})
-        elif isinstance(part, ToolCall):
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": part.id,
-                    "name": part.name,
-                    "input": object_arguments(part),
-                }
-            )
-    return blocks
-
-
-def _user_blocks(message: Message, tools: bool) -> list[JSONObject]:
-    blocks: list[JSONObject] = []
-    for part in message.parts:
-        if isinstance(part, TextPart) and part.text:
-            blocks.append({"type": "text", "text": part.text})
-        elif isinstance(part, ImagePart):
-            blocks.append(_image_block(part))
-        elif isinstance(part, ToolResult) and not tools:
-            outcome = "failed" if part.is_error else "returned"
-            blocks.append({"type": "text", "text": f"[{part.name} {outcome}: {part.content}]"})
-        elif isinstance(part, ToolResult):
-            blocks.append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": part.call_id,
-                    "content": _result_content(part),
-                    **({"is_error": True} if part.is_error else {}),
-                }
-            )
-    return blocks
-
-
-def _result_content(result: ToolResult) -> str | list[JSONObject]:
-    """A tool result's content: its text, and its images as image blocks (Anthropic takes
-    them in a ``tool_result``); other parts are in the text already."""
-    images = [_image_block(p) for p in result.parts if isinstance(p, ImagePart)]
-    if not images:
-        return result.content
-    text: list[JSONObject] = [{"type": "text", "text": result.content}] if result.content else []
-    return [*text, *images]
-
-
-def _wire_messages(request: ModelRequest) -> list[JSONObject]:
-    """Messages with roles alternating: consecutive user-side messages (tool results of a
-    parallel batch, then a user nudge) are merged into one user message.
-
-    Anthropic rejects ``tool_use``/``tool_result`` blocks in a request that defines no tools, so
-    without tools past calls and results are sent as text."""
-    wire: list[JSONObject] = []
-    tools = bool(request.tools)
-    for message in request.messages:
-        if message.role is Role.SYSTEM:
-            continue
-        role = "assistant" if message.role is Role.ASSISTANT else "user"
-        if role == "assistant":
-            blocks = _assistant_blocks(message, tools)
-        else:
-            blocks = _user_blocks(message, tools)
-        append_turn(wire, role, "content", blocks)
-    return wire
-
-
-def _tool_choice(request: ModelRequest) -> JSONObject | None:
-    choice: JSONObject | None = None
-    if request.tool_choice in ("auto", "none"):
-        choice = {"type": request.tool_choice}
-    elif request.tool_choice == "required":
-        choice = {"type": "any"}
-    elif request.tool_choice is not None:
-        choice = {"type": "tool", "name": request.tool_choice}
-    if request.parallel_tool_calls is False:
-        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
-    return choice
 
 
 def _usage(value: object, into: dict[str, int]) -> None:
@@ -454,13 +345,14 @@ class AnthropicModel(ProviderBase):
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
         """The Messages JSON body for ``request``."""
         budget = thinking_budget(request, _EFFORT_BUDGET)
+        check_thinking(request, budget)
         max_tokens = request.max_tokens or self._default_max_tokens
         if budget is not None and max_tokens <= budget:
             max_tokens = budget + self._default_max_tokens
         body: JSONObject = {
             "model": self._model,
             "max_tokens": max_tokens,
-            "messages": _wire_messages(request),
+            "messages": wire_messages(request),
         }
         if request.system_prompt:
             body["system"] = request.system_prompt
@@ -472,7 +364,7 @@ class AnthropicModel(ProviderBase):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in tools
             ]
-            choice = _tool_choice(request)  # a tool_choice without tools is rejected
+            choice = tool_choice(request)  # a tool_choice without tools is rejected
             if request.output is not None and request.tool_choice is None and budget is None:
                 # The answer is a tool call: the model must call a tool (extended thinking
                 # allows only "auto").

@@ -31,20 +31,15 @@ from pydantic import JsonValue
 from ..errors import MalformedResponseError, ProviderServerError
 from ..messages import (
     FinishReason,
-    ImagePart,
-    Message,
     ModelRequest,
     ModelResponse,
     Part,
     ReasoningDelta,
     ReasoningPart,
-    Role,
     StreamDelta,
     TextDelta,
     TextPart,
-    ToolCall,
     ToolCallDelta,
-    ToolResult,
     Usage,
 )
 from ._assembly import (
@@ -57,19 +52,18 @@ from ._assembly import (
     build_response,
     canonical_json,
     finish_tool_call,
-    image_url,
     json_value,
-    object_arguments,
     text_field,
 )
 from ._base import ProviderBase, ProviderOptions
 from ._http import ErrorInfo, open_stream
 from ._output import AnswerDeltas, answer_parts, answer_tool, answers_by_tool
+from ._responses_input import PROVIDER, function_tool, input_items
 from ._sse import SSEDecoder
 
 __all__ = ["OpenAIResponsesModel", "responses_finish_reason"]
 
-_PROVIDER = "openai-responses"
+_PROVIDER = PROVIDER
 
 # ``incomplete_details.reason`` → the neutral finish reason.
 _INCOMPLETE: dict[str, FinishReason] = {
@@ -118,90 +112,9 @@ def _usage(value: object) -> Usage | None:
         input_tokens=as_count(usage.get("input_tokens")) or 0,
         output_tokens=as_count(usage.get("output_tokens")) or 0,
         cache_read_tokens=as_count(given.get("cached_tokens")) or 0,
+        cache_write_tokens=as_count(given.get("cache_write_tokens")) or 0,
         reasoning_tokens=as_count(produced.get("reasoning_tokens")) or 0,
     )
-
-
-# --- request ----------------------------------------------------------------------------------
-
-
-def _user_item(message: Message) -> JSONObject:
-    if all(isinstance(p, TextPart) for p in message.parts):
-        return {"role": "user", "content": message.text}
-    content: list[JSONObject] = []
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            content.append({"type": "input_text", "text": part.text})
-        elif isinstance(part, ImagePart):
-            content.append({"type": "input_image", "image_url": image_url(part)})
-    return {"role": "user", "content": content}
-
-
-def _call_item(call: ToolCall) -> JSONObject:
-    arguments = call.arguments_json if call.arguments is not None else None
-    item: JSONObject = {
-        "type": "function_call",
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": arguments or canonical_json(object_arguments(call)),
-    }
-    item_id = (call.provider_data or {}).get("item_id")
-    if isinstance(item_id, str):
-        item["id"] = item_id  # links the call to the reasoning item that led to it
-    return item
-
-
-def _assistant_items(message: Message) -> list[JSONObject]:
-    """An assistant turn as output items, in its own order; reasoning from another provider
-    (or without the item it came from) is not sent."""
-    items: list[JSONObject] = []
-    text: list[str] = []
-    message_id: JsonValue = None  # the id of the message that followed the last reasoning item
-
-    def flush() -> None:
-        nonlocal message_id
-        if text:
-            content = [{"type": "output_text", "text": "\n".join(text)}]
-            items.append({"type": "message", "role": "assistant", "content": content})
-            if isinstance(message_id, str):
-                items[-1]["id"] = message_id
-            text.clear()
-        message_id = None
-
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            text.append(part.text)
-            continue
-        flush()
-        if isinstance(part, ToolCall):
-            items.append(_call_item(part))
-        elif isinstance(part, ReasoningPart):
-            data = part.provider_data or {}
-            item = data.get("item")
-            if data.get("provider") == _PROVIDER and isinstance(item, dict):
-                items.append(dict(item))
-                message_id = data.get("message_id")
-    flush()
-    return items
-
-
-def _input_items(request: ModelRequest) -> list[JSONObject]:
-    items: list[JSONObject] = []
-    for index, message in enumerate(request.messages):
-        if message.role is Role.SYSTEM:
-            if index:  # only the first is lifted into ``instructions``
-                items.append({"role": "developer", "content": message.text})
-        elif message.role is Role.USER:
-            items.append(_user_item(message))
-        elif message.role is Role.ASSISTANT:
-            items.extend(_assistant_items(message))
-        else:
-            items.extend(
-                {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
-                for r in message.parts
-                if isinstance(r, ToolResult)
-            )
-    return items
 
 
 # --- response ---------------------------------------------------------------------------------
@@ -477,7 +390,7 @@ class OpenAIResponsesModel(ProviderBase):
         sequences and no seed: those settings are not sent (a fallback chain shares one request,
         so refusing them would break it).
         """
-        body: JSONObject = {"model": self._model, "input": _input_items(request)}
+        body: JSONObject = {"model": self._model, "input": input_items(request)}
         system = request.system_prompt
         if system is not None:
             body["instructions"] = system
@@ -485,16 +398,7 @@ class OpenAIResponsesModel(ProviderBase):
         if request.output is not None and tools:
             tools = (*tools, answer_tool(request.output))
         if tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                    **({"strict": t.strict} if t.strict is not None else {}),
-                }
-                for t in tools
-            ]
+            body["tools"] = [function_tool(t) for t in tools]
             if request.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = request.parallel_tool_calls
             choice = request.tool_choice
