@@ -16,15 +16,18 @@ the kernel's fast path, and the adapter is the edge.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar, Union
 
 if TYPE_CHECKING:
     from typing import Self
 
     from pydantic import TypeAdapter
 
-__all__ = ["Record", "adapter"]
+__all__ = ["Record", "adapter", "field_problem", "json_problem"]
 
 _T = TypeVar("_T")
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
@@ -90,3 +93,202 @@ class Record:
     def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
         """A copy with the fields in ``update`` replaced (not validated, as with pydantic)."""
         return dataclasses.replace(self, **(update or {}))  # type: ignore[type-var]
+
+
+# -- the fields of a value built by user code --------------------------------------------------
+_Check: TypeAlias = Callable[[object, str], "str | None"]
+"""What is wrong with a value said of its path (``None``: nothing), for one declared type."""
+
+_FIELDS: dict[type[Any], tuple[tuple[str, _Check], ...]] = {}
+
+
+def field_problem(value: object) -> str | None:
+    """The first field of the dataclass ``value`` (nested values included) that does not hold
+    its declared type, as ``"parts[0].text is an int, not a str"``; ``None`` when every field
+    does.
+
+    For a value user code built with a constructor (which converts and checks nothing): a
+    history given to a run, a hook's answer. Exact, where pydantic's lax mode would convert: a
+    dict is not a record, nor a list a tuple, nor a ``str`` a :class:`~enum.Enum` member. A
+    JSON value must be one JSON can hold: finite numbers, string keys, no cycle."""
+    return _fields_problem(value, "")
+
+
+def _fields_problem(value: object, path: str) -> str | None:
+    cls = type(value)
+    checks = _FIELDS.get(cls)
+    if checks is None:  # the declared types, compiled once per class
+        hints = typing.get_type_hints(cls, include_extras=True)
+        checks = _FIELDS[cls] = tuple(
+            (f.name, _compile(hints[f.name]))
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        )
+    for name, check in checks:
+        problem = check(getattr(value, name), f"{path}.{name}" if path else name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _compile(hint: Any) -> _Check:
+    """The check of a value declared as ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return _compile(typing.get_args(hint)[0])
+    if getattr(hint, "__name__", None) == "JsonValue":  # pydantic's
+        return json_problem
+    if origin is Union or origin is types.UnionType:
+        return _union(typing.get_args(hint))
+    if origin is Literal:
+        return _literal(typing.get_args(hint))
+    if origin is tuple:
+        return _items(_compile(typing.get_args(hint)[0]))
+    if origin is dict or origin is Mapping:
+        return _mapping(_compile(typing.get_args(hint)[1]))
+    if hint is None or hint is type(None):
+        return _none
+    if not isinstance(hint, type):
+        return _anything  # a form no field here declares
+    if dataclasses.is_dataclass(hint):
+        return _record(hint)
+    return _instance(hint)
+
+
+def _anything(value: object, path: str) -> None:
+    return None
+
+
+def _none(value: object, path: str) -> str | None:
+    return None if value is None else _wrong(value, path, "None")
+
+
+def _instance(cls: type[Any]) -> _Check:
+    """An instance of ``cls`` (an ``int`` for a ``float``; never a ``bool`` for an ``int``)."""
+    if cls is int or cls is float:
+        exact = (int,) if cls is int else (int, float)
+
+        def number(value: object, path: str) -> str | None:
+            return None if type(value) in exact else _wrong(value, path, cls.__name__)
+
+        return number
+
+    def instance(value: object, path: str) -> str | None:
+        return None if isinstance(value, cls) else _wrong(value, path, cls.__name__)
+
+    return instance
+
+
+def _record(cls: type[Any]) -> _Check:
+    def record(value: object, path: str) -> str | None:
+        if type(value) is not cls:
+            return _wrong(value, path, cls.__name__)
+        return _fields_problem(value, path)
+
+    return record
+
+
+def _literal(choices: tuple[object, ...]) -> _Check:
+    def literal(value: object, path: str) -> str | None:
+        if any(type(value) is type(c) and value == c for c in choices):
+            return None
+        return f"{path} is {value!r}, not one of {', '.join(map(repr, choices))}"
+
+    return literal
+
+
+def _union(choices: tuple[Any, ...]) -> _Check:
+    """One of ``choices``; a record of one of them is checked field by field, and a value of
+    the right kind with a wrong item is told what is wrong with the item."""
+    records = {c for c in choices if isinstance(c, type) and dataclasses.is_dataclass(c)}
+    others = [_compile(c) for c in choices if c not in records]
+    names = " or ".join(_name(c) for c in choices)
+
+    def union(value: object, path: str) -> str | None:
+        if type(value) in records:
+            return _fields_problem(value, path)
+        problems = []
+        for check in others:
+            problem = check(value, path)
+            if problem is None:
+                return None
+            problems.append(problem)
+        wrong = _wrong(value, path, names)
+        deeper = [p for p in problems if not p.startswith(f"{path} is ")]
+        return deeper[0] if deeper else wrong
+
+    return union
+
+
+def _items(check: _Check) -> _Check:
+    def items(value: object, path: str) -> str | None:
+        if type(value) is not tuple:
+            return _wrong(value, path, "tuple")
+        for index, item in enumerate(value):
+            problem = check(item, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+
+    return items
+
+
+def _mapping(check: _Check) -> _Check:
+    def mapping(value: object, path: str) -> str | None:
+        if not isinstance(value, Mapping):
+            return _wrong(value, path, "dict")
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{path} has the key {key!r}, not a str"
+            problem = check(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+
+    return mapping
+
+
+def json_problem(value: object, path: str) -> str | None:
+    """What keeps ``value`` from being a JSON value, said of ``path`` (a number that is not
+    finite, a key that is not a string, an object of another type, a container that contains
+    itself); ``None`` when it is one. Iterative: any depth is checked."""
+    stack: list[tuple[object, str, frozenset[int]]] = [(value, path, frozenset())]
+    while stack:
+        item, where, within = stack.pop()
+        if item is None or isinstance(item, str | int):  # bool is an int
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{where} is {item!r}, a number JSON cannot hold"
+            continue
+        if isinstance(item, dict | list | tuple):
+            if id(item) in within:
+                return f"{where} contains itself"
+            inside = within | {id(item)}
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if type(key) is not str:
+                        return f"{where} has the key {key!r}, not a str"
+                    stack.append((child, f"{where}[{key!r}]", inside))
+            else:
+                stack.extend((child, f"{where}[{i}]", inside) for i, child in enumerate(item))
+            continue
+        return _wrong(item, where, "JSON value (str, int, float, bool, None, list or dict)")
+    return None
+
+
+def _name(hint: Any) -> str:
+    if hint is None or hint is type(None):
+        return "None"
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(repr, typing.get_args(hint)))
+    return getattr(hint, "__name__", None) or repr(hint)
+
+
+def _wrong(value: object, path: str, expected: str) -> str:
+    return f"{path} is {_a(type(value).__name__)}, not {_a(expected)}"
+
+
+def _a(name: str) -> str:
+    if name in ("None", "NoneType") or not name[0].isalpha():
+        return name
+    return f"an {name}" if name[0].lower() in "aeiou" else f"a {name}"
