@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -16,12 +17,15 @@ from fsm_agent import (
     InvalidInputError,
     Message,
     Role,
+    SQLiteCheckpointer,
     TextPart,
     ToolCall,
     ToolResult,
+    ToolReturn,
+    tool,
 )
 from fsm_agent.messages import validate_history
-from fsm_agent.testing import ScriptedModel, text
+from fsm_agent.testing import ScriptedModel, text, tool_call
 
 _USER = Role.USER
 
@@ -108,3 +112,40 @@ def test_a_history_built_as_documented_still_runs() -> None:
     model = ScriptedModel([text("ok")])
     result = Agent(model).run_sync("and now?", history=history)
     assert result.ok and model.requests[0].messages[:4] == tuple(history)
+
+
+# -- 2: a ToolReturn JSON cannot hold ----------------------------------------------------------
+@tool
+def measure(kind: str) -> ToolReturn:
+    """Return a measurement that is not a number JSON can hold."""
+    if kind == "nan":
+        return ToolReturn("measured", structured=math.nan)
+    if kind == "deep-inf":
+        return ToolReturn("measured", structured={"readings": [1.0, math.inf]})
+    return ToolReturn("measured", metadata={"scale": -math.inf})
+
+
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        ("nan", "structured is nan"),
+        ("deep-inf", "structured['readings'][1] is inf"),
+        ("metadata", "metadata['scale'] is -inf"),
+    ],
+)
+def test_a_tool_return_json_cannot_hold_is_an_error_result_live_and_stored(
+    tmp_path: Path, kind: str, problem: str
+) -> None:
+    """A ToolReturn holding NaN or an infinity becomes an error result saying where, and the
+    run a store keeps is the run that was lived."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    script = [tool_call("measure", {"kind": kind}), text("noted")]
+    agent = Agent(ScriptedModel(script), tools=[measure], checkpointer=store)
+    result = agent.run_sync("measure")
+    (kept,) = result.messages[-2].tool_results
+    assert kept.is_error and kept.structured is None and kept.metadata == {}
+    assert kept.content == (
+        f"Error: tool 'measure' returned an invalid ToolReturn: {problem}, a number JSON cannot "
+        "hold"
+    )
+    assert store.load(result.run_id).state.messages == list(result.messages)
