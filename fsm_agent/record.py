@@ -202,6 +202,7 @@ def _union(choices: tuple[Any, ...]) -> _Check:
     records = {c for c in choices if isinstance(c, type) and dataclasses.is_dataclass(c)}
     others = [_compile(c) for c in choices if c not in records]
     names = " or ".join(_name(c) for c in choices)
+    literal = any(typing.get_origin(c) is Literal for c in choices)
 
     def union(value: object, path: str) -> str | None:
         if type(value) in records:
@@ -212,7 +213,10 @@ def _union(choices: tuple[Any, ...]) -> _Check:
             if problem is None:
                 return None
             problems.append(problem)
-        wrong = _wrong(value, path, names)
+        if literal and isinstance(value, str | int):  # a value, where others are named
+            wrong = f"{path} is {value!r}, not {names}"
+        else:
+            wrong = _wrong(value, path, names)
         deeper = [p for p in problems if not p.startswith(f"{path} is ")]
         return deeper[0] if deeper else wrong
 

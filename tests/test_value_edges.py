@@ -7,25 +7,39 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fsm_agent import (
     Agent,
     Conversation,
+    FinishReason,
+    HookError,
+    HookFailureMode,
     ImagePart,
     InvalidInputError,
     Message,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    Policy,
     Role,
     SQLiteCheckpointer,
+    StopReason,
     TextPart,
     ToolCall,
     ToolResult,
     ToolReturn,
     tool,
 )
+from fsm_agent.events import HookErrorEvent
+from fsm_agent.hooks import MockResult, SkipTool
 from fsm_agent.messages import validate_history
+from fsm_agent.phases import MovePhase
 from fsm_agent.testing import ScriptedModel, text, tool_call
+from helpers import stream
+from invariants import check_history
 
 _USER = Role.USER
 
@@ -149,3 +163,143 @@ def test_a_tool_return_json_cannot_hold_is_an_error_result_live_and_stored(
         "hold"
     )
     assert store.load(result.run_id).state.messages == list(result.messages)
+
+
+# -- 3: a changing hook's answer with wrong-typed fields ---------------------------------------
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up."""
+    return f"found {topic}"
+
+
+_TURNS = [tool_call("lookup", {"topic": "tides"}), text("the tides are high")]
+
+
+class _BadResult:
+    def after_tool(self, **future_kwargs: Any) -> ToolResult:
+        return ToolResult(call_id="x", name="y", content=123)
+
+
+class _BadMove:
+    def after_tool(self, **future_kwargs: Any) -> MovePhase:
+        return MovePhase(phase=5)
+
+
+class _BadMock:
+    def before_tool(self, **future_kwargs: Any) -> MockResult:
+        return MockResult(123)
+
+
+class _BadSkip:
+    def before_tool(self, **future_kwargs: Any) -> SkipTool:
+        return SkipTool(reason=["no"])
+
+
+class _BadCall:
+    def before_tool(self, *, call: ToolCall, **future_kwargs: Any) -> ToolCall:
+        return ToolCall(id=call.id, name=call.name, arguments='{"topic": "moon"}')
+
+
+class _BadResponse:
+    def before_model_call(self, **future_kwargs: Any) -> ModelResponse:
+        message = Message(role=Role.ASSISTANT, parts=(TextPart(text=5),))
+        return ModelResponse(message=message, finish_reason=FinishReason.STOP)
+
+
+class _BadRequest:
+    def before_model_call(self, *, request: ModelRequest, **future_kwargs: Any) -> ModelRequest:
+        extra = Message(role=Role.USER, parts=("be brief",))
+        return request.model_copy(update={"messages": (*request.messages, extra)})
+
+
+@pytest.mark.parametrize(
+    ("hook", "fault"),
+    [
+        (_BadResult(), "returned a ToolResult; its content is an int, not a str"),
+        (_BadMove(), "returned a MovePhase; its phase is an int, not a str"),
+        (_BadMock(), "returned a MockResult; its content is an int, not a str"),
+        (_BadSkip(), "returned a SkipTool; its reason is a list, not a str"),
+        (_BadCall(), "returned a ToolCall; its arguments is a str, not a dict or None"),
+        (_BadResponse(), "returned a ModelResponse; its message.parts[0].text is an int"),
+        (_BadRequest(), "].parts[0] is a str, not a TextPart or ReasoningPart"),
+    ],
+)
+def test_a_changing_hooks_answer_with_wrong_typed_fields_is_a_hook_failure(
+    hook: object, fault: str
+) -> None:
+    """A changing hook that answers with the right type but a field of the wrong type is a hook
+    failure naming the field, and the request, call or result is left as it was."""
+    model = ScriptedModel(_TURNS)
+    events, result = stream(Agent(model, tools=[lookup], hooks=[hook]), "tides?")
+    errors = [e for e in events if isinstance(e, HookErrorEvent)]
+    assert errors and all(fault in e.error for e in errors)
+    assert result.ok and result.output == "the tides are high"
+    assert result.messages[-2].tool_results[0].content == "found tides"
+    assert [len(r.messages) for r in model.requests] == [1, 3]
+    check_history(result.messages)
+
+
+@pytest.mark.parametrize("hook", [_BadResult(), _BadMock(), _BadResponse(), _BadRequest()])
+def test_under_fail_a_hooks_wrong_typed_answer_ends_the_run_with_hook_error(hook: object) -> None:
+    """Under hook_failure_mode="fail", such an answer ends the run with stop reason hook_error
+    and a valid history, instead of an exception escaping run()."""
+    policy = Policy(hook_failure_mode=HookFailureMode.FAIL)
+    agent = Agent(ScriptedModel(_TURNS), tools=[lookup], hooks=[hook], policy=policy)
+    result = agent.run_sync("tides?")
+    assert result.stop_reason is StopReason.HOOK_ERROR and isinstance(result.error, HookError)
+    assert "its " in str(result.error)
+    check_history(result.messages)
+
+
+# -- 4: settings a before_model_call hook sends --------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"temperature": -1.0}, "temperature must be a finite number 0 or more, got -1.0"),
+        ({"temperature": math.nan}, "temperature must be a finite number 0 or more, got nan"),
+        ({"top_p": 2.0}, "top_p must be a finite number above 0 and at most 1, got 2.0"),
+        ({"max_tokens": 0}, "max_tokens must be a whole number above 0, got 0"),
+        ({"reasoning_budget_tokens": -5}, "reasoning_budget_tokens must be a whole number"),
+        ({"stop_sequences": ("",)}, "stop_sequences must be a list of non-empty strings"),
+        ({"tool_choice": ""}, "tool_choice must be 'auto', 'none', 'required' or a tool's name"),
+        ({"max_tokens": "512"}, "its max_tokens is a str, not an int or None"),
+        (
+            {"reasoning_effort": "max"},
+            "its reasoning_effort is 'max', not 'low' or 'medium'",
+        ),
+    ],
+)
+def test_settings_a_hook_sends_are_checked_as_model_settings_checks_them(
+    change: dict[str, Any], refused: str
+) -> None:
+    """A before_model_call hook that sets a value ModelSettings refuses is a hook failure naming
+    the setting; the model gets the request as it was."""
+
+    class Tune:
+        def before_model_call(self, *, request: ModelRequest, **future_kwargs: Any) -> ModelRequest:
+            return request.model_copy(update=change)
+
+    model = ScriptedModel([text("ok")])
+    events, result = stream(Agent(model, hooks=[Tune()]), "hi")
+    (error,) = [e for e in events if isinstance(e, HookErrorEvent)]
+    assert "returned a ModelRequest" in error.error and refused in error.error
+    assert result.ok
+    (sent,) = model.requests
+    assert all(getattr(sent, name) != value for name, value in change.items())
+    policy = Policy(hook_failure_mode=HookFailureMode.FAIL)
+    strict = Agent(ScriptedModel([text("ok")]), hooks=[Tune()], policy=policy).run_sync("hi")
+    assert strict.stop_reason is StopReason.HOOK_ERROR
+
+
+def test_settings_a_hook_sets_within_bounds_reach_the_model() -> None:
+    """Valid settings from a hook (ModelSettings.apply) still reach the model as set."""
+
+    class Tune:
+        def before_model_call(self, *, request: ModelRequest, **future_kwargs: Any) -> ModelRequest:
+            return ModelSettings(temperature=0.0, top_p=1.0, max_tokens=64).apply(request)
+
+    model = ScriptedModel([text("ok")])
+    events, result = stream(Agent(model, hooks=[Tune()]), "hi")
+    assert result.ok and not [e for e in events if isinstance(e, HookErrorEvent)]
+    (sent,) = model.requests
+    assert (sent.temperature, sent.top_p, sent.max_tokens) == (0.0, 1.0, 64)
