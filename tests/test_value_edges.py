@@ -37,7 +37,7 @@ from fsm_agent.events import HookErrorEvent
 from fsm_agent.hooks import MockResult, SkipTool
 from fsm_agent.messages import validate_history
 from fsm_agent.phases import MovePhase
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 from helpers import stream
 from invariants import check_history
 
@@ -303,3 +303,48 @@ def test_settings_a_hook_sets_within_bounds_reach_the_model() -> None:
     assert result.ok and not [e for e in events if isinstance(e, HookErrorEvent)]
     (sent,) = model.requests
     assert (sent.temperature, sent.top_p, sent.max_tokens) == (0.0, 1.0, 64)
+
+
+# -- 5: done called beside other tools ---------------------------------------------------------
+_DONE_ALONE = "Error: done was not run: it came with other tool calls in one turn"
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("done_first", [True, False])
+def test_done_beside_other_calls_waits_for_their_results(parallel: bool, done_first: bool) -> None:
+    """A done call made beside other calls is answered with an error result while the others
+    run; the run ends when the model, having read their results, calls done alone."""
+    calls = [("lookup", {"topic": "tides"}), ("done", {"message": "guessed: low"})]
+    model = ScriptedModel(
+        [
+            tool_calls(*(reversed(calls) if done_first else calls)),
+            tool_call("done", {"message": "the tides are high"}),
+        ]
+    )
+    policy = Policy(require_done_tool=True, parallel_tool_calls=parallel)
+    result = Agent(model, tools=[lookup], policy=policy).run_sync("tides?")
+    assert (result.stop_reason, result.output) == (StopReason.DONE_TOOL, "the tides are high")
+    first = {r.name: r for m in model.requests[1].messages for r in m.tool_results}
+    assert first["lookup"].content == "found tides" and not first["lookup"].is_error
+    assert first["done"].is_error and first["done"].content.startswith(_DONE_ALONE)
+    assert result.tool_executions == 2  # lookup, then the lone done
+    check_history(result.messages)
+
+
+def test_done_alone_still_ends_the_run_at_once() -> None:
+    """A done call that is the turn's only call ends the run with its message, as before."""
+    model = ScriptedModel([tool_call("done", {"message": "42"})])
+    result = Agent(model, policy=Policy(require_done_tool=True)).run_sync("?")
+    assert (result.stop_reason, result.output) == (StopReason.DONE_TOOL, "42")
+
+
+def test_a_model_that_keeps_calling_done_beside_other_calls_stops_at_the_step_limit() -> None:
+    """A model that never calls done alone is stopped by the step limit: the rule adds no
+    unbounded loop."""
+    mixed = tool_calls(("lookup", {"topic": "tides"}), ("done", {"message": "guess"}))
+    policy = Policy(require_done_tool=True, max_steps=3)
+    model = ScriptedModel([mixed] * 3 + [text("summary")])
+    result = Agent(model, tools=[lookup], policy=policy).run_sync("tides?")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert len(model.requests) <= 4
+    check_history(result.messages)
