@@ -19,7 +19,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar, Union
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ _Check: TypeAlias = Callable[[object, str], "str | None"]
 _FIELDS: dict[type[Any], tuple[tuple[str, _Check], ...]] = {}
 
 
-def field_problem(value: object) -> str | None:
+def field_problem(value: object, *, skip: Collection[str] = ()) -> str | None:
     """The first field of the dataclass ``value`` (nested values included) that does not hold
     its declared type, as ``"parts[0].text is an int, not a str"``; ``None`` when every field
     does.
@@ -110,11 +110,12 @@ def field_problem(value: object) -> str | None:
     For a value user code built with a constructor (which converts and checks nothing): a
     history given to a run, a hook's answer. Exact, where pydantic's lax mode would convert: a
     dict is not a record, nor a list a tuple, nor a ``str`` a :class:`~enum.Enum` member. A
-    JSON value must be one JSON can hold: finite numbers, string keys, no cycle."""
-    return _fields_problem(value, "")
+    JSON value must be one JSON can hold: finite numbers, string keys, no cycle. The fields
+    named in ``skip`` are not checked (they are known to be good)."""
+    return _fields_problem(value, "", skip)
 
 
-def _fields_problem(value: object, path: str) -> str | None:
+def _fields_problem(value: object, path: str, skip: Collection[str] = ()) -> str | None:
     cls = type(value)
     checks = _FIELDS.get(cls)
     if checks is None:  # the declared types, compiled once per class
@@ -124,6 +125,8 @@ def _fields_problem(value: object, path: str) -> str | None:
             for f in dataclasses.fields(cls)  # type: ignore[arg-type]
         )
     for name, check in checks:
+        if skip and name in skip:
+            continue
         problem = check(getattr(value, name), f"{path}.{name}" if path else name)
         if problem is not None:
             return problem
@@ -196,15 +199,30 @@ def _literal(choices: tuple[object, ...]) -> _Check:
     return literal
 
 
+_EXACT: dict[Any, tuple[type[Any], ...]] = {
+    None: (type(None),),
+    type(None): (type(None),),
+    str: (str,),
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+}
+"""For a declared type, the types whose every instance is a value of it."""
+
+
 def _union(choices: tuple[Any, ...]) -> _Check:
     """One of ``choices``; a record of one of them is checked field by field, and a value of
     the right kind with a wrong item is told what is wrong with the item."""
     records = {c for c in choices if isinstance(c, type) and dataclasses.is_dataclass(c)}
     others = [_compile(c) for c in choices if c not in records]
+    exact = {_EXACT.get(c, ()) for c in choices}  # the types any value of which fits
+    simple = frozenset(kind for kinds in exact for kind in kinds)
     names = " or ".join(_name(c) for c in choices)
     literal = any(typing.get_origin(c) is Literal for c in choices)
 
     def union(value: object, path: str) -> str | None:
+        if type(value) in simple:
+            return None
         if type(value) in records:
             return _fields_problem(value, path)
         problems = []

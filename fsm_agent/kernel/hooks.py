@@ -10,11 +10,10 @@ event, and under ``Policy(hook_failure_mode="fail")`` the end of the run.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..approval import Approval, Decision
 from ..errors import ConfigurationError, HookError
@@ -266,9 +265,9 @@ class HookSet:
         return result, move
 
 
-def _fields_fault(value: object) -> str | None:
+def _fields_fault(value: object, skip: tuple[str, ...] = ()) -> str | None:
     """What is wrong with the fields of a hook's answer (the constructor checks nothing)."""
-    problem = field_problem(value)
+    problem = field_problem(value, skip=skip)
     return None if problem is None else f"its {problem}"
 
 
@@ -276,13 +275,11 @@ def _request_fault(value: ModelRequest, before: ModelRequest) -> str | None:
     """What is wrong with a hook's request: a field of the wrong type (its messages and tools
     are checked only when the hook replaced them), or settings :class:`ModelSettings` refuses
     (a temperature below 0, say)."""
-    kept: dict[str, Any] = {}
-    if value.messages is before.messages:
-        kept["messages"] = ()
-    if value.tools is before.tools:
-        kept["tools"] = ()
-    probe = dataclasses.replace(value, **kept) if kept else value
-    fault = _fields_fault(probe)
+    kept = (
+        *(("messages",) if value.messages is before.messages else ()),
+        *(("tools",) if value.tools is before.tools else ()),
+    )
+    fault = _fields_fault(value, kept)
     if fault is not None:
         return fault
     try:
