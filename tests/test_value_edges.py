@@ -37,6 +37,7 @@ from fsm_agent.events import HookErrorEvent
 from fsm_agent.hooks import MockResult, SkipTool
 from fsm_agent.messages import validate_history
 from fsm_agent.phases import MovePhase
+from fsm_agent.record import field_problem
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
 from helpers import stream
 from invariants import check_history
@@ -348,3 +349,46 @@ def test_a_model_that_keeps_calling_done_beside_other_calls_stops_at_the_step_li
     assert result.stop_reason is StopReason.MAX_STEPS
     assert len(model.requests) <= 4
     check_history(result.messages)
+
+
+# -- the field check itself --------------------------------------------------------------------
+def _cycle() -> dict[str, Any]:
+    looped: dict[str, Any] = {"n": 1}
+    looped["again"] = [looped]
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (ToolCall(id="c", name="f", arguments={"n": True}), None),
+        (ToolResult(call_id="c", name="f", content="x", is_error=1), "is_error is an int"),
+        (ModelRequest(messages=(), max_tokens=True), "max_tokens is a bool, not an int or None"),
+        (ModelRequest(messages=(), temperature=1), None),
+        (Message(role="user", parts=()), "role is a str, not a Role"),
+        (ToolCall(id="c", name="f", arguments={1: "x"}), "arguments has the key 1, not a str"),
+        (
+            ToolResult(call_id="c", name="f", content="x", structured={"a": [{"b": {1, 2}}]}),
+            "structured['a'][0]['b'] is a set, not a JSON value",
+        ),
+        (
+            ToolResult(call_id="c", name="f", content="x", structured=_cycle()),
+            "structured['again'][0] contains itself",
+        ),
+    ],
+)
+def test_field_problem_is_exact_about_declared_types(value: object, problem: str | None) -> None:
+    """The field check names the first field whose value is not of its declared type, without
+    the conversions pydantic's lax mode makes (a bool is no int, a str no enum member)."""
+    found = field_problem(value)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem)
+
+
+def test_field_problem_skips_the_fields_it_is_told_are_good() -> None:
+    """Fields named in skip are not read, so a request's unchanged history is not walked again."""
+    request = ModelRequest(messages=("not a message",), temperature="hot")
+    assert field_problem(request) == "messages[0] is a str, not a Message"
+    assert field_problem(request, skip=("messages",)) == "temperature is a str, not a float or None"
