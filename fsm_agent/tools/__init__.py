@@ -420,7 +420,8 @@ def tool(
 
 
 def _done(message: str) -> None:
-    """Call this when the task is complete, with the final answer for the user."""
+    """Call this when the task is complete, with the final answer for the user. Call it alone,
+    once you have read the results of your other tool calls."""
     raise TaskComplete(message)
 
 
