@@ -462,9 +462,8 @@ def validate_history(history: Sequence[object]) -> None:
     """Check a history given to a run before anything is sent to a model. Raises
     :class:`~fsm_agent.InvalidInputError` naming the first problem (an item that is not a
     :class:`Message` or whose role is not a :class:`Role`, a field that does not hold its
-    declared type, a system message that is not first,
-    a tool call with no result, a result that answers no call, a call answered twice) and how
-    to fix it."""
+    declared type, a system message that is not first, a tool call with no result, a result
+    that answers no call, a call answered twice) and how to fix it."""
     waiting: dict[str, str] = {}  # the open tool turn's unanswered calls: id -> tool name
     answered: set[str] = set()
     for index, message in enumerate(history):
