@@ -29,7 +29,7 @@ from pydantic_core import from_json
 
 from .deep_json import deep_json, value_depth
 from .errors import InvalidInputError
-from .record import Record
+from .record import Record, field_problem
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -469,9 +469,9 @@ _HOW = (
 def validate_history(history: Sequence[object]) -> None:
     """Check a history given to a run before anything is sent to a model. Raises
     :class:`~fsm_agent.InvalidInputError` naming the first problem (an item that is not a
-    :class:`Message` or whose role is not a :class:`Role`, a system message that is not first,
-    a tool call with no result, a result that answers no call, a call answered twice) and how
-    to fix it."""
+    :class:`Message` or whose role is not a :class:`Role`, a field that does not hold its
+    declared type, a system message that is not first, a tool call with no result, a result
+    that answers no call, a call answered twice) and how to fix it."""
     waiting: dict[str, str] = {}  # the open tool turn's unanswered calls: id -> tool name
     answered: set[str] = set()
     for index, message in enumerate(history):
@@ -483,6 +483,13 @@ def validate_history(history: Sequence[object]) -> None:
             raise InvalidInputError(
                 f"history[{index}] has the role {message.role!r}, not a fsm_agent.Role; build "
                 "it with Role.USER (...), or validate it: Message.model_validate(data)"
+            )
+        problem = field_problem(message)
+        if problem is not None:
+            raise InvalidInputError(
+                f"history[{index}].{problem}; build messages with their constructors and the "
+                "types their fields declare (Message.user(text), TextPart(text=...), a tuple of "
+                "parts), or validate them: Message.model_validate(data)"
             )
         if message.role is Role.TOOL:
             for result in message.tool_results:

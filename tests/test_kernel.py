@@ -302,12 +302,18 @@ def test_task_complete_ends_the_run_and_keeps_the_result_message() -> None:
     assert len(model.requests) == 1
 
 
-def test_calls_after_the_done_call_get_a_not_run_result() -> None:
-    """Calls after the one that completed the task are not run but still get a result, so the
-    history stays valid [S000 §4.4, DESIGN §8.5]."""
-    policy = Policy(require_done_tool=True, parallel_tool_calls=False)
-    turn = tool_calls(("done", {"message": "bye"}), ("add", {"a": 1, "b": 2}))
-    agent, _, _ = make_agent([turn], tools=[add], policy=policy)
+def test_calls_after_the_call_that_completed_the_task_get_a_not_run_result() -> None:
+    """Calls after the one whose tool completed the task (raised TaskComplete) are not run but
+    still get a result, so the history stays valid [S000 §4.4, DESIGN §8.5]."""
+
+    @tool
+    def submit(message: str) -> str:
+        """Submit the final answer."""
+        raise TaskComplete(message)
+
+    policy = Policy(parallel_tool_calls=False)
+    turn = tool_calls(("submit", {"message": "bye"}), ("add", {"a": 1, "b": 2}))
+    agent, _, _ = make_agent([turn], tools=[submit, add], policy=policy)
     result = agent.run_sync("hi")
     assert result.output == "bye" and result.tool_executions == 1
     contents = [m.tool_results[0].content for m in result.messages if m.role is Role.TOOL]

@@ -21,8 +21,10 @@ from ..events import HookErrorEvent
 from ..log import logger
 from ..machine.table import TERMINAL, Outcome, State
 from ..messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from ..model_settings import ModelSettings
 from ..phases.table import MovePhase
 from ..policy import HookFailureMode
+from ..record import field_problem
 from ..run_state import explained
 from ..tools import HumanInputRequired, TaskComplete
 from .limits import usage_fault
@@ -166,12 +168,16 @@ class HookSet:
             if not ok or value is None:
                 continue
             if isinstance(value, ModelResponse):
-                fault = usage_fault(value.usage)
+                fault = _fields_fault(value) or usage_fault(value.usage)
                 if fault is None:
                     return value
                 report_hook_failure(ctx, hook.label, f"returned a ModelResponse; {fault}")
             elif isinstance(value, ModelRequest):
-                request = value
+                fault = _request_fault(value, request)
+                if fault is None:
+                    request = value
+                else:
+                    report_hook_failure(ctx, hook.label, f"returned a ModelRequest; {fault}")
             else:
                 _bad_return(ctx, hook, value, "a ModelRequest, a ModelResponse or None")
         return request
@@ -186,10 +192,14 @@ class HookSet:
                 break
             if not ok or value is None:
                 continue
-            if isinstance(value, MockResult | SkipTool):
-                return value
-            if isinstance(value, ToolCall):
-                if (value.id, value.name) != (call.id, call.name):
+            if isinstance(value, MockResult | SkipTool | ToolCall):
+                fault = _fields_fault(value)
+                if fault is not None:
+                    name = type(value).__name__
+                    report_hook_failure(ctx, hook.label, f"returned a {name}; {fault}")
+                elif not isinstance(value, ToolCall):
+                    return value
+                elif (value.id, value.name) != (call.id, call.name):
                     _bad_return(ctx, hook, value, f"a ToolCall with id {call.id!r}, {call.name!r}")
                 else:
                     call = value
@@ -241,7 +251,10 @@ class HookSet:
                 break
             if not ok or value is None:
                 continue
-            if isinstance(value, ToolResult):
+            fault = _fields_fault(value) if isinstance(value, ToolResult | MovePhase) else None
+            if fault is not None:
+                report_hook_failure(ctx, hook.label, f"returned a {type(value).__name__}; {fault}")
+            elif isinstance(value, ToolResult):
                 result = value.model_copy(update={"call_id": call.id, "name": call.name})
             elif isinstance(value, MovePhase):  # a move by code; its content, when given
                 move = value.phase
@@ -250,6 +263,30 @@ class HookSet:
             else:
                 _bad_return(ctx, hook, value, "a ToolResult, a MovePhase or None")
         return result, move
+
+
+def _fields_fault(value: object, skip: tuple[str, ...] = ()) -> str | None:
+    """What is wrong with the fields of a hook's answer (the constructor checks nothing)."""
+    problem = field_problem(value, skip=skip)
+    return None if problem is None else f"its {problem}"
+
+
+def _request_fault(value: ModelRequest, before: ModelRequest) -> str | None:
+    """What is wrong with a hook's request: a field of the wrong type (its messages and tools
+    are checked only when the hook replaced them), or settings :class:`ModelSettings` refuses
+    (a temperature below 0, say)."""
+    kept = (
+        *(("messages",) if value.messages is before.messages else ()),
+        *(("tools",) if value.tools is before.tools else ()),
+    )
+    fault = _fields_fault(value, kept)
+    if fault is not None:
+        return fault
+    try:
+        ModelSettings.of(value)
+    except ConfigurationError as exc:
+        return f"its settings are refused: {exc}"
+    return None
 
 
 def _verdict(value: object) -> Approval | None:

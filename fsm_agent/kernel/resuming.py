@@ -15,6 +15,7 @@ from ..model_settings import ModelSettings, merge_settings
 from ..persistence import Checkpoint
 from ..persistence.run_log import RunLog, load_checkpoint
 from ..persistence.storable import storable_message
+from ..record import field_problem
 from ..run_state import RunState
 from .context import RunContext
 from .definition import check_definition
@@ -47,6 +48,12 @@ def start_context(
             raise InvalidInputError("the prompt is empty; pass the task as text")
         message = Message.user(prompt)
     elif isinstance(prompt, Message):
+        problem = field_problem(prompt)
+        if problem is not None:
+            raise InvalidInputError(
+                f"the prompt's {problem}; build it with Message.user(text, *images), or "
+                "validate it: Message.model_validate(data)"
+            )
         message = prompt
     else:
         raise InvalidInputError(

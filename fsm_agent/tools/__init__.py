@@ -42,7 +42,7 @@ from ..messages import (
     arguments_too_deep,
 )
 from ..phases.table import MovePhase
-from ..record import adapter
+from ..record import adapter, field_problem
 
 __all__ = [
     "HumanInputRequired",
@@ -306,21 +306,7 @@ class Tool:
                 result, phase=value.phase, duration_s=time.perf_counter() - started
             )
         if isinstance(value, ToolReturn):
-            try:  # what the tool returned is validated: it is the user's input
-                result = adapter(ToolResult).validate_python(
-                    {
-                        "call_id": call.id,
-                        "name": call.name,
-                        "content": value.text,
-                        "parts": value.parts,
-                        "structured": value.structured,
-                        "metadata": dict(value.metadata),
-                    }
-                )
-            except ValidationError as exc:
-                message = f"Error: tool '{self.name}' returned an invalid ToolReturn: {exc}"
-                return _failure(call, message, exc, started)
-            return ToolExecution(result, duration_s=time.perf_counter() - started)
+            return _returned(self.name, call, value, started)
         result = ToolResult(call_id=call.id, name=call.name, content=serialise_result(value))
         return ToolExecution(result, duration_s=time.perf_counter() - started)
 
@@ -438,7 +424,8 @@ def tool(
 
 
 def _done(message: str) -> None:
-    """Call this when the task is complete, with the final answer for the user."""
+    """Call this when the task is complete, with the final answer for the user. Call it alone,
+    once you have read the results of your other tool calls."""
     raise TaskComplete(message)
 
 
@@ -502,6 +489,31 @@ class _TooDeep(ValueError):
 
 def _raised(exc: BaseException) -> str:
     return f"Error: {type(exc).__name__}: {exc}"
+
+
+def _returned(name: str, call: ToolCall, value: ToolReturn, started: float) -> ToolExecution:
+    """The result a tool gave as a :class:`ToolReturn`, validated (it is the user's input); an
+    invalid one, or one holding a value JSON cannot (a NaN, an infinity, a cycle: what a run
+    stores could not be read back as it was), is an error result."""
+    try:
+        result = adapter(ToolResult).validate_python(
+            {
+                "call_id": call.id,
+                "name": call.name,
+                "content": value.text,
+                "parts": value.parts,
+                "structured": value.structured,
+                "metadata": dict(value.metadata),
+            }
+        )
+    except ValidationError as exc:
+        message = f"Error: tool '{name}' returned an invalid ToolReturn: {exc}"
+        return _failure(call, message, exc, started)
+    problem = field_problem(result)
+    if problem is not None:
+        message = f"Error: tool '{name}' returned an invalid ToolReturn: {problem}"
+        return _failure(call, message, ValueError(problem), started)
+    return ToolExecution(result, duration_s=time.perf_counter() - started)
 
 
 def _failure(call: ToolCall, message: str, exc: BaseException, started: float) -> ToolExecution:

@@ -35,7 +35,7 @@ from ...events import LoopDetectedEvent
 from ...machine.table import Outcome, repeats_spent
 from ...messages import ToolCall, ToolResult
 from ...run_state import HumanRequest
-from ...tools import Tool, ToolContext, ToolExecution
+from ...tools import Tool, ToolContext, ToolExecution, done_tool
 from ...tools.output import PAGER_NAME, cut_result
 from ..context import Interrupted, RunContext
 from ..hooks import MockResult, SkipTool
@@ -49,6 +49,14 @@ LOOP_WARNING = (
     "\n\n[loop guard: you have made the same tool calls {n} times in a row. Do not repeat "
     "them; change your approach, or answer with what you have.]"
 )
+
+
+DONE_ALONE = (
+    "Error: done was not run: it came with other tool calls in one turn, so its answer was "
+    "written before their results existed. Read their results, then call done alone."
+)
+"""The result of a call of the built-in done tool made beside other calls: those run, and the
+model answers once it has read their results."""
 
 
 def _find(ctx: RunContext, name: str) -> Tool | None:
@@ -114,6 +122,8 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     if found is None:  # a tool error like any other (tool_failure_mode="fail" aborts on it)
         message = f"Error: Unknown tool '{call.name}'"
         return ToolExecution(tool_error(call, message), error=LookupError(message[7:]))
+    if call.name == "done" and len(rs.pending_tool_calls) > 1 and found is done_tool():
+        return ToolExecution(tool_error(call, DONE_ALONE))
     limit = plan.settings.max_tool_calls
     if limit is not None and rs.tool_executions >= limit:
         message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
