@@ -378,6 +378,78 @@ def test_secrets_are_redacted_from_everything_shown(
     asyncio.run(main())
 
 
+def test_secret_named_arguments_are_redacted_with_their_values(store: SQLiteCheckpointer) -> None:
+    """A tool call's arguments named like secrets (``api_key``, ``password``, ``token``, …) are
+    shown masked, in the run's JSON and its pending question, as is such a pair in a tool's
+    text; the other arguments are shown as they are."""
+    from fsm_agent import Agent, tool
+    from fsm_agent.testing import ScriptedModel, tool_call
+
+    secrets = {
+        "api_key": "plain-api-value-1",
+        "password": "hunter2hunter2",
+        "token": "tok-plain-value-3",
+        "clientSecret": "client-plain-value-4",
+        "auth": {"user": "me", "pin": "pin-plain-value-0"},
+    }
+
+    @tool
+    def log_in(
+        api_key: str, password: str, token: str, clientSecret: str, auth: dict[str, str], city: str
+    ) -> str:
+        """Log in (scripted: it echoes a JSON body with a token)."""
+        return '{"city": "Oslo", "session_token": "tok-echoed-value-5"}'
+
+    @tool(needs_approval=True)
+    def pay(amount: int, password: str) -> str:
+        """Pay (a human approves it first)."""
+        return "paid"
+
+    async def main() -> None:
+        agent = Agent(
+            ScriptedModel(
+                [
+                    tool_call("log_in", {**secrets, "city": "Oslo"}),
+                    tool_call("pay", {"amount": 5, "password": "pay-plain-value-6"}),
+                ]
+            ),
+            tools=[log_in, pay],
+            checkpointer=store,
+        )
+        result = await agent.run("log in and pay")
+        assert result.state is State.SUSPENDED
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            response = await http.get(f"/api/runs/{result.run_id}", headers=AUTH)
+            listed = (await http.get("/api/runs", headers=AUTH)).text
+        inspector.close()
+        shown = response.text
+        for value in (
+            "plain-api-value-1",
+            "hunter2hunter2",
+            "tok-plain-value-3",
+            "client-plain-value-4",
+            "pin-plain-value-0",
+            "tok-echoed-value-5",
+            "pay-plain-value-6",
+        ):
+            assert value not in shown and value not in listed, value
+        detail = response.json()
+        arguments = detail["tool_calls"][0]["arguments"]
+        assert arguments == {
+            "api_key": REDACTED,
+            "password": REDACTED,
+            "token": REDACTED,
+            "clientSecret": REDACTED,
+            "auth": REDACTED,
+            "city": "Oslo",
+        }
+        assert '"city": "Oslo"' in detail["tool_calls"][0]["result"]
+        assert detail["questions"][0]["arguments"] == {"amount": 5, "password": REDACTED}
+
+    asyncio.run(main())
+
+
 @pytest.mark.postgres
 def test_a_postgres_store_is_listed_shown_and_answered() -> None:
     """The same pages over PostgreSQL: both runs listed, the finished one drawn, the suspended

@@ -1,7 +1,8 @@
 """What the inspector shows, as plain JSON-ready data read from a checkpoint store: the run list,
 one run's detail (task, ending, timed moves, messages, tool calls, usage, pending questions), its
 path over the machine and each state's detail. Every string that leaves here has been through
-:func:`redact`."""
+:func:`~fsm_agent.redaction.redact_data`: credential-shaped text is masked, and so is the
+whole value of a field named like a secret (a tool call's ``password`` argument)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import TERMINAL, Counters, State
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
-from ..redaction import redact, secret_values
+from ..redaction import redact, redact_data
 from ..run_state import RunState
 
 __all__ = [
@@ -29,17 +30,6 @@ __all__ = [
     "state_svg",
     "task_of",
 ]
-
-
-def _clean(value: Any, secrets: list[str]) -> Any:
-    """``value`` (JSON-ready data) with every string redacted."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact(str(k), secrets): _clean(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v, secrets) for v in value]
-    return value
 
 
 def _counters(counters: Counters) -> dict[str, int]:
@@ -97,7 +87,7 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
         "waiting": len(rs.human_requests) if rs is not None else 0,
         "problem": summary.problem,
     }
-    cleaned: dict[str, JsonValue] = _clean(row, secret_values())
+    cleaned: dict[str, JsonValue] = redact_data(row)
     return cleaned
 
 
@@ -279,5 +269,5 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "suspended": rs.state is State.SUSPENDED,
         "can_answer": can_answer and rs.state is State.SUSPENDED,
     }
-    cleaned: dict[str, JsonValue] = _clean(detail, secret_values())
+    cleaned: dict[str, JsonValue] = redact_data(detail)
     return cleaned
