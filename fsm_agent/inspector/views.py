@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..redaction import redact, redact_data
 from ..run_state import RunState
 
 __all__ = [
+    "decided",
     "diagram_svg",
     "redact",
     "run_detail",
@@ -270,4 +271,25 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "can_answer": can_answer and rs.state is State.SUSPENDED,
     }
     cleaned: dict[str, JsonValue] = redact_data(detail)
+    return cleaned
+
+
+def decided(rs: RunState, calls: Collection[str]) -> dict[str, JsonValue]:
+    """What the run ``rs`` holds as decided for each of ``calls`` (call ids): the recorded
+    decision and its text while the run has not used it, else the call's result."""
+    found: dict[str, Any] = {}
+    for request in rs.human_requests:
+        if request.call.id in calls and request.decision is not None:
+            found[request.call.id] = request.decision + (
+                f" ({request.reply})" if request.reply else ""
+            )
+    results = {r.call_id: r for r in rs.tool_results}
+    for message in rs.messages:
+        results.update((p.call_id, p) for p in message.parts if isinstance(p, ToolResult))
+    for call_id in calls:
+        if call_id not in found and call_id in results:
+            result = results[call_id]
+            kind = "error result" if result.is_error else "result"
+            found[call_id] = f"settled with the {kind} {_first_line(result.content, 80)!r}"
+    cleaned: dict[str, JsonValue] = redact_data(found)
     return cleaned
