@@ -1,10 +1,13 @@
 """mkdocs hooks: the docs pages show and link the generated diagrams from ``diagrams/`` (outside
 ``docs/``) through ``../diagrams/`` links, which also work when the pages are read on their own.
 The site gets those files (the pictures and their DOT and Mermaid sources) and the links point at
-them."""
+them. Each diagram is shown at its natural size, in a box that scrolls sideways when the picture
+is wider than the page's column (``docs/stylesheets/diagrams.css``): shrunk to the column, the
+largest ones would have text under 9 px."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ from mkdocs.structure.files import File, Files
 
 DIAGRAMS = Path(__file__).resolve().parent / "diagrams"
 SUFFIXES = (".svg", ".dot", ".mmd")
+_PICTURE = re.compile(r'<p>\s*(<img\b[^>]*\bsrc="([^"]*?([^"/]+\.svg))"[^>]*>)\s*</p>')
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -35,3 +39,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     if "/" in page.file.src_uri:
         return markdown
     return markdown.replace("](../diagrams/", "](diagrams/")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    """Put each generated diagram the page shows in a ``diagram`` box (see the module)."""
+
+    def boxed(found: re.Match[str]) -> str:
+        if not (DIAGRAMS / found[3]).is_file():
+            return found[0]
+        return f'<div class="diagram">{found[1]}</div>'
+
+    return _PICTURE.sub(boxed, html)

@@ -176,21 +176,32 @@ def test_a_run_waiting_for_a_human_says_so() -> None:
 @pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
 def test_detail_lists_the_state_rows_in_order(state: State) -> None:
     """A state's detail shows each of its rows, in table order, with its guard, stop reason,
-    counter updates and an arrow to its destination."""
+    counter updates and destination."""
     dot = diagrams.state_dot(state)
     drawing = diagrams.plan()
     mine = [edge for edge in drawing.edges if edge.source is state]
-    cells = [int(n) for n in re.findall(r'<TR><TD ALIGN="LEFT" BALIGN="LEFT">(\d+)</TD>', dot)]
-    assert cells == [edge.row for edge in mine]
-    for edge in mine:
-        arrow = re.search(rf"rows:r{edge.row}:e -> to_(\w+):w", dot)
-        assert arrow is not None and arrow.group(1) == edge.dest.value
+    lines = re.findall(r'<TR><TD ALIGN="LEFT" BALIGN="LEFT">(\d+)</TD>(.*)</TR>', dot)
+    assert [int(n) for n, _ in lines] == [edge.row for edge in mine]
+    for edge, (_, cells) in zip(mine, lines, strict=True):
+        assert cells.endswith(f'<TD ALIGN="LEFT" BALIGN="LEFT">{edge.dest.value}</TD>')
         if edge.guard:
             assert f"[{edge.guard}]".replace("<", "&lt;").replace(">", "&gt;") in dot
         if edge.stop:
             assert edge.stop in dot
         for update in edge.updates:
             assert update in dot
+
+
+@pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
+def test_detail_draws_one_arrow_per_destination(state: State) -> None:
+    """Beside its table, a state's detail draws one arrow to each state its rows move to (for
+    ``calling``: 23 rows, six arrows), not one per row repeating the table's last column."""
+    dot = diagrams.state_dot(state)
+    dests = [edge.dest.value for edge in diagrams.plan().edges if edge.source is state]
+    arrows = re.findall(r"^  rows\S* -> to_(\w+)", dot, flags=re.MULTILINE)
+    assert arrows == list(dict.fromkeys(dests))
+    if state is State.CALLING:
+        assert (len(dests), len(arrows)) == (23, 6)
 
 
 def test_detail_of_calling_reads_guards_with_the_policy_numbers() -> None:
@@ -213,8 +224,14 @@ def test_detail_of_a_run_marks_the_rows_it_took() -> None:
     dot = diagrams.state_dot(State.CALLING, diagrams.plan(run=run))
     assert "<B>taken</B>" in dot
     retry = next(i for i, r in enumerate(TABLE) if r.outcome is Outcome.RETRYABLE_ERROR)
-    line = next(x for x in dot.splitlines() if f"rows:r{retry}:e" in x)
+    line = next(x for x in dot.splitlines() if "-> to_calling" in x)
+    assert TABLE[retry].dest is State.CALLING
     assert diagrams.DOT_STYLES["visited_edge"]["color"] in line
+    taken = {TABLE[row].dest for row in run.row_visits if TABLE[row].source is State.CALLING}
+    for line in dot.splitlines():
+        if line.startswith("  rows:e -> "):
+            dest = State(line.split("-> to_")[1].split(":")[0])
+            assert (diagrams.DOT_STYLES["visited_edge"]["color"] in line) is (dest in taken)
 
 
 def test_a_terminal_state_has_no_detail() -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from fsm_agent.inspector.app import SECURITY_HEADERS
 from fsm_agent.inspector.views import run_path
 from fsm_agent.persistence import Checkpointer, SQLiteCheckpointer
 from inspector_runs import HOSTILE, FilledStore, Gate, fill, gated_agent, gated_approver
-from postgres_store import postgres_checkpointer
+from postgres_store import DSN, postgres_checkpointer
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -378,6 +379,78 @@ def test_secrets_are_redacted_from_everything_shown(
     asyncio.run(main())
 
 
+def test_secret_named_arguments_are_redacted_with_their_values(store: SQLiteCheckpointer) -> None:
+    """A tool call's arguments named like secrets (``api_key``, ``password``, ``token``, …) are
+    shown masked, in the run's JSON and its pending question, as is such a pair in a tool's
+    text; the other arguments are shown as they are."""
+    from fsm_agent import Agent, tool
+    from fsm_agent.testing import ScriptedModel, tool_call
+
+    secrets = {
+        "api_key": "plain-api-value-1",
+        "password": "hunter2hunter2",
+        "token": "tok-plain-value-3",
+        "clientSecret": "client-plain-value-4",
+        "auth": {"user": "me", "pin": "pin-plain-value-0"},
+    }
+
+    @tool
+    def log_in(
+        api_key: str, password: str, token: str, clientSecret: str, auth: dict[str, str], city: str
+    ) -> str:
+        """Log in (scripted: it echoes a JSON body with a token)."""
+        return '{"city": "Oslo", "session_token": "tok-echoed-value-5"}'
+
+    @tool(needs_approval=True)
+    def pay(amount: int, password: str) -> str:
+        """Pay (a human approves it first)."""
+        return "paid"
+
+    async def main() -> None:
+        agent = Agent(
+            ScriptedModel(
+                [
+                    tool_call("log_in", {**secrets, "city": "Oslo"}),
+                    tool_call("pay", {"amount": 5, "password": "pay-plain-value-6"}),
+                ]
+            ),
+            tools=[log_in, pay],
+            checkpointer=store,
+        )
+        result = await agent.run("log in and pay")
+        assert result.state is State.SUSPENDED
+        inspector = build(store, token=TOKEN)
+        async with client(inspector) as http:
+            response = await http.get(f"/api/runs/{result.run_id}", headers=AUTH)
+            listed = (await http.get("/api/runs", headers=AUTH)).text
+        inspector.close()
+        shown = response.text
+        for value in (
+            "plain-api-value-1",
+            "hunter2hunter2",
+            "tok-plain-value-3",
+            "client-plain-value-4",
+            "pin-plain-value-0",
+            "tok-echoed-value-5",
+            "pay-plain-value-6",
+        ):
+            assert value not in shown and value not in listed, value
+        detail = response.json()
+        arguments = detail["tool_calls"][0]["arguments"]
+        assert arguments == {
+            "api_key": REDACTED,
+            "password": REDACTED,
+            "token": REDACTED,
+            "clientSecret": REDACTED,
+            "auth": REDACTED,
+            "city": "Oslo",
+        }
+        assert '"city": "Oslo"' in detail["tool_calls"][0]["result"]
+        assert detail["questions"][0]["arguments"] == {"amount": 5, "password": REDACTED}
+
+    asyncio.run(main())
+
+
 @pytest.mark.postgres
 def test_a_postgres_store_is_listed_shown_and_answered() -> None:
     """The same pages over PostgreSQL: both runs listed, the finished one drawn, the suspended
@@ -423,11 +496,13 @@ def test_the_command_reports_bad_input_in_one_line(tmp_path: Path) -> None:
 
 
 class _Served:
-    """``fsm-agent inspect`` running in a subprocess: ``base`` and ``auth`` reach its API."""
+    """``fsm-agent inspect`` running in a subprocess (or ``script``, which serves the inspector
+    and prints its address the same way): ``base`` and ``auth`` reach its API."""
 
-    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None, script: Path | None = None) -> None:
+        command = ["-m", "fsm_agent", "inspect", *args, "--port", "0"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fsm_agent", "inspect", *args, "--port", "0"],
+            [sys.executable, *([str(script), *args] if script is not None else command)],
             stderr=subprocess.PIPE,
             text=True,
             cwd=cwd,
@@ -516,3 +591,114 @@ def test_the_command_answers_through_the_agent_its_factory_builds(
         assert detail["tool_calls"][0]["result"] == "deleted build/old.log"
     finally:
         served.close()
+
+
+RACING_FACTORY = FACTORY.replace('[text("Deleted the old log.")]', '[text("Deleted.")] * 3')
+"""The factory of an agent that may resume each of three runs."""
+
+SERVE_POSTGRES = """
+import sys
+
+from fsm_agent.inspector import serve
+from fsm_agent.persistence import PostgresCheckpointer
+from inspector_factory import make
+
+serve(PostgresCheckpointer(sys.argv[1], schema=sys.argv[2]), agent=make(), port=0)
+"""
+
+
+async def _waiting(store: Checkpointer, count: int) -> list[str]:
+    """``count`` runs, each suspended on the approval of the call the factory's agent makes."""
+    from fsm_agent import Agent
+    from fsm_agent.testing import ScriptedModel, tool_call
+    from inspector_runs import delete_file
+
+    runs = []
+    for n in range(count):
+        model = ScriptedModel([tool_call("delete_file", {"path": f"build/{n}.log"})])
+        agent = Agent(model, tools=[delete_file], checkpointer=store)
+        runs.append((await agent.run(f"Clean up build {n}.")).run_id)
+    return runs
+
+
+def _race(inspectors: tuple[_Served, _Served], run_id: str) -> None:
+    """Allow the run's call through one inspector and deny it through the other at once: one
+    answer is taken, the other is told what was decided, and the run ends as the first said."""
+    url = f"/api/runs/{run_id}"
+    call_id = inspectors[0].get(url)["questions"][0]["call_id"]
+    barrier = threading.Barrier(2)
+    answers: dict[str, httpx.Response] = {}
+
+    def post(inspector: _Served, decision: str) -> None:
+        body = {"decisions": {call_id: {"decision": decision}}}
+        barrier.wait()
+        answers[decision] = httpx.post(
+            f"{inspector.base}{url}/decisions", json=body, headers=inspector.auth, timeout=30
+        )
+
+    posts = [
+        threading.Thread(target=post, args=(inspector, decision))
+        for inspector, decision in zip(inspectors, ("allow", "deny"), strict=True)
+    ]
+    for thread in posts:
+        thread.start()
+    for thread in posts:
+        thread.join()
+    statuses = {decision: answer.status_code for decision, answer in answers.items()}
+    assert sorted(statuses.values()) == [202, 409], statuses
+    taken = "allow" if statuses["allow"] == 202 else "deny"
+    refused = answers["deny" if taken == "allow" else "allow"].json()
+    assert "already decided elsewhere" in refused["error"], refused
+    said = refused["decided"][call_id]
+    assert said.startswith(taken) or ("deleted" if taken == "allow" else "denied") in said, said
+    for _ in range(200):
+        detail = inspectors[0].get(url)
+        if detail["state"] in ("done", "aborted"):
+            break
+        time.sleep(0.05)
+    assert detail["state"] == "done", detail["error"]
+    result = detail["tool_calls"][0]
+    if taken == "allow":
+        assert result["result"].startswith("deleted build/") and not result["is_error"]
+    else:
+        assert "denied in the inspector" in result["result"] and result["is_error"]
+    for inspector in inspectors:
+        assert inspector.get(url)["resume_error"] is None
+
+
+def test_two_inspector_processes_over_one_store_take_one_answer(
+    store: SQLiteCheckpointer, tmp_path: Path
+) -> None:
+    """Two ``fsm-agent inspect`` processes over one SQLite store, one answering allow and the
+    other deny at the same moment: one answer is taken (202), the other gets 409 saying what
+    was decided, and the run goes on as the taken answer said."""
+    runs = asyncio.run(_waiting(store, 3))
+    (tmp_path / "inspector_factory.py").write_text(RACING_FACTORY, encoding="utf-8")
+    served = [_Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path)]
+    try:
+        served.append(_Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path))
+        for run_id in runs:
+            _race((served[0], served[1]), run_id)
+    finally:
+        for inspector in served:
+            inspector.close()
+
+
+@pytest.mark.postgres
+def test_two_inspector_processes_over_one_postgres_store_take_one_answer(
+    tmp_path: Path,
+) -> None:
+    """The same race over PostgreSQL: one answer taken, the other told what was decided."""
+    (tmp_path / "inspector_factory.py").write_text(RACING_FACTORY, encoding="utf-8")
+    script = tmp_path / "serve_postgres.py"
+    script.write_text(SERVE_POSTGRES, encoding="utf-8")
+    with postgres_checkpointer("fsm_inspect_race") as pg:
+        runs = asyncio.run(_waiting(pg, 3))
+        served = [_Served(DSN, pg.schema, cwd=tmp_path, script=script)]
+        try:
+            served.append(_Served(DSN, pg.schema, cwd=tmp_path, script=script))
+            for run_id in runs:
+                _race((served[0], served[1]), run_id)
+        finally:
+            for inspector in served:
+                inspector.close()

@@ -447,3 +447,33 @@ def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
         page.goto(live.page(f"/runs/{original.run_id}"))
         page.locator(f'#forks li[data-run-id="{fork.run_id}"] a.run-link').click()
         expect(page.locator("#lineage")).to_contain_text(f"after move {at}")
+
+
+def test_long_unbroken_texts_keep_the_run_list_inside_the_window(
+    store: SQLiteCheckpointer, page: Any
+) -> None:
+    """A run whose task, model name and answer are each 300 characters without a space: the run
+    list stays within the 1,400 px window, and each cut cell shows its whole text on hover."""
+    from fsm_agent import Agent
+    from fsm_agent.testing import ScriptedModel, text
+
+    task, model, answer = "T" * 300, "m" * 300, "A" * 300
+
+    async def one_run() -> str:
+        agent = Agent(ScriptedModel([text(answer)], name=model), checkpointer=store)
+        return (await agent.run(task)).run_id
+
+    run_id = run_in_thread(one_run)
+    with LiveInspector(store) as live:
+        page.goto(live.url)
+        row = page.locator(f'tr[data-run-id="{run_id}"]')
+        expect(row).to_have_count(1)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        assert row.bounding_box()["width"] <= 1400
+        for name, shown in (("task-cell", task), ("model", model), ("answer", answer)):
+            cell = row.locator(f"td.{name}")
+            hover = cell.get_attribute("title") or cell.locator("[title]").first.get_attribute(
+                "title"
+            )
+            assert hover is not None and hover.startswith(shown[:100]), name
+            assert cell.bounding_box()["height"] <= 120, name

@@ -14,7 +14,7 @@ from fsm_agent.cli import main
 from fsm_agent.errors import ProviderServerError
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.providers._redact import MASK, scrub_error
-from fsm_agent.redaction import REDACTED, redact
+from fsm_agent.redaction import REDACTED, redact, redact_data, secret_name
 from fsm_agent.testing import ScriptedModel, text
 
 SHAPES = {
@@ -31,6 +31,13 @@ SHAPES = {
     "OpenAI project": ("sk-proj-" + "x" * 40, "sk-proj-" + "x" * 40),
     "bearer": ("Authorization: Bearer abc.def.ghi123", "abc.def.ghi123"),
     "URL password": ("postgresql://me:hunter22@db/x", "hunter22"),
+    "token in JSON": ('{"token": "plain-tok-value-7"}', "plain-tok-value-7"),
+    "camelCase secret in JSON": ('{"authToken": "plain-value-8"}', "plain-value-8"),
+    "secret pair in JSON inside a string": (
+        '{"arguments": "{\\"session_token\\": \\"plain-value-9\\"}"}',
+        "plain-value-9",
+    ),
+    "numeric password in a repr": ("{'user': 'me', 'passwd': 61616161}", "61616161"),
 }
 
 
@@ -43,7 +50,14 @@ def test_every_key_shape_is_masked(line: str, secret: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "plain", ["sk-learn", "max_tokens: 100", "the task-key is 'done'", "AKIA is a prefix"]
+    "plain",
+    [
+        "sk-learn",
+        "max_tokens: 100",
+        "the task-key is 'done'",
+        "AKIA is a prefix",
+        '{"max_tokens": 100, "key": "user:42", "author": "Ann Lee"}',
+    ],
 )
 def test_ordinary_text_is_left_alone(plain: str) -> None:
     """Words that merely resemble a key shape are not masked."""
@@ -61,6 +75,51 @@ def test_provider_errors_mask_the_same_shapes(line: str, secret: str) -> None:
     assert MASK in str(error)
 
 
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("api_key", True),
+        ("x-api-key", True),
+        ("APIKey", True),
+        ("privateKey", True),
+        ("password", True),
+        ("db_passwd", True),
+        ("token", True),
+        ("refresh_token", True),
+        ("clientSecret", True),
+        ("Authorization", True),
+        ("credentials", True),
+        ("max_tokens", False),
+        ("key", False),
+        ("author", False),
+        ("city", False),
+    ],
+)
+def test_secret_names_are_told_by_their_words(name: str, secret: bool) -> None:
+    """A name is a secret's when one of its words is (``token``) or it names a kind of key."""
+    assert secret_name(name) is secret
+
+
+def test_data_loses_the_whole_value_of_a_secret_named_key() -> None:
+    """Each value under a secret's name is masked whole (nested data too); the rest is kept."""
+    data = {
+        "city": "Oslo",
+        "password": "hunter2",
+        "auth": {"user": "me", "pin": 6161},
+        "items": [{"token": 42, "n": 1}],
+        "secret": None,
+        "has_token": True,
+    }
+    assert redact_data(data, []) == {
+        "city": "Oslo",
+        "password": REDACTED,
+        "auth": REDACTED,
+        "items": [{"token": REDACTED, "n": 1}],
+        "secret": None,
+        "has_token": True,
+    }
+
+
 def test_the_inspector_uses_the_one_redaction() -> None:
     """The inspector's ``redact`` is the library's."""
     inspector = pytest.importorskip("fsm_agent.inspector")
@@ -74,7 +133,7 @@ def test_runs_show_masks_keys_a_run_holds(
     shows it: a key the answer quoted, and an environment secret's value, are masked."""
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-env-secret-value-42")
     answer = "use x-api-key: a1b2c3d4e5f6g7h8 and ghp_16C7e42F292c6912E7710c838347Ae178B4a "
-    answer += "or tok-env-secret-value-42"
+    answer += 'or tok-env-secret-value-42 or {"token": "plain-tok-value-7"}'
     store = SQLiteCheckpointer(tmp_path / "runs.db")
     agent = Agent(ScriptedModel([text(answer)]), checkpointer=store)
     result = asyncio.run(agent.run("Which key?"))
@@ -82,5 +141,5 @@ def test_runs_show_masks_keys_a_run_holds(
     assert main(["runs", "show", result.run_id, "--db", str(tmp_path / "runs.db")]) == 0
     out = capsys.readouterr().out
     assert "output" in out and REDACTED in out
-    for secret in ("a1b2c3d4e5f6g7h8", "ghp_16C7", "tok-env-secret-value-42"):
+    for secret in ("a1b2c3d4e5f6g7h8", "ghp_16C7", "tok-env-secret-value-42", "plain-tok-value-7"):
         assert secret not in out

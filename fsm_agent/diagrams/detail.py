@@ -2,8 +2,10 @@
 reason and counter updates, and where each one goes; pure.
 
 The state is drawn as a table, one line per row (the driver's interrupts last, under their own
-heading); from each line an arrow goes to the state the row moves to. With a recorded run, the
-rows it took are blue with their counts; with a scope, the rows it makes impossible are grey.
+heading), whose last column names the state the row moves to; beside it, one arrow from the
+table to each of those states (a fan of one arrow per row would only repeat that column, and
+cross itself). With a recorded run, the rows it took, and the arrows they took, are blue with
+their counts; with a scope, the rows it makes impossible are grey.
 """
 
 from __future__ import annotations
@@ -113,8 +115,7 @@ def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
         ]
         if run:
             cells.append(_cell(_font(f"×{edge.visits}" if edge.visits else "", colour), **fill))
-        # the destination last, so that the arrow leaves the table from its right-hand border
-        cells.append(_cell(_font(edge.dest.value, colour), port=f"r{edge.row}", **fill))
+        cells.append(_cell(_font(edge.dest.value, colour), **fill))
         lines.append("<TR>" + "".join(cells) + "</TR>")
     lines.append("</TABLE>")
     return "\n".join(lines)
@@ -123,11 +124,12 @@ def _table(p: Plan, state: State, rows: Sequence[Edge]) -> str:
 def state_dot(state: State, diagram: Plan | None = None) -> str:
     """Graphviz DOT text of the detail of ``state`` in a :class:`~fsm_agent.diagrams.Plan` (by
     default, of the table as it is): its rows in order, each with its guard, stop reason and
-    counter updates, an arrow from each to its destination. Pure; raises
-    :class:`~fsm_agent.errors.ConfigurationError` for a state without rows (a terminal one).
+    counter updates and destination, and one arrow from the table to each destination. Pure;
+    raises :class:`~fsm_agent.errors.ConfigurationError` for a state without rows (a terminal
+    one).
 
     In the SVG Graphviz makes of it, the table has the id ``state-NAME``, a destination
-    ``to-NAME`` and a row's arrow ``row-N``."""
+    ``to-NAME`` and the arrow to it ``arrow-NAME``."""
     p = plan() if diagram is None else diagram
     rows = _rows_of(p, state)
     s, base = DETAIL_STYLES, DOT_STYLES
@@ -150,18 +152,36 @@ def state_dot(state: State, diagram: Plan | None = None) -> str:
         if any(edge.visits for edge in rows if edge.dest is dest):
             parts.append(base["visited_node"])
         lines.append(f"  to_{dest.value} [{_attrs(*parts)}];")
-    for edge in rows:
-        tooltip = f"row {edge.row}: {edge.label.partition('. ')[2] or edge.label}"
-        parts = [{"id": f"row-{edge.row}", "tooltip": tooltip}]
-        if edge.interrupt:
-            parts.append({"style": "dashed"})
-        if not edge.reachable:
-            parts.append({"style": "dotted", "color": "#c8c8c8"})
-        if edge.visits:
-            parts.append(base["visited_edge"])
-        lines.append(f"  rows:r{edge.row}:e -> to_{edge.dest.value}:w [{_attrs(*parts)}];")
+    for dest, leading in _by_destination(rows).items():
+        lines.append(f"  rows:e -> to_{dest.value}:w [{_attrs(*_arrow(dest, leading))}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _by_destination(rows: Sequence[Edge]) -> dict[State, list[Edge]]:
+    """The rows by the state they move to, destinations in the order of their first row."""
+    found: dict[State, list[Edge]] = {}
+    for edge in rows:
+        found.setdefault(edge.dest, []).append(edge)
+    return found
+
+
+def _arrow(dest: State, leading: Sequence[Edge]) -> list[Mapping[str, str]]:
+    """The attributes of the one arrow to ``dest``, which the rows ``leading`` there share:
+    dashed when only interrupts lead there, dotted when none can be taken, blue when the run
+    took one."""
+    numbers = ", ".join(str(edge.row) for edge in leading)
+    noun = "row" if len(leading) == 1 else "rows"
+    parts: list[Mapping[str, str]] = [
+        {"id": f"arrow-{dest.value}", "tooltip": f"{noun} {numbers} move to {dest.value}"}
+    ]
+    if all(edge.interrupt for edge in leading):
+        parts.append({"style": "dashed"})
+    if not any(edge.reachable for edge in leading):
+        parts.append({"style": "dotted", "color": "#c8c8c8"})
+    if any(edge.visits for edge in leading):
+        parts.append(DOT_STYLES["visited_edge"])
+    return parts
 
 
 def state_mermaid(state: State, diagram: Plan | None = None) -> str:

@@ -11,8 +11,11 @@ pages are static shells whose script takes the token from the address's ``#token
 parsed as markup. The responses carry a Content Security Policy that allows only this server's
 own script.
 
-Of several answers to one suspended run, the first is taken and the others are refused (409)
-before anything is awaited, so exactly one resume starts.
+Of several answers to one suspended run, one is taken and the others are refused (409), also
+across inspectors and workers sharing the store: an answer is accepted (202) only once its
+decisions are stored as the run's next checkpoint, written by the store's compare-and-set on the
+checkpoint version that was checked, so of answers racing from several processes exactly one is
+stored and resumes the run, and the others are told what was decided.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import copy
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib import resources
@@ -49,10 +52,22 @@ from ..errors import (
     UnknownRunError,
 )
 from ..kernel.agent import Agent
+from ..kernel.context import RunContext
+from ..kernel.driver import drive
 from ..kernel.fork import fork_run
+from ..kernel.resuming import resume_context
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
-from .views import diagram_svg, forks_of, grouped, redact, run_detail, run_row, state_svg
+from .views import (
+    decided,
+    diagram_svg,
+    forks_of,
+    grouped,
+    redact,
+    run_detail,
+    run_row,
+    state_svg,
+)
 
 __all__ = ["SECURITY_HEADERS", "Inspector"]
 
@@ -335,7 +350,8 @@ class Inspector:
             return _error(409, f"run {run_id!r} is already being resumed")
         self._claimed.add(run_id)
         try:
-            decisions = await self._checked(run_id, request)
+            decisions, version = await self._checked(run_id, request)
+            ctx = await self._stored(run_id, decisions, version)
         except _Refused as refused:
             self._claimed.discard(run_id)
             return refused.response
@@ -343,12 +359,33 @@ class Inspector:
             self._claimed.discard(run_id)
             raise
         self.failures.pop(run_id, None)
-        self._start_resume(run_id, decisions)
+        self._start(run_id, self._drive(run_id, ctx))
         return JSONResponse({"resuming": run_id}, status_code=202)
+
+    async def _stored(
+        self, run_id: str, decisions: Mapping[str, HumanDecision], version: int
+    ) -> RunContext:
+        """Store the decisions as the run's next checkpoint (the agent's claim of a resume: the
+        store's compare-and-set on the checkpoint ``version`` they were checked against), and
+        return the resumed run to drive. :class:`_Refused` (409, with what was decided) when
+        another inspector or worker answered the run first."""
+        assert self.agent is not None
+        try:
+            return await resume_context(
+                self.agent, run_id, decisions, None, None, None, False, False
+            )
+        except (CheckpointConflictError, ResumeError) as exc:
+            latest = await self._read(lambda: self.store.load(run_id))
+            raise _Refused(_refusal(latest, decisions, exc)) from None
 
     def _start_resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
         """Resume the claimed run ``run_id`` in the background; its claim ends with it."""
-        task = asyncio.create_task(self._resume(run_id, decisions), name=run_id)
+        self._start(run_id, self._resume(run_id, decisions))
+
+    def _start(self, run_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Continue the claimed run ``run_id`` by ``work`` in the background; its claim ends
+        with it."""
+        task = asyncio.create_task(work, name=run_id)
         self._resuming.add(task)
 
         def resumed(task: asyncio.Task[None]) -> None:
@@ -400,10 +437,10 @@ class Inspector:
             status_code=201,
         )
 
-    async def _checked(self, run_id: str, request: Request) -> dict[str, HumanDecision]:
+    async def _checked(self, run_id: str, request: Request) -> tuple[dict[str, HumanDecision], int]:
         """The request's decisions, checked against a copy of the run's latest checkpoint (so
-        a mistake is reported here, not lost in the background resume); :class:`_Refused`
-        with the answer to give otherwise."""
+        a mistake is reported here, not lost in the background resume), and that checkpoint's
+        version; :class:`_Refused` with the answer to give otherwise."""
         try:
             decisions = _decisions(await request.json())
         except (ValueError, TypeError) as exc:
@@ -414,16 +451,24 @@ class Inspector:
         except UnknownRunError as exc:
             raise _Refused(_error(404, str(exc))) from None
         except ResumeError as exc:
-            raise _Refused(_error(409, str(exc))) from None
-        return decisions
+            raise _Refused(_refusal(checkpoint, decisions, exc)) from None
+        return decisions, checkpoint.version
 
     def _is_resuming(self, run_id: str) -> bool:
         return any(task.get_name() == run_id for task in self._resuming)
 
     async def _resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
         assert self.agent is not None
+        await self._failing(run_id, self.agent.resume(run_id, decisions))
+
+    async def _drive(self, run_id: str, ctx: RunContext) -> None:
+        await self._failing(run_id, drive(ctx))
+
+    async def _failing(self, run_id: str, work: Awaitable[object]) -> None:
+        """Await ``work``, which continues ``run_id``; an error it raises is kept to be shown
+        on the run's page."""
         try:
-            await self.agent.resume(run_id, decisions)
+            await work
         except CheckpointConflictError as exc:  # another process resumed it first: not a failure
             _log.info("run %s was resumed elsewhere first: %s", run_id, exc)
         except Exception as exc:  # shown on the run's page while the run stays where it is
@@ -434,6 +479,27 @@ class Inspector:
             except Exception:  # the store cannot say where the run is: shown at any version
                 version = None
             self.failures[run_id] = (version, why)
+
+
+def _refusal(
+    latest: Checkpoint, decisions: Mapping[str, HumanDecision], exc: Exception
+) -> Response:
+    """The 409 of an answer the run refused (``exc``): when the run's latest checkpoint holds a
+    decision or a result for the calls it answered, the answer lost the race, and is told what
+    was decided and where the run is now."""
+    found = decided(latest.state, decisions)
+    if not found:
+        return _error(409, str(exc))
+    said = "; ".join(f"call {call_id}: {what}" for call_id, what in found.items())
+    message = (
+        f"run {latest.run_id!r} was already decided elsewhere (another inspector or worker "
+        f"answered first), and this answer was not taken: {said}; "
+        f"it is now {latest.state.state.value}. Reload the page to see it."
+    )
+    return JSONResponse(
+        {"error": redact(message), "decided": found, "state": latest.state.state.value},
+        status_code=409,
+    )
 
 
 class _Refused(Exception):

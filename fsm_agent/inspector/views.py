@@ -1,13 +1,14 @@
 """What the inspector shows, as plain JSON-ready data read from a checkpoint store: the run list,
 one run's detail (task, ending, timed moves, messages, tool calls, usage, pending questions), its
 path over the machine and each state's detail. Every string that leaves here has been through
-:func:`redact`."""
+:func:`~fsm_agent.redaction.redact_data`: credential-shaped text is masked, and so is the
+whole value of a field named like a secret (a tool call's ``password`` argument)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -17,10 +18,11 @@ from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import TERMINAL, Counters, State, StopReason
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
-from ..redaction import redact, secret_values
+from ..redaction import redact, redact_data
 from ..run_state import RunState
 
 __all__ = [
+    "decided",
     "diagram_svg",
     "forks_of",
     "gave_up",
@@ -32,17 +34,6 @@ __all__ = [
     "state_svg",
     "task_of",
 ]
-
-
-def _clean(value: Any, secrets: list[str]) -> Any:
-    """``value`` (JSON-ready data) with every string redacted."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact(str(k), secrets): _clean(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v, secrets) for v in value]
-    return value
 
 
 def _counters(counters: Counters) -> dict[str, int]:
@@ -183,7 +174,7 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
         **_origin(rs),
         "problem": summary.problem,
     }
-    cleaned: dict[str, JsonValue] = _clean(row, secret_values())
+    cleaned: dict[str, JsonValue] = redact_data(row)
     return cleaned
 
 
@@ -361,5 +352,26 @@ def run_detail(checkpoint: Checkpoint, *, can_answer: bool) -> dict[str, JsonVal
         "suspended": rs.state is State.SUSPENDED,
         "can_answer": can_answer and rs.state is State.SUSPENDED,
     }
-    cleaned: dict[str, JsonValue] = _clean(detail, secret_values())
+    cleaned: dict[str, JsonValue] = redact_data(detail)
+    return cleaned
+
+
+def decided(rs: RunState, calls: Collection[str]) -> dict[str, JsonValue]:
+    """What the run ``rs`` holds as decided for each of ``calls`` (call ids): the recorded
+    decision and its text while the run has not used it, else the call's result."""
+    found: dict[str, Any] = {}
+    for request in rs.human_requests:
+        if request.call.id in calls and request.decision is not None:
+            found[request.call.id] = request.decision + (
+                f" ({request.reply})" if request.reply else ""
+            )
+    results = {r.call_id: r for r in rs.tool_results}
+    for message in rs.messages:
+        results.update((p.call_id, p) for p in message.parts if isinstance(p, ToolResult))
+    for call_id in calls:
+        if call_id not in found and call_id in results:
+            result = results[call_id]
+            kind = "error result" if result.is_error else "result"
+            found[call_id] = f"settled with the {kind} {_first_line(result.content, 80)!r}"
+    cleaned: dict[str, JsonValue] = redact_data(found)
     return cleaned

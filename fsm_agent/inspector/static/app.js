@@ -92,6 +92,13 @@ function cell(text, className) {
   return el("td", className ? { text: String(text), className } : { text: String(text) });
 }
 
+// A cell of free text (a task, a model's name, an answer): cut to a few lines, or to one for a
+// "line" cell, so that no text widens the list past the window; the whole text shows on hover.
+function clippedCell(text, className, line = false) {
+  const shown = String(text);
+  return el("td", { className }, el("div", { className: line ? "clip-line" : "clip", text: shown, title: shown }));
+}
+
 // A run's state; a run that ended done without a clean answer (a limit or a budget ended it:
 // max_steps, unverified, ...) reads "gave up", in another colour.
 function badge(state, title, gaveUp) {
@@ -277,8 +284,9 @@ async function loadSvg(path) {
 let knownStates = false;
 
 function taskCell(run) {
-  const link = el("a", { href: "/runs/" + encodeURIComponent(run.run_id), className: "task-link" });
+  const link = el("a", { href: "/runs/" + encodeURIComponent(run.run_id), className: "task-link clip" });
   link.textContent = run.task || (run.problem ? "(cannot be read)" : "(no task)");
+  link.title = link.textContent;
   const box = el("td", { className: "task-cell" }, link, el("div", { className: "run-id muted", text: run.run_id }));
   if (run.problem) box.append(el("div", { className: "problem", text: run.problem }));
   const origin = originText(run);
@@ -321,11 +329,11 @@ async function loadRuns() {
       el("td", {}, badge(run.state, run.problem || (run.gave_up ? "done (" + run.stop_reason + "): no clean answer" : ""), run.gave_up)),
       cell(run.stop_reason || "–"),
       cell(run.steps, "num"),
-      cell(run.model || "–", "model"),
+      clippedCell(run.model || "–", "model", true),
       cell(when(run.started_at), "started"),
       cell(duration(run.duration_s), "num duration"),
       cell(usage ? usage.input_tokens + " / " + usage.output_tokens : "?", "num"),
-      cell(run.state === "suspended" ? "waiting for a human (" + run.waiting + ")" : run.ending || "–", "answer"),
+      clippedCell(run.state === "suspended" ? "waiting for a human (" + run.waiting + ")" : run.ending || "–", "answer"),
     );
   });
   body.replaceChildren(...rows);
