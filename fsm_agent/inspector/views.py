@@ -131,7 +131,7 @@ def forks_of(run_id: str, checkpoints: Iterable[Checkpoint]) -> list[JsonValue]:
                     "gave_up": gave_up(rs.state, rs.stop_reason),
                 }
             )
-    cleaned: list[JsonValue] = _clean(forks, secret_values())
+    cleaned: list[JsonValue] = redact_data(forks)
     return cleaned
 
 
