@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 from fsm_agent import Agent, Model, Policy, RetryPolicy, UsageLimits, tool
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -96,8 +97,13 @@ async def main() -> None:
         async with infer_model(spec) as model:  # closes its HTTP connections at the end
             result = await build_writer(model, build_researcher(model)).run(task)
     bound = writer.bounds(model_timeout_s=60)
+    if not result.ok:  # result.error says why: no key, no server, a limit reached
+        sys.exit(f"the run failed ({result.stop_reason.value}): {result.error}")
     print(f"{result.stop_reason.value}: {result.output}")
-    print(f"model calls: {result.model_calls} (the writer's and the researcher's)")
+    print(
+        f"model calls: {result.usage.requests} answered in {result.model_calls} attempts "
+        "(the writer's and the researcher's)"
+    )
     print("the pair's bounds:")
     for line in bound.lines():
         print(f"  {line}")
