@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from docs_blocks import ROOT, doc_blocks
+from fsm_agent.errors import ConfigurationError
+from fsm_agent.providers import infer_model
 from provider_server import Reply, Request, Turn, json_reply, openai_json, server_in_thread
+from test_cli_errors import cli, usage_error
 
 PROVIDER_EXAMPLE = ROOT / "examples" / "provider_from_env.py"
 ANSWER = "It is the 29th of November."
@@ -121,3 +124,27 @@ def test_the_provider_example_succeeds_after_a_retry(flaky_server: str) -> None:
     done, _ = _run(PROVIDER_EXAMPLE, flaky_server)
     assert done.returncode == 0, done.stderr
     assert f"completed: {ANSWER}" in done.stdout
+
+
+@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:8000/v1", "ftp://host/v1", "http://"])
+def test_run_refuses_a_base_url_that_is_not_one_before_it_starts(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fsm-agent run --base-url`` with no http(s) scheme or host is one line, exit 2, no run."""
+    code, out, err = cli(
+        capsys, monkeypatch, tmp_path, "run", "hi", "--model", "openai:m", "--base-url", url
+    )
+    line = usage_error((code, out, err))
+    assert repr(url) in line and "http://" in line
+    assert out == ""
+
+
+def test_a_provider_refuses_a_base_url_from_the_environment() -> None:
+    """A malformed base URL is a ``ConfigurationError`` naming where it came from."""
+    with pytest.raises(ConfigurationError, match="OPENAI_BASE_URL"):
+        infer_model("openai:m", env={"OPENAI_BASE_URL": "localhost:8000/v1"})
+    with pytest.raises(ConfigurationError, match="'notaurl'"):
+        infer_model("anthropic:m", api_key="k", base_url="notaurl")
+    assert infer_model("openai:m", base_url="http://127.0.0.1:8000/v1/").base_url == (
+        "http://127.0.0.1:8000/v1"
+    )
