@@ -8,9 +8,9 @@ researcher's worst case, times the most calls the writer can make of it, to the 
 Offline it runs on scripted models. With ``WRITER_MODEL=provider:model`` (and that provider's
 server, e.g. ``OPENAI_BASE_URL`` of a local llama.cpp server) both agents run on a real one.
 
-Prove the composed bound from the command line::
+Prove the composed bound from the command line, from the repository's root::
 
-    fsm-agent check --agent writer_researcher:writer --model-timeout 60
+    fsm-agent check --agent examples.writer_researcher:writer --model-timeout 60
 """
 
 from __future__ import annotations
