@@ -114,9 +114,10 @@ class ProviderBase(ABC):
             raise ConfigurationError(f"{type(self).__name__} needs a model name")
         self._model = model
         self._api_key = resolve_api_key(given.get("api_key"), environ, *self._key_env)
+        given_url = given.get("base_url")
         from_env = environ.get(self._url_env) if self._url_env else None
-        if given.get("base_url"):
-            url = checked_base_url(given["base_url"], "")
+        if given_url:
+            url = checked_base_url(given_url, "")
         elif from_env:
             url = checked_base_url(from_env, f" (from {self._url_env})")
         else:
