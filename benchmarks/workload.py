@@ -16,8 +16,8 @@ of typing:
 - the **asyncio floor** (:class:`AsyncioFloorAdapter`): the same loop on dicts, no types at all;
 - the **types floor** (:class:`FloorAdapter`): the same loop on fsm_agent's public message types
   and its OpenAI provider's reader; it also builds a ``ModelRequest`` each step and runs each
-  tool call through ``Tool.execute`` under its timeout, as the kernel does and the typed floor
-  does not, so its cost is the types' and those two choices' together.
+  tool call through ``Tool.execute``, as the kernel does and the typed floor does not, so its
+  cost is the types' and those choices' together.
 
 :func:`script` keeps the same turns pre-built for the scripts that replay them.
 

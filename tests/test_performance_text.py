@@ -33,10 +33,10 @@ def test_the_run_state_is_said_to_keep_object_s_setattr() -> None:
 
 
 def test_the_types_floor_is_not_called_the_cost_of_the_types_alone() -> None:
-    """The types floor builds a ModelRequest per step and runs each call under its timeout, so
-    the page does not read its ratio as what the types alone cost a kernel."""
+    """The types floor builds a ModelRequest per step and runs each call through Tool.execute,
+    so the page does not read its ratio as what the types alone cost a kernel."""
     loop = inspect.getsource(workload.typed_loop)
     assert "ModelRequest(" in loop and ".execute(" in loop
     item = _paragraph("222,731")
     assert "would miss 2×" not in item
-    assert "`ModelRequest`" in item and "timeout" in item
+    assert "`ModelRequest`" in item and "`Tool.execute`" in item
