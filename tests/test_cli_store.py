@@ -167,3 +167,18 @@ def test_every_command_s_help_names_store_and_the_variable(
         main([command, "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "--store PATH_OR_DSN" in shown and ENV in shown
+
+
+def test_with_a_store_in_the_environment_a_trace_file_is_still_read_as_a_file(
+    stored: tuple[Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``FSM_AGENT_STORE`` set, ``diagram --trace run.jsonl`` draws the recording that exists."""
+    code, _, err = cli(capsys, monkeypatch, tmp_path, "demo", "--no-diagram", "--record", "r.jsonl")
+    assert code == 0, err
+    monkeypatch.setenv(ENV, str(stored[0]))
+    code, out, err = cli(capsys, monkeypatch, tmp_path, "diagram", "--trace", "r.jsonl")
+    assert code == 0, err
+    assert "run r.jsonl" in out
