@@ -15,7 +15,9 @@ of typing:
   loop on its own plain pydantic models, built per call (:func:`plain_response`);
 - the **asyncio floor** (:class:`AsyncioFloorAdapter`): the same loop on dicts, no types at all;
 - the **types floor** (:class:`FloorAdapter`): the same loop on fsm_agent's public message types
-  and its OpenAI provider's reader, which shows what the types cost apart from the kernel.
+  and its OpenAI provider's reader; it also builds a ``ModelRequest`` each step and runs each
+  tool call through ``Tool.execute``, as the kernel does and the typed floor does not, so its
+  cost is the types' and those choices' together.
 
 :func:`script` keeps the same turns pre-built for the scripts that replay them.
 

@@ -59,6 +59,8 @@ async def main(decision: str) -> None:
         # Process 2, any time later: load the run by id and apply the human's decision.
         answer = True if decision == "approve" else Approval.deny("refunds need a receipt")
         done = await make_agent(model, db).resume(first.run_id, {call.id: answer})
+        if not done.ok:  # done.error says why
+            sys.exit(f"the run failed ({done.stop_reason}): {done.error}")
         print(f"{done.stop_reason}: {done.output}")
         print("tool result:", done.messages[-2].tool_results[0].content)
         print("refunds made:", REFUNDS)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
-from fsm_agent import Agent, Model, Policy, tool
+from fsm_agent import Agent, Model, Policy, RetryPolicy, tool
 from fsm_agent.phases import MOVE_TOOL, MovePhase, Phase, Phases
 from fsm_agent.testing import ScriptedModel, text, tool_call
 
@@ -75,7 +76,7 @@ def build(model: Model) -> Agent[None]:
         model,
         tools=[read_file, write_file, run_tests],
         system_prompt="You maintain a small Python project.",
-        policy=Policy(max_steps=12),
+        policy=Policy(max_steps=12, retry=RetryPolicy(max_retries=2)),  # about 3 s of retries
         phases=PHASES,
     )
 
@@ -90,6 +91,8 @@ async def main() -> None:
 
         async with infer_model(spec) as model:  # closes its HTTP connections at the end
             result = await build(model).run(task)
+    if not result.ok:  # result.error says why: no key, no server, a limit reached
+        sys.exit(f"the run failed ({result.stop_reason.value}): {result.error}")
     assert result.run_state is not None
     path = " -> ".join(change.dest for change in result.run_state.phase_trace)
     print(f"{result.stop_reason.value} in phase {result.run_state.phase}: {result.output}")

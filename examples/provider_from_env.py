@@ -7,6 +7,8 @@
                       llama.cpp (ANTHROPIC_API_KEY, GEMINI_API_KEY for the other providers)
 
 Run: python examples/provider_from_env.py "What time is it in UTC?"
+
+A run that fails (no key, no server, a limit reached) prints why on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from fsm_agent import Agent, Policy, tool
+from fsm_agent import Agent, Policy, RetryPolicy, tool
 from fsm_agent.providers import infer_model
 
 
@@ -33,9 +35,13 @@ async def main(prompt: str) -> None:
             model,
             tools=[utc_now],
             system_prompt="Answer briefly. Use the tools when they help.",
-            policy=Policy(max_steps=8, tool_timeout_s=5),
+            # Two retries of a failed call (about 3 s) instead of the default five (about
+            # 30 s): someone is waiting, and a server that refuses the connection is not there.
+            policy=Policy(max_steps=8, tool_timeout_s=5, retry=RetryPolicy(max_retries=2)),
         )
         result = await agent.run(prompt)
+    if not result.ok:  # result.error says why: no key, no server, a limit reached
+        sys.exit(f"[{spec}] the run failed ({result.stop_reason}): {result.error}")
     print(f"[{spec}] {result.stop_reason}: {result.output}")
     print(f"{result.usage.input_tokens} tokens in, {result.usage.output_tokens} out")
 

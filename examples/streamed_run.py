@@ -7,6 +7,7 @@ provider_from_env.py): the events are the same.
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from fsm_agent import Agent, tool
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -46,8 +47,10 @@ async def main() -> None:
                 print(f"  usage so far: {event.total.total_tokens} tokens")
             case "final":
                 print(f"final ({event.stop_reason}): {event.output}")
-            case "aborted" | "suspended":
-                print(f"ended: {event.type}")
+            case "aborted":  # the error says why: no key, no server, a limit reached
+                sys.exit(f"the run failed ({event.stop_reason}): {event.error}")
+            case "suspended":
+                print("suspended: waiting for a human's answer")
 
 
 if __name__ == "__main__":

@@ -8,15 +8,16 @@ researcher's worst case, times the most calls the writer can make of it, to the 
 Offline it runs on scripted models. With ``WRITER_MODEL=provider:model`` (and that provider's
 server, e.g. ``OPENAI_BASE_URL`` of a local llama.cpp server) both agents run on a real one.
 
-Prove the composed bound from the command line::
+Prove the composed bound from the command line, from the repository's root::
 
-    fsm-agent check --agent writer_researcher:writer --model-timeout 60
+    fsm-agent check --agent examples.writer_researcher:writer --model-timeout 60
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 from fsm_agent import Agent, Model, Policy, RetryPolicy, UsageLimits, tool
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -96,8 +97,13 @@ async def main() -> None:
         async with infer_model(spec) as model:  # closes its HTTP connections at the end
             result = await build_writer(model, build_researcher(model)).run(task)
     bound = writer.bounds(model_timeout_s=60)
+    if not result.ok:  # result.error says why: no key, no server, a limit reached
+        sys.exit(f"the run failed ({result.stop_reason.value}): {result.error}")
     print(f"{result.stop_reason.value}: {result.output}")
-    print(f"model calls: {result.model_calls} (the writer's and the researcher's)")
+    print(
+        f"model calls: {result.usage.requests} answered in {result.model_calls} attempts "
+        "(the writer's and the researcher's)"
+    )
     print("the pair's bounds:")
     for line in bound.lines():
         print(f"  {line}")

@@ -11,22 +11,22 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │   ├── PhaseDefinitionError   a phase table is malformed or names unknown tools (phases)
     │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
     ├── ModelError                 a model call failed (kept on the RunResult, drives retries)
-    │   ├── RateLimitError         429; may carry ``retry_after``
+    │   ├── RateLimitError         429; may carry retry_after
     │   ├── ProviderServerError    5xx / overloaded
     │   ├── ModelTimeoutError      the call or the stream went quiet for too long
     │   ├── ModelConnectionError   the connection failed or was reset
     │   ├── AuthenticationError    401 / 403: never retried
     │   ├── InvalidRequestError    400 / 404 / 422: never retried
-    │   ├── ContextWindowExceededError  the prompt does not fit: the kernel treats it as ``length``
+    │   ├── ContextWindowExceededError  the prompt does not fit: the kernel treats it as length
     │   └── MalformedResponseError the model returned something that is not a valid response
-    ├── ToolExecutionError         tools failed and the run aborted on it (``tool_failure_mode=
-    │                              "fail"``, or failed tool turns reached an error limit)
+    ├── ToolExecutionError         tools failed and the run aborted on it (tool_failure_mode="fail",
+    │                              or failed tool turns reached an error limit)
     ├── AgentToolError             an agent used as a tool stopped without an answer (a result
     │                              its parent's model reads)
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
-    │                              RunResult of a run that ended ``output_invalid``)
+    │                              RunResult of a run that ended output_invalid)
     ├── DurableRunError            a run on DBOS failed or is unknown (fsm_agent.durable)
     ├── RunAbandonedError          an operator abandoned the stored run (kept on its RunResult)
     ├── ResumeError                a resume handle is unknown, already used, or does not fit

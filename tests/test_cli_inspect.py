@@ -134,9 +134,10 @@ def test_a_host_off_loopback_is_warned_about(
 
 
 def test_no_store_at_all_is_a_usage_error() -> None:
-    """Neither STORE nor ``FSM_AGENT_STORE``: one line naming both ways to give one."""
+    """Neither ``--store`` nor ``FSM_AGENT_STORE``: one line naming both ways to give one."""
     result = _run("inspect", env={"FSM_AGENT_STORE": ""})
-    assert "give STORE, or set the environment variable FSM_AGENT_STORE" in _one_error_line(result)
+    line = _one_error_line(result)
+    assert "pass --store PATH_OR_DSN or set the environment variable FSM_AGENT_STORE" in line
 
 
 _WITHOUT = "import sys; sys.modules[{module!r}] = None; from fsm_agent.cli import main; "

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROG",
+    "STORE_ENV",
     "UsageError",
+    "add_store_option",
     "existing_store",
     "finite_positive_float",
     "mask_url",
@@ -39,12 +41,18 @@ __all__ = [
     "nonnegative_int",
     "positive_int",
     "read_policy",
+    "store_url",
+    "the_store",
     "writable_file",
     "write_output",
 ]
 
 PROG = "fsm-agent"
 """The program's name, as errors and ``--help`` show it."""
+
+STORE_ENV = "FSM_AGENT_STORE"
+"""The environment variable a command reads for its checkpoint store when ``--store`` is left
+out (which also keeps a database password out of the process list)."""
 
 _SQLITE = "sqlite:///"
 _POSTGRES = ("postgresql://", "postgres://")
@@ -180,6 +188,43 @@ def existing_store(text: str) -> str:
     if not Path(path).is_file():
         raise argparse.ArgumentTypeError(f"no SQLite store at {path!r}")
     return text
+
+
+def add_store_option(parser: argparse.ArgumentParser, *aliases: str, purpose: str = "") -> None:
+    """Add ``--store PATH_OR_DSN`` (and the older spellings ``aliases``) to a command that reads
+    a checkpoint store; :func:`the_store` resolves it, or :data:`STORE_ENV` when it is left out."""
+    also = f"; {', '.join(aliases)} is an older spelling of it" if aliases else ""
+    parser.add_argument(
+        "--store",
+        *aliases,
+        dest="store",
+        metavar="PATH_OR_DSN",
+        type=existing_store,
+        help=f"the checkpoint store{purpose}: a SQLite path, sqlite:///PATH or postgresql://… "
+        f"(default: the environment variable {STORE_ENV}, which keeps a password out of the "
+        f"process list){also}",
+    )
+
+
+def the_store(given: str | None) -> str:
+    """The store a command was given, else the one :data:`STORE_ENV` names (checked as one
+    given is); neither is a :class:`UsageError` naming both ways to give one."""
+    if given is not None:
+        return given
+    from_env = os.environ.get(STORE_ENV, "")
+    if not from_env:
+        raise UsageError(
+            f"no store: pass --store PATH_OR_DSN or set the environment variable {STORE_ENV}"
+        )
+    try:
+        return existing_store(from_env)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{STORE_ENV}: {exc}") from None
+
+
+def store_url(store: str) -> str:
+    """``store`` as a URL: a plain SQLite path becomes ``sqlite:///PATH``."""
+    return store if store.startswith((_SQLITE, *_POSTGRES)) else _SQLITE + store
 
 
 def _password(url: str) -> str | None:

@@ -28,13 +28,17 @@ from ..replay import is_recording, read_recording
 from ..run_state import RunState
 from .args import (
     PROG,
+    STORE_ENV,
     UsageError,
+    add_store_option,
+    existing_store,
     load_agent,
     load_phases,
     mask_url,
     positive_int,
     read_policy,
     reading,
+    store_url,
     writable_file,
     write_output,
 )
@@ -106,8 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="RUN",
         help="draw a run on the machine: a recording or JSONL event trace (--record FILE), or a "
-        "stored run as STORE#RUN_ID (e.g. sqlite:///runs.db#run_42)",
+        "stored run's RUN_ID, in the store --store names (STORE#RUN_ID, e.g. "
+        "sqlite:///runs.db#run_42, is an older spelling of both)",
     )
+    add_store_option(parser, purpose=" that holds the run --trace RUN_ID names")
     parser.add_argument(
         "--phases",
         metavar="MODULE:ATTR",
@@ -135,6 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Draw the machine; 1 when ``--write-all --check`` finds stale diagrams."""
+    args.trace = _trace_target(args.trace, args.store)
     if args.write_all is not None:
         others = [args.format, args.output, args.policy, args.trace, args.level, args.state]
         if any(value is not None for value in others) or args.verifier or args.stop_conditions:
@@ -337,6 +344,46 @@ def read_run(target: str) -> RecordedRun:
         return RecordedRun(diagrams.read_trace(target), target)
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_NAME_A_RUN = "name a run in it as --store STORE --trace RUN_ID (or --trace STORE#RUN_ID)"
+
+
+def _trace_target(trace: str | None, store: str | None) -> str | None:
+    """What ``--trace`` names, a stored run spelt ``STORE_URL#RUN_ID``: with ``--store`` it is a
+    run id; else a store URL or an existing SQLite file with ``#RUN_ID``, a recording or an
+    event trace, or, when no such file exists and :data:`STORE_ENV` names a store, a run id in
+    that store. A store without a run is a usage error that names the form."""
+    if trace is None:
+        if store is not None:
+            raise UsageError("--store names the store of a run to draw: add --trace RUN_ID")
+        return None
+    if store is not None:
+        return f"{store_url(store)}#{trace}"
+    if trace.startswith(_STORE_PREFIXES):
+        return trace
+    path, hashed, run_id = trace.rpartition("#")
+    if hashed and run_id and _is_sqlite(Path(path)):
+        return f"{store_url(path)}#{run_id}"
+    if _is_sqlite(Path(trace)):
+        raise UsageError(f"--trace {trace!r} is a checkpoint store: {_NAME_A_RUN}")
+    from_env = os.environ.get(STORE_ENV, "")
+    if from_env and not Path(trace).exists():
+        try:
+            return f"{store_url(existing_store(from_env))}#{trace}"
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{STORE_ENV}: {exc}") from None
+    return trace
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a SQLite database file (read by its header)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
+
+
 def _read_stored_run(target: str) -> RecordedRun:
     state = _stored_state(target)
     return RecordedRun(
@@ -368,15 +415,15 @@ def _stored_runs(target: str, *, children: bool = True) -> dict[str, RunState]:
     from ..persistence import open_checkpointer
     from .diagram_run import child_runs_of
 
-    store_url, _, run_id = target.rpartition("#")
-    if not store_url or not run_id:
-        raise UsageError(f"--trace {mask_url(target)!r}: name the run as STORE#RUN_ID")
-    if store_url.startswith("sqlite:///") and not Path(store_url[len("sqlite:///") :]).is_file():
-        raise UsageError(f"--trace: no SQLite store at {store_url[len('sqlite:///') :]!r}")
+    url, _, run_id = target.rpartition("#")
+    if not url or not run_id:
+        raise UsageError(f"--trace {mask_url(target)!r} is a checkpoint store: {_NAME_A_RUN}")
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).is_file():
+        raise UsageError(f"--trace: no SQLite store at {url[len('sqlite:///') :]!r}")
     try:
-        store = open_checkpointer(store_url)
+        store = open_checkpointer(url)
     except CheckpointError as exc:
-        raise UsageError(mask_url(store_url, f"cannot open {store_url!r}: {exc}")) from None
+        raise UsageError(mask_url(url, f"cannot open {url!r}: {exc}")) from None
     try:
         state = store.load(run_id).state
         return child_runs_of(store, state) if children else {run_id: state}

@@ -1,25 +1,22 @@
 """``fsm-agent inspect``: serve the live inspector over a checkpoint store (the ``[inspector]``
 extra). Read-only unless ``--agent`` names the agent that resumes the store's runs.
 
-The store may come from the environment (:data:`STORE_ENV`), so that a database password never
-appears in the process list. A start-up failure is one line and exit code 2; a missing extra is
-exit code 1, as for every command."""
+The store is ``--store PATH_OR_DSN`` (or, as before, the positional ``STORE``) or comes from the
+environment (:data:`STORE_ENV`), so that a database password never appears in the process list.
+A start-up failure is one line and exit code 2; a missing extra is exit code 1, as for every
+command."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import os
 import sys
 from typing import Any
 
 from ..errors import CheckpointError
-from .args import UsageError, existing_store, mask_url
+from .args import STORE_ENV, UsageError, add_store_option, existing_store, mask_url, the_store
 
 __all__ = ["MIN_TOKEN_LENGTH", "STORE_ENV", "access_token", "add_arguments", "handle", "port"]
-
-STORE_ENV = "FSM_AGENT_STORE"
-"""The environment variable read for the store when ``STORE`` is left out."""
 
 MIN_TOKEN_LENGTH = 16
 """The shortest ``--token`` accepted."""
@@ -58,13 +55,13 @@ def _loopback(host: str) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``fsm-agent inspect``."""
+    add_store_option(parser)
     parser.add_argument(
-        "store",
+        "positional_store",
         metavar="STORE",
         nargs="?",
         type=existing_store,
-        help="the checkpoint store: a SQLite path, sqlite:///PATH or postgresql://… "
-        f"(default: the environment variable {STORE_ENV}, which keeps a password out of ps)",
+        help="the same as --store, the older spelling",
     )
     parser.add_argument(
         "--host",
@@ -113,24 +110,14 @@ def _agent(target: str) -> Any:
     return made
 
 
-def _store(given: str | None) -> str:
-    if given is not None:
-        return given
-    from_env = os.environ.get(STORE_ENV, "")
-    if not from_env:
-        raise UsageError(f"no store: give STORE, or set the environment variable {STORE_ENV}")
-    try:
-        return existing_store(from_env)
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(f"{STORE_ENV}: {exc}") from None
-
-
 def handle(args: argparse.Namespace) -> int:
     """Serve the inspector until interrupted."""
     from ..inspector import serve  # without the extra: MissingExtraError, exit code 1
     from ..inspector.server import printer
 
-    store = _store(args.store)
+    if args.store is not None and args.positional_store is not None:
+        raise UsageError("give the store once: --store PATH_OR_DSN (or the older STORE), not both")
+    store = the_store(args.store or args.positional_store)
     agent = _agent(args.agent) if args.agent else None
     show = printer(sys.stderr)
 

@@ -17,7 +17,7 @@ from ..kernel.run import new_run_id
 from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, RunSummary, open_checkpointer
 from ..redaction import redact, secret_values
-from .args import UsageError, existing_store, mask_url, nonnegative_int
+from .args import UsageError, add_store_option, mask_url, nonnegative_int, the_store
 
 __all__ = ["add_arguments", "handle"]
 
@@ -43,13 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="with abandon: why (kept as the run's error)",
     )
-    parser.add_argument(
-        "--db",
-        required=True,
-        metavar="STORE",
-        type=existing_store,
-        help="the checkpoint store: a SQLite path, sqlite:///PATH or postgresql://…",
-    )
+    add_store_option(parser, "--db")
     parser.add_argument(
         "--last",
         type=nonnegative_int,
@@ -69,10 +63,11 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"runs {args.action} needs a RUN_ID")
     if args.action == "list" and args.run_id:
         raise UsageError("runs list takes no RUN_ID")
+    given = the_store(args.store)
     try:
-        store = open_checkpointer(args.db)
+        store = open_checkpointer(given)
     except CheckpointError as exc:
-        raise UsageError(mask_url(args.db, f"cannot open {args.db!r}: {exc}")) from None
+        raise UsageError(mask_url(given, f"cannot open {given!r}: {exc}")) from None
     try:
         if args.action == "list":
             _list(store)

@@ -66,7 +66,7 @@ class RunResult(Generic[OutputT]):
     messages: tuple[Message, ...]
     trace: tuple[Move, ...]
     counters: Counters
-    model_calls: int
+    model_calls: int  # attempts, failed ones included; ``usage.requests`` counts those answered
     tool_executions: int
     error: BaseException | None = None  # what aborted the run, or the verifier's failure
     pending: tuple[ToolCall, ...] = ()

@@ -11,6 +11,7 @@ way out, whatever built it.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -47,7 +48,24 @@ from ._http import (
 from ._redact import scrub_error
 from ._sse import SSEDecoder
 
-__all__ = ["ProviderBase", "ProviderOptions", "deltas_of"]
+__all__ = ["ProviderBase", "ProviderOptions", "checked_base_url", "deltas_of"]
+
+
+def checked_base_url(url: str, source: str) -> str:
+    """``url`` when it is an ``http://`` or ``https://`` URL with a host, else a
+    :class:`ConfigurationError` that shows it (its user part hidden) with its ``source``:
+    checked when the model is built, so a typo fails before a run starts."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            return url
+    except ValueError:  # an unbalanced IPv6 bracket
+        pass
+    shown = "***@" + url.rpartition("@")[2] if "@" in url else url
+    raise ConfigurationError(
+        f"base URL {shown!r}{source} is not an http:// or https:// URL with a host "
+        "(e.g. http://127.0.0.1:8000/v1)"
+    )
 
 
 class ProviderOptions(TypedDict, total=False):
@@ -96,11 +114,14 @@ class ProviderBase(ABC):
             raise ConfigurationError(f"{type(self).__name__} needs a model name")
         self._model = model
         self._api_key = resolve_api_key(given.get("api_key"), environ, *self._key_env)
-        url = (
-            given.get("base_url")
-            or (environ.get(self._url_env) if self._url_env else None)
-            or self._default_url
-        )
+        given_url = given.get("base_url")
+        from_env = environ.get(self._url_env) if self._url_env else None
+        if given_url:
+            url = checked_base_url(given_url, "")
+        elif from_env:
+            url = checked_base_url(from_env, f" (from {self._url_env})")
+        else:
+            url = self._default_url
         self._base_url = url.rstrip("/")
         self._timeouts = given.get("timeouts") or Timeouts()
         self._clients = ClientHolder(given.get("client"), self._timeouts)
