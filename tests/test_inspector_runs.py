@@ -196,11 +196,12 @@ def test_concurrent_answers_resume_a_suspended_run_exactly_once(store: SQLiteChe
     asyncio.run(main())
 
 
-def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
+def test_an_answer_the_agent_cannot_resume_is_refused_and_leaves_the_run_waiting(
     store: SQLiteCheckpointer,
 ) -> None:
-    """An answer the inspector's agent cannot resume (another definition) is reported on the
-    run; once the run is resumed elsewhere and ends, the page no longer says it failed."""
+    """An answer the inspector's agent cannot resume (another definition) is refused with 409
+    naming why, before anything is stored: the run still waits, with no failure on its page,
+    and resumed elsewhere it ends cleanly."""
 
     @tool(needs_approval=True)
     def other_tool(path: str) -> str:
@@ -216,11 +217,11 @@ def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
         async with client(inspector) as http:
             call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
             body = {"decisions": {call_id: {"decision": "allow"}}}
-            assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
-            failed = await _wait_for(http, first.run_id, "suspended")
-            while failed["resume_error"] is None and failed["resuming"]:
-                failed = await _wait_for(http, first.run_id, "suspended")
-            assert "DefinitionChangedError" in failed["resume_error"]
+            refused = await http.post(f"{url}/decisions", json=body, headers=AUTH)
+            assert refused.status_code == 409
+            assert "definition" in refused.json()["error"].lower()
+            waiting = (await http.get(url, headers=AUTH)).json()
+            assert waiting["state"] == "suspended" and waiting["resume_error"] is None
             await starter.resume(first.run_id, {call_id: Approval.allow()})
             done = (await http.get(url, headers=AUTH)).json()
         inspector.close()
