@@ -46,6 +46,7 @@ from ..tools import Tool, ToolContext
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
+from .handoffs import graph_agents, handoff_graph
 from .run import RunHandle, RunResult
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ __all__ = [
     "explored_model_calls",
     "parent_call",
     "parent_run",
+    "phase_turns",
 ]
 
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
@@ -370,34 +372,69 @@ class AgentTool(Tool):
 
 def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
     """The worst case of a run of ``agent``, its children's included (each computed the same
-    way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
+    way, so a grandchild's counts too), and, for an agent with handoffs, of the whole chain of
+    agents that may hold the conversation (one policy, the most models, every child); for an
+    agent with phases, under the turns its phase budgets allow: see
+    :meth:`fsm_agent.Agent.bounds`."""
+    agents = graph_agents(agent) if agent.handoffs else [agent]
+    graph: dict[str, list[str]] | None = None
+    if agent.handoffs:
+        graph = {"": [h.name for h in agent.handoffs]}
+        for name, found in handoff_graph(agent).items():
+            graph[name] = [h.name for h in found.agent.handoffs]
     return bounds(
         agent.policy,
         verification=agent.verifier is not None or agent._plan.output_spec is not None,
         model_timeout_s=model_timeout_s,
-        models=len(agent._plan.models),
+        models=max(len(a._plan.models) for a in agents),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
+        turns=phase_turns(agent),
+        handoffs=graph,
     )
+
+
+def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
+    """The most model turns the budgets of ``agent``'s phases allow, explored with the loop
+    (:func:`~fsm_agent.machine.checker.phases.check_phases`), when fewer than its
+    ``max_steps``; ``None`` without phases, or when the search is inconclusive."""
+    phases = agent.phases
+    policy = agent.policy
+    limit = policy.max_steps or policy.usage_limits.max_requests
+    if phases is None or limit is None:
+        return None
+    from ..machine.checker.phases import check_phases
+
+    report = check_phases(phases, limit)
+    if not report.complete or report.max_turns >= limit:
+        return None
+    return report.max_turns, "its phases' step budgets, explored with the loop"
 
 
 def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
     """The most model calls a run of ``agent`` makes, its children's included, found by the
     exhaustive checker's search (each child's explored the same way) rather than computed from
-    formulas: it equals ``agent.bounds().max_model_calls``."""
+    formulas: it equals ``agent.bounds().max_model_calls``. For an agent with handoffs the
+    search covers the chain: the run's policy, the most models of its agents, every child."""
     from ..machine.checker.compose import explored_model_calls as explore
 
+    agents = graph_agents(agent) if agent.handoffs else [agent]
     children = [
         explored_model_calls(found.agent)
-        for found in agent.tools.values()
+        for each in agents
+        for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]
+    policy = agent.policy
+    turns = phase_turns(agent)
+    if turns is not None:
+        policy = policy.model_copy(update={"max_steps": turns[0], "summarize_on_max_steps": False})
     return explore(
-        agent.policy,
+        policy,
         children=children,
         machine=agent.machine,
         verification=agent.verifier is not None,
         stop_conditions=bool(agent.stop_conditions),
-        models=len(agent._plan.models),
+        models=max(len(a._plan.models) for a in agents),
         output_validation=agent._plan.output_spec is not None,
     )
 
@@ -405,9 +442,12 @@ def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
 def children_bounds(
     agent: Agent[Any, Any], *, model_timeout_s: float | None = None
 ) -> list[ChildBounds]:
-    """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
+    """The worst case of each agent ``agent`` uses as a tool, by its tool name (with handoffs,
+    those of every agent that may hold the conversation)."""
+    agents = graph_agents(agent) if agent.handoffs else [agent]
     return [
         ChildBounds(found.name, agent_bounds(found.agent, model_timeout_s=model_timeout_s))
-        for found in agent.tools.values()
+        for each in agents
+        for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]

@@ -18,6 +18,7 @@ from ..persistence.storable import storable_message
 from ..run_state import RunState
 from .context import RunContext
 from .definition import check_definition
+from .handoffs import resumed_agent
 from .run import RunHandle
 from .states.calling import model_name
 
@@ -108,7 +109,8 @@ async def resume_context(
         ctx = await _durable_resume_context(
             agent, resume, decisions, handle, deps, listening, allow_changed
         )
-        ctx.model_settings = settings
+        if ctx.rs.agent is None:
+            ctx.model_settings = settings
         return ctx
     if isinstance(resume, str):
         raise ResumeError(
@@ -121,6 +123,8 @@ async def resume_context(
     rs = apply_decisions(resume, decisions if decisions is not None else {})
     ctx = new_context(agent, rs, handle, deps, listening)
     ctx.model_settings = settings
+    if rs.agent is not None:  # a handoff gave the conversation to another agent
+        resumed_agent(ctx)
     return ctx
 
 
@@ -158,6 +162,8 @@ async def _durable_resume_context(
         handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
         handle._pause_requested = False
     ctx = new_context(agent, rs, handle, deps, listening, log)
+    if rs.agent is not None:  # a handoff gave the conversation to another agent
+        resumed_agent(ctx)
     if rs.trace and rs.state is not State.SUSPENDED:
         ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
     return ctx
