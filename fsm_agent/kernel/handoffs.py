@@ -26,7 +26,7 @@ from ..events import HandoffEvent
 from ..machine.table import Outcome
 from ..messages import Message, Role, validate_history
 from ..model_settings import merge_settings
-from ..run_state import HandoffChange
+from ..run_state import HandoffChange, RunState
 from ..tools import Tool, ToolContext
 from .context import RunContext
 
@@ -44,6 +44,7 @@ __all__ = [
     "hand_off",
     "handoff_graph",
     "handoff_tools",
+    "holder",
     "resumed_agent",
     "without_tool_calls",
 ]
@@ -282,22 +283,30 @@ def enter_agent(ctx: RunContext, name: str | None, agent: Agent[Any, Any]) -> No
     ctx.model_settings = merge_settings(agent.model_settings)
 
 
-def resumed_agent(ctx: RunContext) -> None:
-    """A resumed run that a handoff gave to another agent: continue under that agent (raises
-    :class:`~fsm_agent.ConfigurationError` when the agent resuming the run declares no
-    handoff of that name)."""
-    name = ctx.rs.agent
+def holder(agent: Agent[Any, Any], rs: RunState) -> Handoff | None:
+    """The handoff that gave the stored run ``rs`` to the agent now holding it (``None``: the
+    run's own agent holds it); raises :class:`~fsm_agent.ConfigurationError` when ``agent``'s
+    handoff graph declares no agent of that name."""
+    name = rs.agent
     if name is None:
-        return
-    graph = handoff_graph(ctx.agent)
-    handoff = graph.get(name)
-    if handoff is None:
+        return None
+    graph = handoff_graph(agent)
+    found = graph.get(name)
+    if found is None:
         raise ConfigurationError(
-            f"run {ctx.rs.run_id!r} was handed off to the agent {name!r}, which this agent's "
+            f"run {rs.run_id!r} was handed off to the agent {name!r}, which this agent's "
             f"handoff graph does not declare ({', '.join(sorted(graph)) or 'none'}); resume it "
             "with the agent that started it"
         )
-    enter_agent(ctx, name, handoff.agent)
+    return found
+
+
+def resumed_agent(ctx: RunContext) -> None:
+    """A resumed run that a handoff gave to another agent: continue under that agent (raises
+    like :func:`holder`)."""
+    found = holder(ctx.agent, ctx.rs)
+    if found is not None:
+        enter_agent(ctx, found.name, found.agent)
 
 
 def declared(handoffs: Iterable[Handoff], owner_output: type) -> tuple[Handoff, ...]:

@@ -18,7 +18,7 @@ from ..persistence.storable import storable_message
 from ..run_state import RunState
 from .context import RunContext
 from .definition import check_definition
-from .handoffs import resumed_agent
+from .handoffs import holder, resumed_agent
 from .run import RunHandle
 from .states.calling import model_name
 
@@ -185,6 +185,7 @@ async def _claim(
     if not allow_changed:
         check_definition(run_id, rs.definition, fingerprint)
     rs.definition = fingerprint
+    holder(agent, rs)  # a run handed off resumes under an agent this one declares
     if rs.state is State.SUSPENDED and rs.resume_token is not None:
         waiting = ResumeHandle(run_id, token or rs.resume_token, tuple(rs.human_requests), rs)
         rs = apply_decisions(waiting, decisions if decisions is not None else {})
