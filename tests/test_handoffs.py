@@ -394,3 +394,79 @@ def test_the_chain_bound_counts_the_targets_children_and_model_chain() -> None:
     assert chained.max_model_calls == 3 + 4 + 1 + 1 + 2 * 3
     assert chained.max_model_calls == explored_model_calls(triage)
     assert "research" in chained.model_calls_derivation
+
+
+# -- the example and the fuzzer ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_triage_example_runs_and_a_scripted_case_reaches_its_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """examples/handoff_triage.py runs offline and prints the chain's bound; a script that
+    fails before every turn and hands back and forth reaches its model calls, tool executions
+    and handoffs exactly."""
+    import runpy
+
+    from fsm_agent.testing import fail
+
+    example = runpy.run_path(str(ROOT / "examples" / "handoff_triage.py"))
+    asyncio.run(example["main"]())
+    out = capsys.readouterr().out
+    assert "after turn 2: triage -> refunds" in out
+    assert "handoffs                  2  Policy.max_handoffs=2; a cycle of handoffs" in out
+    worst = example["build"](
+        ScriptedModel(
+            [
+                fail(),
+                tool_call("transfer_to_refunds", {}),
+                fail(),
+                tool_call("lookup_order", {"order": "1"}),
+                fail(),
+                tool_call("lookup_order", {"order": "2"}),
+                text("summary"),
+            ]
+        ),
+        ScriptedModel([fail(), tool_call("transfer_to_triage", {})]),
+    )
+    bound = worst.bounds()
+    result = worst.run_sync("Help.")
+    rs = result.run_state
+    assert rs is not None and [c.dest for c in rs.handoff_trace] == ["refunds", "triage"]
+    assert result.model_calls == bound.max_model_calls == 9
+    assert result.tool_executions == bound.max_tool_executions == 4
+    assert len(rs.handoff_trace) == bound.max_handoffs == 2
+
+
+def test_the_fuzzer_hands_off_and_keeps_the_chain_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Generated scripts on a triage <-> billing pair call both agents' tools and the handoff
+    tools; every run keeps the invariants, the chain's bound among them, and some hand off."""
+    from fsm_agent.fuzzing import fuzz
+    from fsm_agent.kernel import handoffs
+
+    handed: list[str | None] = []
+    enter = handoffs.enter_agent
+
+    def entered(ctx: Any, name: str | None, agent: Any) -> None:
+        handed.append(name)
+        enter(ctx, name, agent)
+
+    monkeypatch.setattr(handoffs, "enter_agent", entered)
+
+    def make(model: Any) -> Agent[None, str]:
+        billing = Agent(model, tools=[refund], system_prompt="You are billing.")
+        triage = Agent(
+            model,
+            tools=[lookup],
+            policy=Policy(max_steps=5, max_handoffs=2, max_tool_calls=6),
+            handoffs=[Handoff(billing, name="billing", description="Refunds.")],
+        )
+        billing.handoffs = [Handoff(triage, name="triage", description="Back.")]
+        return triage
+
+    report = fuzz(make, examples=200, seed=3)
+    assert report.ok, report.format()
+    assert "billing" in handed
