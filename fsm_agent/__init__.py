@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from .hooks import HookSet, MockResult, SkipTool
     from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
     from .kernel.driver import UndeclaredOutcomeError
+    from .kernel.handoffs import Handoff
     from .kernel.states import Verdict
     from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
     from .machine.bounds import Bounds

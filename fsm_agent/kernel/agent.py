@@ -291,20 +291,45 @@ class Agent(Generic[DepsT, OutputT]):
             clone._plan = clone._compile(self.policy)
         return clone
 
-    def as_tool(self, *, name: str, description: str, timeout_s: float | None = None) -> AgentTool:
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        timeout_s: float | None = None,
+        share_deps: bool = False,
+        deps_from: Callable[[Any], DepsT] | None = None,
+        conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None,
+    ) -> AgentTool:
         """This agent as a tool another agent's model can call with a task: the call runs this
         agent on the task, under the calling run's usage limits, deadline and cancellation, and
         its output (typed, for an ``output_type``) is the call's result. A stop without an
         answer (its step limit, an abort) is an error result the caller's model reads. The
         call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``, else
-        the calling policy's ``tool_timeout_s``). See ``docs/composition.md``."""
-        return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
+        the calling policy's ``tool_timeout_s``).
+
+        By default the child sees only the task and its tools get its own ``deps``.
+        ``share_deps=True`` gives its tools the calling run's ``deps``; ``deps_from(deps)``
+        builds its deps from them. ``conversation(messages)`` gives it a view of the caller's
+        conversation before the task: the messages in (the system message and the calls in
+        progress left out), those the child sees out (``without_tool_calls`` of
+        :mod:`fsm_agent.kernel.handoffs` keeps what was said). See ``docs/composition.md``."""
+        return AgentTool(
+            self,
+            name=name,
+            description=description,
+            timeout_s=timeout_s,
+            share_deps=share_deps,
+            deps_from=deps_from,
+            conversation=conversation,
+        )
 
     def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:
-        """The most a run of this agent can use (model calls, tool executions, seconds), each
-        with its derivation, its children's worst cases included (agents it uses as tools, see
-        ``docs/composition.md``); one model call takes at most ``model_timeout_s`` seconds
-        (``None``: not known, so the work gives no time bound)."""
+        """The most a run of this agent can use (model calls, tool executions, seconds,
+        handoffs), each with its derivation: its children's worst cases included (agents it
+        uses as tools), the chain of agents it may hand the conversation to, and the turns its
+        phases' budgets allow (see ``docs/composition.md``); one model call takes at most
+        ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound)."""
         return agent_bounds(self, model_timeout_s=model_timeout_s)
 
     async def run(
