@@ -311,6 +311,15 @@ def test_declaring_handoffs_checks_them() -> None:
         Handoff(billing, name="bill ing", description="x")
     with pytest.raises(ConfigurationError, match="Handoff values"):
         Agent(ScriptedModel([]), handoffs=[billing])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="must be a fsm_agent"):
+        Agent(ScriptedModel([]), handoffs=[Handoff("billing", name="b", description="x")])  # type: ignore[arg-type]
+    from fsm_agent.phases import Phase, Phases
+
+    phased = Agent(ScriptedModel([]), phases=Phases([Phase("only")], [], goals=["only"]))
+    with pytest.raises(ConfigurationError, match="phases cannot take a handoff"):
+        Agent(ScriptedModel([]), handoffs=[Handoff(phased, name="p", description="x")])
+    with pytest.raises(ConfigurationError, match="phases cannot hand off"):
+        phased.handoffs = [Handoff(billing, name="billing", description="x")]
     typed = Agent(ScriptedModel([]), output_type=int)
     with pytest.raises(ConfigurationError, match="one type"):
         Agent(ScriptedModel([]), handoffs=[Handoff(typed, name="typed", description="x")])
@@ -470,3 +479,54 @@ def test_the_fuzzer_hands_off_and_keeps_the_chain_within_its_bound(
     report = fuzz(make, examples=200, seed=3)
     assert report.ok, report.format()
     assert "billing" in handed
+
+
+def test_adapting_the_model_of_an_agent_with_handoffs_is_refused() -> None:
+    """``with_effects(model=...)`` (the durable engine's model steps) would leave the targets'
+    model calls unadapted: refused with a clear error; tool adapters reach the targets' tools."""
+    triage, _, billing_model = triage_and_billing(
+        [tool_call("transfer_to_billing", {})], [tool_call("refund", {"order": "A1"}), text("ok")]
+    )
+    with pytest.raises(ConfigurationError, match="hands the conversation"):
+        triage.with_effects(model=ScriptedModel([]))
+    wrapped: list[str] = []
+
+    def wrap(found: Any) -> Any:
+        wrapped.append(found.name)
+        return found
+
+    assert triage.with_effects(wrap_tool=wrap).run_sync("Refund A1.").output == "ok"
+    assert "refund" in wrapped and len(billing_model.requests) == 2
+
+
+def test_the_drawing_shows_who_held_the_conversation_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handoff graph drawn with a run's trace: each agent once (a handoff back to the
+    first agent lands on it), the handoffs made numbered in order, the holders coloured; the
+    CLI writes it beside the agent's own drawing, with the bound."""
+    from fsm_agent.cli import main
+    from fsm_agent.diagrams.handoffs import handoffs_dot, handoffs_mermaid
+    from fsm_agent.kernel.handoffs import declared_graph
+
+    triage, _, _ = triage_and_billing(
+        [tool_call("transfer_to_billing", {}), text("Triage answers.")],
+        [tool_call("transfer_to_triage", {})],
+        back=True,
+    )
+    result = triage.run_sync("Help.")
+    assert result.run_state is not None
+    graph = declared_graph(triage)
+    assert graph == {"": ["billing"], "billing": ["triage"], "triage": ["billing"]}
+    path = result.run_state.handoff_trace
+    text_ = handoffs_mermaid(graph, path, entry="triage", aliases={"triage": ""})
+    assert 'agent_start -- "transfer_to_billing #1" --> agent_billing' in text_
+    assert 'agent_billing -- "transfer_to_triage #2" --> agent_start' in text_
+    assert "class agent_billing visited" in text_ and "agent_triage" not in text_
+    dot = handoffs_dot(graph, path, entry="triage", aliases={"triage": ""})
+    assert 'agent_billing -> agent_start [label="transfer_to_triage #2"' in dot
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    assert main(["diagram", "--agent", "handoff_triage:triage", "-o", str(tmp_path / "t.mmd")]) == 0
+    drawn = (tmp_path / "t-handoffs.mmd").read_text()
+    assert 'agent_refunds -- "transfer_to_triage" --> agent_start' in drawn
+    assert "Policy.max_handoffs=2" in drawn

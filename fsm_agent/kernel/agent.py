@@ -216,7 +216,7 @@ class Agent(Generic[DepsT, OutputT]):
     @handoffs.setter
     def handoffs(self, handoffs: Iterable[Handoff]) -> None:
         previous = self._handoffs
-        self._handoffs = declared(handoffs, self.output_type)
+        self._handoffs = declared(handoffs, self)
         try:
             self._plan = self._compile(self.policy)
         except BaseException:
@@ -276,6 +276,12 @@ class Agent(Generic[DepsT, OutputT]):
         machine are shared. ``wrap_tool`` must keep each tool's name, schema and approval
         flag. ``streams`` (default: whether ``model`` has ``stream``) says whether listened
         runs stream the model's answer."""
+        if model is not None and self._handoffs:
+            raise ConfigurationError(
+                "with_effects(model=...) adapts this agent's model only, and the agents it hands "
+                "the conversation to would call theirs unadapted: not supported for an agent "
+                "with handoffs (adapt its tools, runtime or streams only)"
+            )
         clone = copy.copy(self)
         if model is not None:
             clone.model = model

@@ -47,7 +47,7 @@ from ..tools import Tool, ToolContext
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
-from .handoffs import graph_agents, handoff_graph
+from .handoffs import declared_graph, graph_agents
 from .run import RunHandle, RunResult
 
 if TYPE_CHECKING:
@@ -459,11 +459,7 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
     agent with phases, under the turns its phase budgets allow: see
     :meth:`fsm_agent.Agent.bounds`."""
     agents = graph_agents(agent) if agent.handoffs else [agent]
-    graph: dict[str, list[str]] | None = None
-    if agent.handoffs:
-        graph = {"": [h.name for h in agent.handoffs]}
-        for name, found in handoff_graph(agent).items():
-            graph[name] = [h.name for h in found.agent.handoffs]
+    graph = declared_graph(agent) if agent.handoffs else None
     return bounds(
         agent.policy,
         verification=agent.verifier is not None or agent._plan.output_spec is not None,

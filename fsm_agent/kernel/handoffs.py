@@ -39,6 +39,7 @@ __all__ = [
     "HandoffTool",
     "by_tool_name",
     "declared",
+    "declared_graph",
     "enter_agent",
     "graph_agents",
     "hand_off",
@@ -70,13 +71,6 @@ class Handoff:
     input_filter: HandoffFilter | None = field(default=None)
 
     def __post_init__(self) -> None:
-        from .agent import Agent
-
-        if not isinstance(self.agent, Agent):
-            raise ConfigurationError(
-                f"handoff {self.name!r}: agent must be a fsm_agent.Agent, got "
-                f"{type(self.agent).__name__}"
-            )
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigurationError(
                 f"handoff name {self.name!r} must be 1 to 48 letters, digits, '_' or '-' (it "
@@ -89,11 +83,6 @@ class Handoff:
             )
         if self.input_filter is not None and not callable(self.input_filter):
             raise ConfigurationError(f"handoff {self.name!r}: input_filter must be callable")
-        if self.agent.phases is not None:
-            raise ConfigurationError(
-                f"handoff {self.name!r}: an agent with phases cannot take a handoff (the phase "
-                "table is the run's, from its first turn)"
-            )
 
     @property
     def tool_name(self) -> str:
@@ -189,6 +178,15 @@ def handoff_graph(agent: Agent[Any, Any]) -> dict[str, Handoff]:
                 seen.add(id(handoff.agent))
                 queue.append(handoff.agent)
     return found
+
+
+def declared_graph(agent: Agent[Any, Any]) -> dict[str, list[str]]:
+    """The handoff graph of ``agent`` as names: ``""`` (the agent a run starts with) and each
+    handoff's name, to the names of the handoffs that agent declares."""
+    graph = {"": [h.name for h in agent.handoffs]}
+    for name, found in handoff_graph(agent).items():
+        graph[name] = [h.name for h in found.agent.handoffs]
+    return graph
 
 
 def graph_agents(agent: Agent[Any, Any]) -> list[Agent[Any, Any]]:
@@ -309,8 +307,9 @@ def resumed_agent(ctx: RunContext) -> None:
         enter_agent(ctx, found.name, found.agent)
 
 
-def declared(handoffs: Iterable[Handoff], owner_output: type) -> tuple[Handoff, ...]:
-    """``handoffs`` checked for an agent whose output type is ``owner_output``."""
+def declared(handoffs: Iterable[Handoff], owner: Agent[Any, Any]) -> tuple[Handoff, ...]:
+    """``handoffs`` checked for the agent ``owner`` (each to an agent without phases, with
+    ``owner``'s output type, under a name of its own)."""
     checked = tuple(handoffs)
     names: set[str] = set()
     for handoff in checked:
@@ -319,6 +318,17 @@ def declared(handoffs: Iterable[Handoff], owner_output: type) -> tuple[Handoff, 
                 f"handoffs must be fsm_agent.Handoff values (an agent with a name and a "
                 f"description), got {type(handoff).__name__}"
             )
+        if not isinstance(handoff.agent, _agent_class(owner)):
+            raise ConfigurationError(
+                f"handoff {handoff.name!r}: agent must be a fsm_agent.Agent, got "
+                f"{type(handoff.agent).__name__}"
+            )
+        if handoff.agent.phases is not None:
+            raise ConfigurationError(
+                f"handoff {handoff.name!r}: an agent with phases cannot take a handoff (the "
+                "phase table is the run's, from its first turn)"
+            )
+        owner_output = owner.output_type
         if handoff.name in names:
             raise ConfigurationError(f"two handoffs are named {handoff.name!r}")
         names.add(handoff.name)
@@ -328,6 +338,12 @@ def declared(handoffs: Iterable[Handoff], owner_output: type) -> tuple[Handoff, 
                 f"this one {owner_output!r}; the run's answer has one type"
             )
     return checked
+
+
+def _agent_class(owner: Agent[Any, Any]) -> type:
+    """:class:`~fsm_agent.Agent`, read from an agent (this module is below the agent's): the
+    last class of its hierarchy with the method that plans a handoff."""
+    return [c for c in type(owner).__mro__ if hasattr(c, "_handoff_plan")][-1]
 
 
 def handoff_tools(handoffs: Sequence[Handoff]) -> list[Tool]:
