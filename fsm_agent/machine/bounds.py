@@ -33,6 +33,14 @@ so ``max_tool_calls`` executions add that many times the child's worst case, of 
 executions and seconds alike. A child's model calls count against the parent's usage limits, so
 ``usage_limits.max_requests`` still caps the model calls of the whole composition, and the
 parent's ``max_wall_clock_s`` its time.
+
+An agent with phases (``bounds(..., turns=...)``) may take fewer turns than ``max_steps`` when
+its phases' step budgets stop a run first: the turns the budgets allow replace ``max_steps``,
+and no step-limit summary call is counted (a run that never reaches ``max_steps`` makes none).
+An agent with handoffs (``bounds(..., handoffs=...)``, the declared graph) runs one policy over
+the chain, so the loop's bounds hold for it as they are; the handoffs themselves are at most
+``Policy.max_handoffs``, the longest chain of an acyclic graph, and the tool turns (a turn hands
+off at most once), whichever is least.
 """
 
 from __future__ import annotations
