@@ -101,8 +101,7 @@ def compile_plan(
         raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
     check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
-    given = [*tools, *handoff_tools(handoffs)] if handoffs else tools
-    registry, pager = _tools(given, policy, output_spec, wrap_tool)
+    registry, pager = _tools([*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool)
     models, falls_back_on = _models(model)
     if streams is None:
         streams = all(callable(getattr(m, "stream", None)) for m in models)
