@@ -132,6 +132,28 @@ def test_the_input_filter_chooses_what_the_target_sees() -> None:
     assert not any(m.tool_calls or m.tool_results for m in seen)
 
 
+def test_a_filter_that_leaves_an_answer_last_gives_the_target_its_turn() -> None:
+    """Triage says something as it hands off; without its tool calls the conversation ends with
+    that answer, which must not read as an answer cut short: the target is told it holds the
+    conversation, and is never asked to continue triage's text."""
+    from fsm_agent.kernel.handoffs import HANDED_OVER
+    from fsm_agent.kernel.states.calling import CONTINUE_PROMPT
+
+    triage, _, billing_model = triage_and_billing(
+        [tool_call("transfer_to_billing", {}, text="You were charged twice.")],
+        [text("Refunded.")],
+        input_filter=without_tool_calls,
+    )
+    assert triage.run_sync("Refund A1.").output == "Refunded."
+    seen = billing_model.requests[0].messages
+    assert [m.text for m in seen[1:]] == [
+        "Refund A1.",
+        "You were charged twice.",
+        HANDED_OVER.format(name="billing"),
+    ]
+    assert all(m.text != CONTINUE_PROMPT for m in seen)
+
+
 @pytest.mark.parametrize(
     ("input_filter", "says"),
     [

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 __all__ = [
+    "HANDED_OVER",
     "Handoff",
     "HandoffFilter",
     "HandoffTool",
@@ -55,6 +56,10 @@ HandoffFilter = Callable[[tuple[Message, ...]], Sequence[Message]]
 the target sees after its own system prompt. It must keep every tool call with its one result."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
+
+HANDED_OVER = "(The conversation was handed to you, {name!r}: answer from here.)"
+"""The message a target gets last when its input filter leaves nothing for it to answer (the
+conversation ends with an answer, or is empty)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,6 +240,11 @@ async def hand_off(ctx: RunContext, outcome: Outcome) -> Outcome:
     rs.context_tokens = 0
     for message in ([system] if system is not None else []) + messages:
         ctx.append(message)
+    last = messages[-1] if messages else None
+    if last is None or (last.role is Role.ASSISTANT and not last.tool_calls):
+        # A filter left no turn for the target to answer (an answer last reads as one cut
+        # short, to be continued): say whose turn it is.
+        ctx.append(Message.user(HANDED_OVER.format(name=handoff.name)))
     if ctx.listening:
         await ctx.emit(
             HandoffEvent(
