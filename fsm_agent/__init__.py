@@ -55,6 +55,7 @@ from .errors import (
     DefinitionError,
     DurableRunError,
     FsmAgentError,
+    HandoffError,
     HookError,
     InvalidInputError,
     InvalidRequestError,
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
     from .hooks import HookSet, MockResult, SkipTool
     from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
     from .kernel.driver import UndeclaredOutcomeError
+    from .kernel.handoffs import Handoff
     from .kernel.states import Verdict
     from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
     from .machine.bounds import Bounds
@@ -177,6 +179,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "hooks": ("HookSet", "MockResult", "SkipTool"),
     "kernel.agent": ("Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"),
     "kernel.driver": ("UndeclaredOutcomeError",),
+    "kernel.handoffs": ("Handoff",),
     "kernel.states": ("Verdict",),
     "machine.agent_machine": ("AgentMachine", "IllegalMoveError", "Move", "decide"),
     "machine.bounds": ("Bounds",),
@@ -268,6 +271,8 @@ __all__ = [
     "FinishReason",
     "FsmAgentError",
     "GeminiModel",
+    "Handoff",
+    "HandoffError",
     "HookError",
     "HookFailureMode",
     "HookSet",

@@ -23,6 +23,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     │                              or failed tool turns reached an error limit)
     ├── AgentToolError             an agent used as a tool stopped without an answer (a result
     │                              its parent's model reads)
+    ├── HandoffError               a handoff's input filter failed (the run aborts on it)
     ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
@@ -60,6 +61,7 @@ __all__ = [
     "DefinitionError",
     "DurableRunError",
     "FsmAgentError",
+    "HandoffError",
     "HookError",
     "InvalidInputError",
     "InvalidRequestError",
@@ -225,6 +227,17 @@ class AgentToolError(FsmAgentError):
         super().__init__(message)
         self.tool_name = tool_name
         self.result = result
+
+
+class HandoffError(FsmAgentError):
+    """A handoff could not give the conversation to its target: the handoff's ``input_filter``
+    raised or returned a history that is not valid (not messages, or a tool call without its one
+    result). The run ends ``aborted`` with stop reason ``tool_error`` and this error, rather
+    than hand the target a conversation its filter did not approve; ``handoff`` names it."""
+
+    def __init__(self, message: str, *, handoff: str) -> None:
+        super().__init__(message)
+        self.handoff = handoff
 
 
 class MCPServerError(FsmAgentError):

@@ -31,6 +31,7 @@ __all__ = [
     "CompactedEvent",
     "Event",
     "FinalEvent",
+    "HandoffEvent",
     "HookErrorEvent",
     "LoopDetectedEvent",
     "ModelRequestEvent",
@@ -291,6 +292,19 @@ class PhaseChangedEvent(_Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandoffEvent(_Event):
+    """The conversation went from the agent ``source`` (``None``: the one the run started with)
+    to the agent ``dest`` (a :class:`~fsm_agent.Handoff`'s name) by the call ``call_id``;
+    the next model turn is ``dest``'s. ``step`` is the run's steps then."""
+
+    type: Literal["handoff"] = "handoff"
+    source: str | None
+    dest: str
+    call_id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent(_Event):
     """Usage of the last model call and the run so far."""
 
@@ -367,6 +381,7 @@ Event: TypeAlias = Annotated[
     | SuspendedEvent
     | LoopDetectedEvent
     | PhaseChangedEvent
+    | HandoffEvent
     | ChildEvent,
     Field(discriminator="type"),
 ]

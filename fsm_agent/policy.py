@@ -276,6 +276,13 @@ class Policy(_PolicyModel):
         description="loop guard: the same calls this many times in a row",
     )
     on_repeated_tool_calls: LoopGuardAction = LoopGuardAction.WARN
+    max_handoffs: int | None = Field(
+        default=None,
+        ge=0,
+        le=_COUNT,
+        description="handoffs per run (None: each spends its turn's step, so max_steps bounds "
+        "them)",
+    )
 
     @model_validator(mode="after")
     def _bounded(self) -> Self:

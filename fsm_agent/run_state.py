@@ -22,6 +22,7 @@ from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Us
 from .record import Record, adapter
 
 __all__ = [
+    "HandoffChange",
     "HumanRequest",
     "PhaseChange",
     "RunState",
@@ -133,6 +134,21 @@ class PhaseChange(Record):
     move: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandoffChange(Record):
+    """One handoff, as the run state's ``handoff_trace`` keeps it: the conversation went from
+    the agent named ``source`` (``None``: the agent the run started with) to the one named
+    ``dest`` (a :class:`~fsm_agent.Handoff`'s name), by the call ``call_id``; ``step`` is the
+    run's steps then and ``move`` the index in ``trace`` of the loop move that followed (the
+    ``dispatching`` move of the handoff's turn)."""
+
+    source: str | None
+    dest: str
+    call_id: str
+    step: int
+    move: int
+
+
 @dataclass(slots=True, kw_only=True)
 class RunState(Record):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending.
@@ -186,6 +202,10 @@ class RunState(Record):
     parent_run_id: str | None = None
     parent_call_id: str | None = None
     child_runs: dict[str, str] = field(default_factory=dict)
+    # Handoffs: the agent holding the conversation (a Handoff's name; None: the agent the run
+    # started with) and every handoff of the run.
+    agent: str | None = None
+    handoff_trace: tuple[HandoffChange, ...] = ()
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))

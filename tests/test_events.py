@@ -131,6 +131,8 @@ _FIELDS: dict[str, st.SearchStrategy[Any]] = {
 _BY_EVENT: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("PhaseChangedEvent", "source"): _texts,
     ("PhaseChangedEvent", "dest"): _texts,
+    ("HandoffEvent", "source"): st.none() | _texts,
+    ("HandoffEvent", "dest"): _texts,
     ("ToolProgressEvent", "total"): _floats,
 }
 
@@ -156,7 +158,7 @@ _events = st.one_of([_filled(cls, _flat) for cls in _EVENT_TYPES])
 def test_every_field_of_every_event_has_a_strategy() -> None:
     """The property test below fills every field: a new event type or field needs a value
     here, or this fails (rather than the new field going unchecked)."""
-    assert len(_EVENT_TYPES) == 27
+    assert len(_EVENT_TYPES) == 28
     for cls in _EVENT_TYPES:
         for f in dataclasses.fields(cls):
             if f.name not in ("type", "event"):

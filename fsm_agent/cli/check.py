@@ -9,12 +9,14 @@ from typing import Any
 
 from ..kernel.agent import Agent
 from ..kernel.composition import AgentTool
+from ..kernel.handoffs import graph_agents
 from ..machine.bounds import Bounds, bounds
 from ..machine.checker import DEFAULT_MAX_STATES, check
-from ..machine.checker.phases import check_phases
+from ..machine.checker.phases import PhaseCheck, check_phases
 from ..machine.formulas import FORMULAS, evaluate_all
 from ..machine.guards import Limits
 from ..machine.proof import Proof, prove
+from ..phases import Phases
 from ..policy import Policy, limits_of
 from .args import (
     UsageError,
@@ -116,8 +118,13 @@ def run_check_command(args: argparse.Namespace) -> int:
         args.verifier = args.verifier or agent.verifier is not None
         args.output_type = args.output_type or agent._plan.output_spec is not None
         args.models = len(agent._plan.models)
+    phases = agent.phases if agent is not None else None
     if args.phases is not None:
-        return _check_phases(args, policy)
+        if agent is not None:
+            raise UsageError("--agent checks the agent's own phases: leave out --phases")
+        phases = load_phases(args.phases)
+    phase_check = None if phases is None else _check_phases(args, policy, phases)
+    turns = _phase_turns(phase_check, policy)
     proof = prove()
     limits = limits_of(
         policy,
@@ -127,8 +134,8 @@ def run_check_command(args: argparse.Namespace) -> int:
     )
     why = _why_explore(args, proof, limits)
     if why is None:
-        print(_parametric(proof, policy, args, agent))
-        return 0
+        print(_parametric(proof, policy, args, agent, turns=turns))
+        return _phases_verdict(phase_check, 0)
     report = check(
         policy,
         verification=args.verifier,
@@ -148,23 +155,39 @@ def run_check_command(args: argparse.Namespace) -> int:
             "unranked": [[s.value for s in stuck.states] for stuck in proof.stuck],
         }
         print(json.dumps(data, indent=2))
-    else:
-        print(_parametric(proof, policy, args, agent, verdict=False))
-        print(f"exploring every abstract state: {why}")
-        print(report.format())
-    return 0 if report.proven else 1
+        return 0 if report.proven else 1
+    print(_parametric(proof, policy, args, agent, verdict=False, turns=turns))
+    print(f"exploring every abstract state: {why}")
+    print(report.format())
+    return _phases_verdict(phase_check, 0 if report.proven else 1)
 
 
-def _check_phases(args: argparse.Namespace, policy: Policy) -> int:
-    """``--phases``: the phase table explored with the loop; 0 when it passes, else 1."""
-    phases = load_phases(args.phases)
+def _check_phases(args: argparse.Namespace, policy: Policy, phases: Phases) -> PhaseCheck:
+    """The phase table explored with the loop (under ``--phase-turns``, else the policy's
+    ``max_steps``)."""
     turns = args.phase_turns or policy.max_steps
     if turns is None:
         raise UsageError("the policy sets no max_steps: pass --phase-turns N to bound the search")
-    report = check_phases(phases, turns)
-    print("\n".join(report.lines()))
-    print("PASSED" if report.ok else "FAILED")
-    return 0 if report.ok else 1
+    return check_phases(phases, turns)
+
+
+def _phase_turns(phase_check: PhaseCheck | None, policy: Policy) -> tuple[int, str] | None:
+    """The turns the phase budgets allow, when the search covered the policy's whole step
+    bound and found fewer (a smaller ``--phase-turns`` search bounds nothing)."""
+    if phase_check is None or not phase_check.complete or policy.max_steps is None:
+        return None
+    if phase_check.max_steps < policy.max_steps or phase_check.max_turns >= policy.max_steps:
+        return None
+    return phase_check.max_turns, "its phases' step budgets, explored with the loop"
+
+
+def _phases_verdict(phase_check: PhaseCheck | None, code: int) -> int:
+    """Print the phase report after the loop's, when there is one; the exit code of both."""
+    if phase_check is None:
+        return code
+    print("\n".join(phase_check.lines()))
+    print("PASSED" if phase_check.ok else "FAILED")
+    return code if phase_check.ok else 1
 
 
 def _show(value: int | None) -> str:
@@ -195,14 +218,17 @@ def _parametric(
     agent: Agent[Any, Any] | None = None,
     *,
     verdict: bool = True,
+    turns: tuple[int, str] | None = None,
 ) -> str:
     """The parametric verdict, the formulas, and their values for ``policy``; for an
-    ``agent`` with children, its bounds with theirs and each child's."""
+    ``agent`` with children or handoffs, its bounds with theirs and each child's (``turns``:
+    the turns its phase budgets allow)."""
     own = bounds(
         policy,
         verification=args.verifier or args.output_type,
         model_timeout_s=args.model_timeout,
         models=args.models,
+        turns=turns,
     )
     computed, children = own, []
     if agent is not None:
@@ -225,6 +251,8 @@ def _parametric(
         ),
         "  for this agent and its children, with the derivations:"
         if children
+        else "  for this agent, with the derivations:"
+        if agent is not None
         else "  for this policy, with the derivations:",
         *(f"    {line}" for line in computed.lines()),
     ]
@@ -242,8 +270,10 @@ def _children(
     """Each agent ``agent`` uses as a tool: its name, the most times a run calls it, and its
     worst case (its own children's included)."""
     times = agent.policy.max_tool_calls
+    agents = graph_agents(agent) if agent.handoffs else [agent]
     return [
         (tool.name, times, tool.agent.bounds(model_timeout_s=model_timeout_s))
-        for tool in agent.tools.values()
+        for each in agents
+        for tool in each.tools.values()
         if isinstance(tool, AgentTool)
     ]

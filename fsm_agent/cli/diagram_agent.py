@@ -8,8 +8,10 @@ from typing import Any
 
 from .. import diagrams
 from ..diagrams.composition import AgentBox, composition_dot, composition_mermaid
+from ..diagrams.handoffs import handoffs_dot, handoffs_mermaid
 from ..kernel.agent import Agent
 from ..kernel.composition import AgentTool, agent_bounds
+from ..kernel.handoffs import declared_graph, handoff_graph
 
 __all__ = ["agent_drawings"]
 
@@ -19,7 +21,8 @@ def agent_drawings(
 ) -> dict[str | None, str]:
     """The DOT (or, for ``fmt="mermaid"``, Mermaid) text of ``agent``'s drawing as the file
     ``name``, and of each child's beside it as ``STEM-TOOL`` with the same suffix (linked from
-    the parent's box), by file name. Without ``name``, the agent's drawing alone."""
+    the parent's box), by file name; for an agent with handoffs, its handoff graph as
+    ``STEM-handoffs``. Without ``name``, the agent's drawing alone."""
     files: dict[str | None, str] = {}
     boxes = []
     for tool in agent.tools.values():
@@ -42,4 +45,12 @@ def agent_drawings(
     )
     drawing = diagrams.plan(scope=scope, title=f"fsm_agent: {title}")
     draw = composition_mermaid if fmt == "mermaid" else composition_dot
+    if agent.handoffs and name is not None:  # who may hold the conversation, beside it
+        path = Path(name)
+        graph = declared_graph(agent)
+        bound = next(line for line in agent_bounds(agent).lines() if line.startswith("handoffs"))
+        chain = handoffs_mermaid if fmt == "mermaid" else handoffs_dot
+        back = {n: "" for n, h in handoff_graph(agent).items() if h.agent is agent}
+        text = chain(graph, entry=title, bound=" ".join(bound.split()), aliases=back)
+        files[str(path.with_name(f"{path.stem}-handoffs{path.suffix}"))] = text
     return {name: draw(drawing, boxes), **files}

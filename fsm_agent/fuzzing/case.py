@@ -23,9 +23,8 @@ from ..errors import MCPServerError
 from ..events import Event, StateChangedEvent
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
-from ..kernel.composition import children_bounds
+from ..kernel.composition import agent_bounds
 from ..kernel.states import Verdict
-from ..machine.bounds import bounds
 from ..machine.table import TERMINAL, State
 from ..messages import (
     FinishReason,
@@ -457,12 +456,9 @@ def _run_once(
     agent.runtime = Runtime(
         sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
     )
-    computed = bounds(
-        agent.policy,
-        verification=agent._plan.limits.verification or agent._plan.limits.output_validation,
-        models=len(agent._plan.models),
-        children=children_bounds(agent),  # agents it uses as tools share the fuzzed model
-    )
+    # Its children (agents it uses as tools) and the agents it hands off to share the fuzzed
+    # model; its phases' budgets bound its turns.
+    computed = agent_bounds(agent)
     calls, turns = computed.max_model_calls, computed.max_tool_turns
     cap = (
         RUNAWAY_MOVES

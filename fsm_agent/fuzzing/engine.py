@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ..errors import ConfigurationError
+from ..kernel.handoffs import graph_agents
 from ..messages import ToolDefinition
 from ..providers._output import answer_tool
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
@@ -112,6 +113,10 @@ def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | No
         return None
     agent = make_agent(FuzzModel(()))
     definitions = list(agent._plan.tool_definitions)
+    for other in graph_agents(agent)[1:]:  # the tools of the agents it may hand off to
+        known = {d.name for d in definitions}
+        plan = agent._handoff_plan(other)
+        definitions += [d for d in plan.tool_definitions if d.name not in known]
     if agent._plan.output_schema is not None:
         definitions.append(answer_tool(agent._plan.output_schema))
     return definitions

@@ -259,6 +259,11 @@ def _check_work(record: RunRecord) -> None:
             2,
             f"{result.tool_executions} tool executions; the bound is {limit.max_tool_executions}",
         )
+    handed = len(result.run_state.handoff_trace) if result.run_state is not None else 0
+    if limit.max_handoffs is not None and handed > limit.max_handoffs:
+        raise InvariantViolation(
+            2, f"{handed} handoffs; the bound is {limit.max_handoffs} ({limit.handoffs_derivation})"
+        )
 
 
 def _check_moves(record: RunRecord) -> None:

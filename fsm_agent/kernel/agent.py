@@ -38,6 +38,7 @@ from .checks import check_user_code
 from .composition import AgentTool, agent_bounds
 from .driver import drive
 from .fork import RunEdit, fork_run
+from .handoffs import Handoff, declared
 from .hooks import HookSet
 from .listening import listened
 from .plan import Plan, compile_plan
@@ -82,7 +83,9 @@ class Agent(Generic[DepsT, OutputT]):
     says when the writes happen (see :class:`~fsm_agent.persistence.Durability` and
     ``docs/durability.md``). ``unknown_outcome`` says who settles a non-idempotent tool call
     that a crash cut short: the ``"model"`` (told the outcome is unknown) or a ``"human"``.
-    ``phases`` is the task's phase table (see ``docs/phases.md``).
+    ``phases`` is the task's phase table (see ``docs/phases.md``). ``handoffs`` are the agents
+    this one may hand the conversation to, each offered to the model as a tool (see
+    :class:`~fsm_agent.Handoff` and ``docs/composition.md``).
 
     ``model_settings`` (:class:`~fsm_agent.ModelSettings`) apply to every model call; a run's
     own ``model_settings`` (``run``, ``run_stream``, ``run_sync``, ``resume``) override them
@@ -114,6 +117,7 @@ class Agent(Generic[DepsT, OutputT]):
         output_type: type[OutputT] | None = None,
         phases: Phases | None = None,
         model_settings: ModelSettings | None = None,
+        handoffs: Iterable[Handoff] = (),
     ) -> None:
         self.durability = _checked_parts(
             model,
@@ -143,10 +147,21 @@ class Agent(Generic[DepsT, OutputT]):
         self._compactor_given = compactor
         self._wrap_tool: Callable[[Tool], Tool] | None = None
         self._streams: bool | None = None  # with_effects's override
+        self._handoffs: tuple[Handoff, ...] = ()
+        # A handoff target's plan under this agent's policy, by the target, with the target's
+        # own plan it was compiled from (a target given a new prompt compiles a new one).
+        self._handoff_plans: dict[int, tuple[Plan, Plan]] = {}
         self._plan: Plan = self._compile(policy or Policy())
+        if handoffs:
+            self.handoffs = handoffs
 
     def _compile(self, policy: Policy) -> Plan:
         """The plan of this agent under ``policy``."""
+        if self.phases is not None and self._handoffs:
+            raise ConfigurationError(
+                "an agent with phases cannot hand off: its phase table is the run's task machine"
+            )
+        self._handoff_plans = {}
         return compile_plan(
             model=self.model,
             tools=self._tools_given,
@@ -161,7 +176,52 @@ class Agent(Generic[DepsT, OutputT]):
             output_spec=self._output_spec,
             wrap_tool=self._wrap_tool,
             streams=self._streams,
+            handoffs=self._handoffs,
         )
+
+    def _handoff_plan(self, target: Agent[Any, Any]) -> Plan:
+        """The plan a run of this agent follows once a handoff gave ``target`` the conversation:
+        ``target``'s model, tools, handoffs and system prompt under this agent's policy, hooks,
+        verifier, output type and machine (compiled on first use)."""
+        if target is self:
+            return self._plan
+        cached = self._handoff_plans.get(id(target))
+        if cached is not None and cached[0] is target._plan:
+            return cached[1]
+        plan = compile_plan(
+            model=target.model,
+            tools=target._tools_given,
+            policy=self.policy,
+            machine=self.machine,
+            system_prompt=target.system_prompt,
+            verifier=self.verifier,
+            stop_conditions=self.stop_conditions,
+            hooks=self.hooks,
+            compactor=target._compactor_given,
+            phases=None,
+            output_spec=self._output_spec,
+            wrap_tool=self._wrap_tool,
+            handoffs=target._handoffs,
+        )
+        self._handoff_plans[id(target)] = (target._plan, plan)
+        return plan
+
+    @property
+    def handoffs(self) -> tuple[Handoff, ...]:
+        """The agents this one may hand the conversation to (see :class:`~fsm_agent.Handoff`).
+        Assigning a new list applies to the runs started after it; assign after building the
+        agents of a handoff cycle (a specialist that hands back to its triage)."""
+        return self._handoffs
+
+    @handoffs.setter
+    def handoffs(self, handoffs: Iterable[Handoff]) -> None:
+        previous = self._handoffs
+        self._handoffs = declared(handoffs, self)
+        try:
+            self._plan = self._compile(self.policy)
+        except BaseException:
+            self._handoffs = previous
+            raise
 
     @property
     def policy(self) -> Policy:
@@ -216,6 +276,12 @@ class Agent(Generic[DepsT, OutputT]):
         machine are shared. ``wrap_tool`` must keep each tool's name, schema and approval
         flag. ``streams`` (default: whether ``model`` has ``stream``) says whether listened
         runs stream the model's answer."""
+        if model is not None and self._handoffs:
+            raise ConfigurationError(
+                "with_effects(model=...) adapts this agent's model only, and the agents it hands "
+                "the conversation to would call theirs unadapted: not supported for an agent "
+                "with handoffs (adapt its tools, runtime or streams only)"
+            )
         clone = copy.copy(self)
         if model is not None:
             clone.model = model
@@ -231,21 +297,46 @@ class Agent(Generic[DepsT, OutputT]):
             clone._plan = clone._compile(self.policy)
         return clone
 
-    def as_tool(self, *, name: str, description: str, timeout_s: float | None = None) -> AgentTool:
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        timeout_s: float | None = None,
+        share_deps: bool = False,
+        deps_from: Callable[[Any], DepsT] | None = None,
+        conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None,
+    ) -> AgentTool:
         """This agent as a tool another agent's model can call with a task: the call runs this
         agent on the task, under the calling run's usage limits, deadline and cancellation, and
         its output (typed, for an ``output_type``) is the call's result. A stop without an
         answer (its step limit, an abort) is an error result the caller's model reads. The
         call is cut off after ``timeout_s`` (default: this agent's ``max_wall_clock_s``; with
         neither, only this agent's own limits and the caller's deadline end it: the calling
-        policy's per-tool ``tool_timeout_s`` does not apply). See ``docs/composition.md``."""
-        return AgentTool(self, name=name, description=description, timeout_s=timeout_s)
+        policy's per-tool ``tool_timeout_s`` does not apply).
+
+        By default the child sees only the task and its tools get its own ``deps``.
+        ``share_deps=True`` gives its tools the calling run's ``deps``; ``deps_from(deps)``
+        builds its deps from them. ``conversation(messages)`` gives it a view of the caller's
+        conversation before the task: the messages in (the system message and the calls in
+        progress left out), those the child sees out (``without_tool_calls`` of
+        :mod:`fsm_agent.kernel.handoffs` keeps what was said). See ``docs/composition.md``."""
+        return AgentTool(
+            self,
+            name=name,
+            description=description,
+            timeout_s=timeout_s,
+            share_deps=share_deps,
+            deps_from=deps_from,
+            conversation=conversation,
+        )
 
     def bounds(self, *, model_timeout_s: float | None = None) -> Bounds:
-        """The most a run of this agent can use (model calls, tool executions, seconds), each
-        with its derivation, its children's worst cases included (agents it uses as tools, see
-        ``docs/composition.md``); one model call takes at most ``model_timeout_s`` seconds
-        (``None``: not known, so the work gives no time bound)."""
+        """The most a run of this agent can use (model calls, tool executions, seconds,
+        handoffs), each with its derivation: its children's worst cases included (agents it
+        uses as tools), the chain of agents it may hand the conversation to, and the turns its
+        phases' budgets allow (see ``docs/composition.md``); one model call takes at most
+        ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound)."""
         return agent_bounds(self, model_timeout_s=model_timeout_s)
 
     async def run(

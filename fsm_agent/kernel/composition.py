@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +39,7 @@ from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
-from ..messages import Message, ToolCall, Usage
+from ..messages import Message, Role, ToolCall, Usage, validate_history
 from ..persistence.storable import storable_message
 from ..policy import UsageLimits
 from ..run_state import RunState
@@ -46,6 +47,7 @@ from ..tools import Tool, ToolContext, ToolExecution
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
+from .handoffs import declared_graph, graph_agents
 from .run import RunHandle, RunResult
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ __all__ = [
     "explored_model_calls",
     "parent_call",
     "parent_run",
+    "phase_turns",
 ]
 
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
@@ -75,6 +78,22 @@ _LIMIT_FIELDS = (
 TASK_DESCRIPTION = (
     "The task for this agent, stated in full: it sees nothing else of this conversation."
 )
+SHARED_TASK_DESCRIPTION = (
+    "The task for this agent: it also sees this conversation, as far as it is shared with it."
+)
+
+_Task = Annotated[str, Field(description=TASK_DESCRIPTION)]
+_SharedTask = Annotated[str, Field(description=SHARED_TASK_DESCRIPTION)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What a parent shares with the child of an agent tool beyond the task: its ``deps`` (as
+    they are, or through ``deps_from``) and a view of its conversation."""
+
+    deps: bool = False
+    deps_from: Callable[[Any], Any] | None = None
+    conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None
 
 
 _CALLS: dict[str, tuple[str, str]] = {}
@@ -244,7 +263,7 @@ def _bounded(
 
 
 async def _run_child(
-    agent: Agent[Any, Any], name: str, task: str, context: ToolContext[Any]
+    agent: Agent[Any, Any], name: str, task: str, context: ToolContext[Any], shared: _Shared
 ) -> object:
     """Run ``agent`` on ``task`` as the call ``context`` describes; its output, or
     :class:`AgentToolError` when it stopped without one."""
@@ -255,6 +274,7 @@ async def _run_child(
             "limits); pass it to an Agent's tools",
             tool_name=name,
         )
+    deps, history = _shared_context(agent, name, parent, shared)
     grants = _GRANTS.setdefault(parent, [])
     child, grant, refused = _bounded(agent, parent, grants)
     if refused is not None:
@@ -278,10 +298,11 @@ async def _run_child(
     ctx = ChildRunContext(
         child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
     )
-    ctx.deps = child.deps
+    ctx.deps = deps
     ctx.durable = log
     if rs.state is State.IDLE:
         ctx.input = Message.user(task) if log is None else storable_message(Message.user(task))
+        ctx.history = history
     elif rs.trace:
         ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
     ctx.handle._attach(ctx)
@@ -296,6 +317,47 @@ async def _run_child(
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
     return _answer(name, result)
+
+
+def _shared_context(
+    agent: Agent[Any, Any], name: str, parent: RunContext, shared: _Shared
+) -> tuple[object, list[Message]]:
+    """The child's deps and the history it starts with, as its tool shares them (raises
+    :class:`AgentToolError`, the call's result, when user code sharing them fails)."""
+    deps = parent.deps if shared.deps else agent.deps
+    if shared.deps_from is not None:
+        try:
+            deps = shared.deps_from(parent.deps)
+        except Exception as exc:
+            raise AgentToolError(
+                f"agent {name!r} was not run: its deps_from raised {type(exc).__name__}: {exc}",
+                tool_name=name,
+            ) from exc
+    if shared.conversation is None:
+        return deps, []
+    try:
+        history = list(shared.conversation(_settled(parent.rs.messages)))
+        validate_history(history)
+    except Exception as exc:
+        raise AgentToolError(
+            f"agent {name!r} was not run: its conversation filter failed "
+            f"({type(exc).__name__}: {exc}); return messages that keep every tool call with "
+            "its one result",
+            tool_name=name,
+        ) from exc
+    return deps, [m for m in history if m.role is not Role.SYSTEM]
+
+
+def _settled(messages: list[Message]) -> tuple[Message, ...]:
+    """The parent's conversation as a child may see it: without its system message, and
+    without the calls of the turn in progress (their results are not in yet), the turn's
+    text kept."""
+    shown = [m for m in messages if m.role is not Role.SYSTEM]
+    if shown and shown[-1].tool_calls:
+        last = shown[-1]
+        parts = tuple(p for p in last.parts if p not in last.tool_calls)
+        shown[-1:] = [last.model_copy(update={"parts": parts})] if parts else []
+    return tuple(shown)
 
 
 def _charge(parent: RunContext, rs: RunState) -> None:
@@ -330,7 +392,22 @@ class AgentTool(Tool):
         name: str,
         description: str,
         timeout_s: float | None = None,
+        share_deps: bool = False,
+        deps_from: Callable[[Any], Any] | None = None,
+        conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None,
     ) -> None:
+        if share_deps and deps_from is not None:
+            raise ConfigurationError(
+                f"agent tool {name!r}: pass share_deps=True (the parent's deps as they are) or "
+                "deps_from (a function of them), not both"
+            )
+        if deps_from is not None and not callable(deps_from):
+            raise ConfigurationError(f"agent tool {name!r}: deps_from must be callable")
+        if conversation is not None and not callable(conversation):
+            raise ConfigurationError(
+                f"agent tool {name!r}: conversation must be callable (the parent's messages in, "
+                "the messages the child sees out)"
+            )
         if agent.checkpointer is not None:
             raise ConfigurationError(
                 f"agent tool {name!r}: an agent used as a tool is saved in its parent's store "
@@ -344,18 +421,25 @@ class AgentTool(Tool):
         if timeout_s is None:
             timeout_s = agent.policy.max_wall_clock_s
 
-        async def delegate(
-            task: Annotated[str, Field(description=TASK_DESCRIPTION)],
-            context: ToolContext[Any],
-        ) -> object:
-            return await _run_child(agent, name, task, context)
+        shared = _Shared(share_deps, deps_from, conversation)
+
+        async def delegate(task: _Task, context: ToolContext[Any]) -> object:
+            return await _run_child(agent, name, task, context, shared)
+
+        async def delegate_shared(task: _SharedTask, context: ToolContext[Any]) -> object:
+            return await _run_child(agent, name, task, context, shared)
 
         # Idempotent: run again after a crash, the call resumes the child a durable parent
         # saved (see kernel.durable_child) instead of starting it over.
         super().__init__(
-            delegate, name=name, description=description, timeout_s=timeout_s, idempotent=True
+            delegate if conversation is None else delegate_shared,
+            name=name,
+            description=description,
+            timeout_s=timeout_s,
+            idempotent=True,
         )
         self.agent = agent
+        self.shared = shared
 
     async def execute(
         self,
@@ -383,35 +467,68 @@ class AgentTool(Tool):
 
 def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
     """The worst case of a run of ``agent``, its children's included (each computed the same
-    way, so a grandchild's counts too): see :meth:`fsm_agent.Agent.bounds`."""
+    way, so a grandchild's counts too), and, for an agent with handoffs, of the whole chain of
+    agents that may hold the conversation (one policy, the most models, every child); for an
+    agent with phases, under the turns its phase budgets allow: see
+    :meth:`fsm_agent.Agent.bounds`."""
+    agents = graph_agents(agent) if agent.handoffs else [agent]
+    graph = declared_graph(agent) if agent.handoffs else None
     return bounds(
         agent.policy,
         verification=agent.verifier is not None or agent._plan.output_spec is not None,
         model_timeout_s=model_timeout_s,
-        models=len(agent._plan.models),
+        models=max(len(a._plan.models) for a in agents),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
-        other_tools=any(not isinstance(t, AgentTool) for t in agent.tools.values()),
+        other_tools=any(
+            not isinstance(t, AgentTool) for each in agents for t in each.tools.values()
+        ),
+        turns=phase_turns(agent),
+        handoffs=graph,
     )
+
+
+def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
+    """The most model turns the budgets of ``agent``'s phases allow, explored with the loop
+    (:func:`~fsm_agent.machine.checker.phases.check_phases`), when fewer than its
+    ``max_steps``; ``None`` without phases, or when the search is inconclusive."""
+    phases = agent.phases
+    policy = agent.policy
+    limit = policy.max_steps or policy.usage_limits.max_requests
+    if phases is None or limit is None:
+        return None
+    from ..machine.checker.phases import check_phases
+
+    report = check_phases(phases, limit)
+    if not report.complete or report.max_turns >= limit:
+        return None
+    return report.max_turns, "its phases' step budgets, explored with the loop"
 
 
 def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
     """The most model calls a run of ``agent`` makes, its children's included, found by the
     exhaustive checker's search (each child's explored the same way) rather than computed from
-    formulas: it equals ``agent.bounds().max_model_calls``."""
+    formulas: it equals ``agent.bounds().max_model_calls``. For an agent with handoffs the
+    search covers the chain: the run's policy, the most models of its agents, every child."""
     from ..machine.checker.compose import explored_model_calls as explore
 
+    agents = graph_agents(agent) if agent.handoffs else [agent]
     children = [
         explored_model_calls(found.agent)
-        for found in agent.tools.values()
+        for each in agents
+        for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]
+    policy = agent.policy
+    turns = phase_turns(agent)
+    if turns is not None:
+        policy = policy.model_copy(update={"max_steps": turns[0], "summarize_on_max_steps": False})
     return explore(
-        agent.policy,
+        policy,
         children=children,
         machine=agent.machine,
         verification=agent.verifier is not None,
         stop_conditions=bool(agent.stop_conditions),
-        models=len(agent._plan.models),
+        models=max(len(a._plan.models) for a in agents),
         output_validation=agent._plan.output_spec is not None,
     )
 
@@ -419,13 +536,16 @@ def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
 def children_bounds(
     agent: Agent[Any, Any], *, model_timeout_s: float | None = None
 ) -> list[ChildBounds]:
-    """The worst case of each agent ``agent`` uses as a tool, by its tool name."""
+    """The worst case of each agent ``agent`` uses as a tool, by its tool name (with handoffs,
+    those of every agent that may hold the conversation)."""
+    agents = graph_agents(agent) if agent.handoffs else [agent]
     return [
         ChildBounds(
             found.name,
             agent_bounds(found.agent, model_timeout_s=model_timeout_s),
             timeout_s=found.timeout_s,
         )
-        for found in agent.tools.values()
+        for each in agents
+        for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]

@@ -62,7 +62,7 @@ def definition_fingerprint(plan: Plan) -> str:
     parts = {
         "tools": _digest(tools),
         "system_prompt": _digest(plan.system_prompt),
-        "policy": _digest(plan.policy.model_dump()),
+        "policy": _digest(_policy(plan)),
     }
     phases = plan.phases
     if phases is not None:
@@ -82,6 +82,15 @@ def definition_fingerprint(plan: Plan) -> str:
     if spec is not None:
         parts["output"] = _digest(spec.schema.json_schema)
     return ";".join(f"{name}={parts[name]}" for name in PARTS if name in parts)
+
+
+def _policy(plan: Plan) -> dict[str, object]:
+    """The policy as the fingerprint sees it: ``max_handoffs`` only when it is set, so the
+    fingerprints of the policies written before it stay as they were."""
+    dumped = plan.policy.model_dump()
+    if dumped.get("max_handoffs") is None:
+        del dumped["max_handoffs"]
+    return dumped
 
 
 def _phase(phase: Phase) -> list[object]:

@@ -10,7 +10,7 @@ after it, and a run in flight goes on under the plan it started with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -31,6 +31,7 @@ from ..tools.output import PAGER_NAME, pager_tool
 from .checks import check_done_tool
 from .context import LoopSettings
 from .definition import definition_fingerprint
+from .handoffs import Handoff, by_tool_name, handoff_tools
 from .hooks import HookSet
 from .limits import usage_limited
 from .phasing import compile_phases, phase_stop_conditions
@@ -68,6 +69,7 @@ class Plan:
     stop_conditions: tuple[Callable[[RunState], object], ...]  # the phases' own included
     output_spec: OutputSpec | None  # how answers are validated (None: text output)
     output_schema: OutputSchema | None  # the JSON schema of the answer (None: text output)
+    handoffs: Mapping[str, Handoff]  # the agent's handoffs by their tool's name (often empty)
 
     @cached_property
     def definition(self) -> str:
@@ -91,6 +93,7 @@ def compile_plan(
     output_spec: OutputSpec | None,
     wrap_tool: Callable[[Tool], Tool] | None = None,
     streams: bool | None = None,
+    handoffs: Sequence[Handoff] = (),
 ) -> Plan:
     """The plan of an agent built from these parts (raises
     :class:`~fsm_agent.ConfigurationError` for parts that do not fit together)."""
@@ -98,7 +101,7 @@ def compile_plan(
         raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
     check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
-    registry, pager = _tools(tools, policy, output_spec, wrap_tool)
+    registry, pager = _tools([*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool)
     models, falls_back_on = _models(model)
     if streams is None:
         streams = all(callable(getattr(m, "stream", None)) for m in models)
@@ -133,6 +136,7 @@ def compile_plan(
         stop_conditions=stops,
         output_spec=output_spec,
         output_schema=None if output_spec is None else output_spec.schema,
+        handoffs=by_tool_name(handoffs),
     )
 
 

@@ -19,6 +19,7 @@ from ..record import field_problem
 from ..run_state import RunState
 from .context import RunContext
 from .definition import check_definition
+from .handoffs import holder, resumed_agent
 from .run import RunHandle
 from .states.calling import model_name
 
@@ -115,7 +116,8 @@ async def resume_context(
         ctx = await _durable_resume_context(
             agent, resume, decisions, handle, deps, listening, allow_changed
         )
-        ctx.model_settings = settings
+        if ctx.rs.agent is None:
+            ctx.model_settings = settings
         return ctx
     if isinstance(resume, str):
         raise ResumeError(
@@ -128,6 +130,8 @@ async def resume_context(
     rs = apply_decisions(resume, decisions if decisions is not None else {})
     ctx = new_context(agent, rs, handle, deps, listening)
     ctx.model_settings = settings
+    if rs.agent is not None:  # a handoff gave the conversation to another agent
+        resumed_agent(ctx)
     return ctx
 
 
@@ -165,6 +169,8 @@ async def _durable_resume_context(
         handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
         handle._pause_requested = False
     ctx = new_context(agent, rs, handle, deps, listening, log)
+    if rs.agent is not None:  # a handoff gave the conversation to another agent
+        resumed_agent(ctx)
     if rs.trace and rs.state is not State.SUSPENDED:
         ctx.last_move = rs.trace[-1]  # a retry's backoff and a forced compaction need it
     return ctx
@@ -186,6 +192,7 @@ async def _claim(
     if not allow_changed:
         check_definition(run_id, rs.definition, fingerprint)
     rs.definition = fingerprint
+    holder(agent, rs)  # a run handed off resumes under an agent this one declares
     if rs.state is State.SUSPENDED and rs.resume_token is not None:
         waiting = ResumeHandle(run_id, token or rs.resume_token, tuple(rs.human_requests), rs)
         rs = apply_decisions(waiting, decisions if decisions is not None else {})

@@ -37,12 +37,20 @@ call of an agent tool lasts at most the smaller of the tool's ``timeout_s`` and 
 worst time, so the parent's tool time counts its longest tool (a child, or a plain tool's
 ``tool_timeout_s``) once per tool run, as for any tool: calls run in parallel in one turn take
 the longest of them, not their sum.
+
+An agent with phases (``bounds(..., turns=...)``) may take fewer turns than ``max_steps`` when
+its phases' step budgets stop a run first: the turns the budgets allow replace ``max_steps``,
+and no step-limit summary call is counted (a run that never reaches ``max_steps`` makes none).
+An agent with handoffs (``bounds(..., handoffs=...)``, the declared graph) runs one policy over
+the chain, so the loop's bounds hold for it as they are; the handoffs themselves are at most
+``Policy.max_handoffs``, the longest chain of an acyclic graph, and the tool turns (a turn hands
+off at most once), whichever is least.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ..policy import CompactionStrategyName, Policy, RetryPolicy
 
@@ -65,16 +73,24 @@ class Bounds:
     tool_executions_derivation: str
     max_wall_clock_s: float | None
     wall_clock_derivation: str
+    max_handoffs: int | None = 0  # handoffs of the conversation to another agent
+    handoffs_derivation: str = ""  # empty for an agent that declares no handoff
 
     def lines(self) -> list[str]:
-        """One line per bound: the value, then its derivation."""
-        return [
+        """One line per bound: the value, then its derivation (handoffs only for an agent that
+        declares some)."""
+        lines = [
             f"model calls      {_show(self.max_model_calls):>10}  {self.model_calls_derivation}",
             f"tool turns       {_show(self.max_tool_turns):>10}  {self.tool_turns_derivation}",
             f"tool executions  {_show(self.max_tool_executions):>10}  "
             f"{self.tool_executions_derivation}",
             f"wall clock (s)   {_show(self.max_wall_clock_s):>10}  {self.wall_clock_derivation}",
         ]
+        if self.handoffs_derivation:
+            lines.append(
+                f"handoffs         {_show(self.max_handoffs):>10}  {self.handoffs_derivation}"
+            )
+        return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,20 +123,33 @@ def bounds(
     models: int = 1,
     children: Sequence[ChildBounds] = (),
     other_tools: bool = True,
+    turns: tuple[int, str] | None = None,
+    handoffs: Mapping[str, Sequence[str]] | None = None,
 ) -> Bounds:
     """The worst case of a run under ``policy`` (with a verifier or the done-tool requirement
     when ``verification``, and a fallback chain of ``models`` models), where one model call takes
     at most ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound).
     ``children`` are the worst cases of the agents it uses as tools, each added as many times as
     the parent can execute a tool; ``other_tools`` says whether it has tools besides them (each
-    call of one may take ``tool_timeout_s``)."""
-    own = _bounds(policy, verification, model_timeout_s, models)
-    if not children:
-        return own
-    timed = _bounds(
-        policy, verification, model_timeout_s, models, _longest_call(policy, children, other_tools)
-    )
-    return _compose(own, timed, policy, children)
+    call of one may take ``tool_timeout_s``).
+
+    ``turns`` is a tighter bound on the model turns than the policy's ``max_steps`` and why
+    (a phase table's budgets): the run then never stops at ``max_steps``, so it makes no
+    step-limit summary call. ``handoffs`` is the declared handoff graph, each agent's name
+    (``""``: the one the run starts with) to the names it may hand the conversation to."""
+    if turns is not None and (policy.max_steps is None or turns[0] < policy.max_steps):
+        policy = policy.model_copy(update={"max_steps": turns[0], "summarize_on_max_steps": False})
+    why = None if turns is None else turns[1]
+    own = _bounds(policy, verification, model_timeout_s, models, why)
+    found = own
+    if children:
+        tool_time = _longest_call(policy, children, other_tools)
+        timed = _bounds(policy, verification, model_timeout_s, models, why, tool_time)
+        found = _compose(own, timed, policy, children)
+    if not handoffs:
+        return found
+    most, text = _handoffs(policy, own.max_tool_turns, handoffs)
+    return replace(found, max_handoffs=most, handoffs_derivation=text)
 
 
 def _longest_call(
@@ -141,15 +170,66 @@ def _longest_call(
     return time, f"{time:g} s (the child {worst.name!r}, {how})"
 
 
+def _handoffs(
+    policy: Policy, tool_turns: int | None, graph: Mapping[str, Sequence[str]]
+) -> tuple[int | None, str]:
+    """The most handoffs a run makes, and why: ``Policy.max_handoffs``, the longest chain of an
+    acyclic graph, and the tool turns (a turn hands off at most once), whichever is least."""
+    candidates: list[tuple[int, str]] = []
+    if policy.max_handoffs is not None:
+        candidates.append((policy.max_handoffs, f"Policy.max_handoffs={policy.max_handoffs}"))
+    longest = _longest_chain(graph)
+    shape = "a cycle of handoffs" if longest is None else "no cycle"
+    if longest is not None:
+        candidates.append((longest, f"the longest chain of handoffs declared ({longest})"))
+    if tool_turns is not None:
+        candidates.append((tool_turns, f"one per tool turn ({tool_turns})"))
+    edges = "; ".join(
+        f"{source or '(start)'} -> {', '.join(dests)}" for source, dests in graph.items() if dests
+    )
+    if not candidates:
+        why = f"{shape} and unbounded tool turns; set Policy.max_handoffs"
+        return None, f"unbounded: {why} ({edges})"
+    most, why = min(candidates, key=lambda c: c[0])
+    return most, f"{why}; {shape} ({edges})"
+
+
+def _longest_chain(graph: Mapping[str, Sequence[str]]) -> int | None:
+    """The most handoffs along a path from the agent the run starts with (``""``), or ``None``
+    when the graph has a cycle reachable from it."""
+    done: dict[str, int] = {}
+    on_path: set[str] = set()
+
+    def longest(node: str) -> int | None:
+        if node in done:
+            return done[node]
+        if node in on_path:
+            return None
+        on_path.add(node)
+        best = 0
+        for dest in graph.get(node, ()):
+            after = longest(dest)
+            if after is None:
+                return None
+            best = max(best, after + 1)
+        on_path.discard(node)
+        done[node] = best
+        return best
+
+    return longest("")
+
+
 def _bounds(
     policy: Policy,
     verification: bool,
     model_timeout_s: float | None,
     models: int,
+    turns_why: str | None = None,
     tool_time: tuple[float | None, str] | None = None,
 ) -> Bounds:
-    """The worst case of one agent's own run, children left out, where one tool call takes at
-    most ``tool_time`` (seconds and what they are; ``None``: the policy's ``tool_timeout_s``)."""
+    """The worst case of one agent's own run, children left out (``turns_why``: what bounds
+    the turns, when not the policy's ``max_steps``), where one tool call takes at most
+    ``tool_time`` (seconds and what they are; ``None``: the policy's ``tool_timeout_s``)."""
     retry = policy.retry
     errors = policy.max_total_errors
     switches = max(0, models - 1)
@@ -163,7 +243,7 @@ def _bounds(
         compaction = turns * _summaries_per_turn(policy)
         total = turns + retried + summary + compaction
         calls: int | None = total
-        turns_text = f"{turns} turns (max_steps={steps})"
+        turns_text = f"{turns} turns ({turns_why or f'max_steps={steps}'})"
         verifier = "; verifier rejections spend steps" if verification else ""
         compaction_text = (
             f" + {turns} × {policy.max_compaction_attempts} compaction summaries"
@@ -175,7 +255,11 @@ def _bounds(
             f"{summary} summary call{compaction_text} = {calls}{verifier}"
         )
         tool_turns: int | None = steps
-        tool_turns_text = f"one per tool_calls turn, at most max_steps={steps}"
+        tool_turns_text = (
+            f"one per tool_calls turn, at most {steps} ({turns_why})"
+            if turns_why
+            else f"one per tool_calls turn, at most max_steps={steps}"
+        )
         requests = policy.usage_limits.max_requests
         if requests is not None and requests < total:
             calls_text = (

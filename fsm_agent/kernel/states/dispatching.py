@@ -38,6 +38,7 @@ from ...run_state import HumanRequest
 from ...tools import Tool, ToolContext, ToolExecution, done_tool
 from ...tools.output import PAGER_NAME, cut_result
 from ..context import Interrupted, RunContext
+from ..handoffs import hand_off
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code
 from ..progress import Reports, emit_reported, reporter, wait_reporting
@@ -213,6 +214,8 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     outcome, detected = _turn_outcome(turn)
     if ctx.listening and detected is not None:
         await ctx.emit(detected)
+    if ctx.plan.handoffs:  # records the results, and gives the conversation to a target
+        return await hand_off(ctx, outcome)
     ctx.close_pending_calls("")  # every call has its result: this records them
     return outcome
 

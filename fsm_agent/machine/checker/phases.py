@@ -37,6 +37,7 @@ class PhaseCheck:
     goals_reachable: dict[str, bool]
     stuck_path: tuple[str, ...] = ()  # phases from the start into a part with no goal
     lasso: tuple[str, ...] = ()  # the cycle of phases there, when it has one
+    max_turns: int = 0  # the most model turns any run makes (budgets may stop it before)
 
     @property
     def ok(self) -> bool:
@@ -47,8 +48,8 @@ class PhaseCheck:
     def lines(self) -> list[str]:
         """The report, one line each."""
         out = [
-            f"phases: every run ends within {self.max_steps} turns (the loop's step bound); "
-            f"{self.states:,} product states explored"
+            f"phases: every run ends within {self.max_turns} turns (the loop's step bound is "
+            f"{self.max_steps}); {self.states:,} product states explored"
             + ("" if self.complete else " (state limit reached: inconclusive)"),
         ]
         for name, turns in self.per_phase.items():
@@ -132,6 +133,7 @@ def _explore(
     queue = deque([start])
     complete = True
     opened: set[int] = set()  # the transitions whose guard held at some reachable view
+    most = 0  # the most turns a run has taken
     while queue:
         node = queue.popleft()
         phase, steps, turns, visits = node
@@ -148,6 +150,7 @@ def _explore(
             if phase in goals_reachable:
                 goals_reachable[phase] = True  # this turn may be the answer
             after = steps + 1
+            most = max(most, after)
             stayed = turns + 1 if track_turns else min(turns + 1, caps[phase])
             if after < max_steps:
                 nexts.append((phase, after, stayed, visits))  # tools, same phase
@@ -179,6 +182,7 @@ def _explore(
         goals_reachable=goals_reachable,
         stuck_path=stuck_path,
         lasso=lasso,
+        max_turns=most,
     )
 
 
