@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -392,3 +393,22 @@ def test_field_problem_skips_the_fields_it_is_told_are_good() -> None:
     request = ModelRequest(messages=("not a message",), temperature="hot")
     assert field_problem(request) == "messages[0] is a str, not a Message"
     assert field_problem(request, skip=("messages",)) == "temperature is a str, not a float or None"
+
+
+def test_a_deeply_nested_json_value_is_checked_in_time_linear_in_its_size() -> None:
+    """A JSON value nested 20,000 deep is checked at once (one walk, no copy of the path per
+    container), and a cycle at its bottom is still found."""
+    top: list[Any] = []
+    bottom = top
+    for _ in range(20_000):
+        below: list[Any] = []
+        bottom.append(below)
+        bottom = below
+    result = ToolResult(call_id="c", name="f", content="x", structured=top)
+    started = time.perf_counter()
+    assert field_problem(result) is None
+    assert time.perf_counter() - started < 2.0
+    bottom.append(top)
+    problem = field_problem(result)
+    assert problem is not None and problem.endswith("[0] contains itself")
+    assert problem.count("[0]") == 20_001
