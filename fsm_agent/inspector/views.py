@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from ..diagrams import RunPath, overview_dot, plan, render, state_dot
-from ..machine.table import TERMINAL, Counters, State, StopReason
+from ..machine.table import ANSWERED, TERMINAL, Counters, State, StopReason
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
 from ..redaction import redact, redact_data
@@ -62,13 +62,10 @@ def _ending(rs: RunState) -> str | None:
     return None
 
 
-_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
-
-
 def gave_up(state: State | None, stop_reason: StopReason | None) -> bool:
     """Whether a run ended ``done`` without a clean answer: a limit or a budget ended it
     (``max_steps``, ``unverified``, ...), and its output, if any, is the best it had."""
-    return state is State.DONE and stop_reason not in _ANSWERED
+    return state is State.DONE and stop_reason not in ANSWERED
 
 
 def _origin(rs: RunState | None) -> dict[str, JsonValue]:
