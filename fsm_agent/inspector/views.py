@@ -7,7 +7,6 @@ whole value of a field named like a secret (a tool call's ``password`` argument)
 from __future__ import annotations
 
 import time
-from collections import Counter as Tally
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -177,14 +176,7 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
 
 def run_path(rs: RunState) -> RunPath | None:
     """The run's walk over the machine, from its stored moves (``None`` before its first)."""
-    if not rs.trace:
-        return None
-    states: Tally[State] = Tally({rs.trace[0].source: 1})
-    rows: Tally[int] = Tally()
-    for move in rs.trace:
-        states[move.dest] += 1
-        rows[move.row] += 1
-    return RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
+    return RunPath.of_run(rs)
 
 
 def _state_link(state: State) -> str:
