@@ -26,7 +26,7 @@ from .states.calling import model_name
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["check_settings", "new_context", "refuse_finished", "resume_context", "start_context"]
+__all__ = ["new_context", "refuse_finished", "resume_context", "start_context"]
 
 
 def start_context(
@@ -45,7 +45,7 @@ def start_context(
     not fit, and :class:`~fsm_agent.ConfigurationError` for settings a model refuses, before
     anything runs)."""
     settings = merge_settings(agent.model_settings, model_settings)
-    check_settings(agent, settings)
+    _check_settings(agent, settings)
     if isinstance(prompt, str):
         if not prompt or prompt.isspace():
             raise InvalidInputError("the prompt is empty; pass the task as text")
@@ -85,7 +85,7 @@ def start_context(
     return ctx
 
 
-def check_settings(agent: Agent[Any, Any], settings: ModelSettings | None) -> None:
+def _check_settings(agent: Agent[Any, Any], settings: ModelSettings | None) -> None:
     """Ask each model of ``agent`` whether it takes the first request of a run under
     ``settings`` (raises :class:`~fsm_agent.ConfigurationError` for settings it refuses)."""
     if settings is None:
@@ -134,7 +134,7 @@ async def resume_context(
     """The context that continues a suspended run (from its resume handle) or a stored one
     (by its id, for an agent with a checkpointer); see :meth:`~fsm_agent.Agent.resume`."""
     settings = merge_settings(agent.model_settings, model_settings)
-    check_settings(agent, settings)
+    _check_settings(agent, settings)
     if agent.checkpointer is not None:
         ctx = await _durable_resume_context(
             agent, resume, decisions, handle, deps, listening, allow_changed
