@@ -313,10 +313,17 @@ def _json_problem(value: object) -> str | None:
             for key, child in item.items():
                 if type(key) is not str:
                     return f"{_path(entry)} has the key {key!r}, not a str"
-                stack.append(_Entry(child, entry, key))
+                if type(child) not in _PLAIN:
+                    stack.append(_Entry(child, entry, key))
         else:
-            stack.extend(_Entry(child, entry, i) for i, child in enumerate(item))
+            stack.extend(
+                _Entry(child, entry, i) for i, child in enumerate(item) if type(child) not in _PLAIN
+            )
     return None
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""The types whose every value is a JSON value (checked without an entry of their own)."""
 
 
 class _Entry(NamedTuple):
