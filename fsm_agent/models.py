@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 from .errors import ModelError
 from .messages import ModelRequest, ModelResponse, StreamDelta
 
-__all__ = ["Model", "ModelChain", "StreamingModel"]
+__all__ = ["Model", "ModelChain", "StreamingModel", "check_request"]
 
 
 @runtime_checkable
@@ -18,6 +18,11 @@ class Model(Protocol):
     ``complete`` returns one :class:`ModelResponse` or raises a
     :class:`~fsm_agent.errors.ModelError`. ``name`` identifies the model in events and traces;
     ``context_window`` (tokens, or ``None`` when unknown) sizes the compaction budget.
+
+    A model may also have ``check_request(request)``, which raises
+    :class:`~fsm_agent.errors.ConfigurationError` for settings it would refuse: the agent asks
+    it before a run starts, with the run's first request (no messages yet), so that nothing is
+    stored. A model without the method takes every request (see :func:`check_request`).
     """
 
     @property
@@ -59,3 +64,12 @@ class ModelChain(Model, Protocol):
     def falls_back_on(self, error: ModelError) -> bool:
         """Whether ``error`` hands the call to the next model at once (without the retries)."""
         ...
+
+
+def check_request(model: Model, request: ModelRequest) -> None:
+    """Ask ``model`` whether it takes ``request``: its ``check_request`` method raises
+    :class:`~fsm_agent.errors.ConfigurationError` for settings it refuses; a model without
+    the method takes every request."""
+    check = getattr(model, "check_request", None)
+    if check is not None:
+        check(request)

@@ -286,10 +286,14 @@ def _json_problem(value: object) -> str | None:
     """What keeps ``value`` from being a JSON value (a number that is not finite, a key that is
     not a string, an object of another type, a container that contains itself), or ``None``.
     Iterative, so any depth is checked; the path to a problem is rebuilt only once found."""
-    # Each entry: a value, the entry of its container (None for the top), its key there.
-    stack: list[_Entry] = [_Entry(value, None, None, frozenset())]
+    walking: set[int] = set()  # the containers on the current path, to catch a cycle
+    # An entry to check, or the id of a container whose items are all checked (it is left).
+    stack: list[_Entry | int] = [_Entry(value, None, None)]
     while stack:
         entry = stack.pop()
+        if isinstance(entry, int):
+            walking.discard(entry)
+            continue
         item = entry.value
         if item is None or isinstance(item, str | int):  # bool is an int
             continue
@@ -301,17 +305,25 @@ def _json_problem(value: object) -> str | None:
             return _path(entry) + _wrong(
                 item, "JSON value (str, int, float, bool, None, list or dict)"
             )
-        if id(item) in entry.within:
+        if id(item) in walking:
             return f"{_path(entry)} contains itself"
-        within = entry.within | {id(item)}
+        walking.add(id(item))
+        stack.append(id(item))
         if isinstance(item, dict):
             for key, child in item.items():
                 if type(key) is not str:
                     return f"{_path(entry)} has the key {key!r}, not a str"
-                stack.append(_Entry(child, entry, key, within))
+                if type(child) not in _PLAIN:
+                    stack.append(_Entry(child, entry, key))
         else:
-            stack.extend(_Entry(child, entry, i, within) for i, child in enumerate(item))
+            stack.extend(
+                _Entry(child, entry, i) for i, child in enumerate(item) if type(child) not in _PLAIN
+            )
     return None
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""The types whose every value is a JSON value (checked without an entry of their own)."""
 
 
 class _Entry(NamedTuple):
@@ -320,7 +332,6 @@ class _Entry(NamedTuple):
     value: object
     parent: _Entry | None
     key: str | int | None
-    within: frozenset[int]  # the containers it is inside, to catch a cycle
 
 
 def _path(entry: _Entry) -> str:

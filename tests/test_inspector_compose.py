@@ -227,3 +227,19 @@ def test_the_list_groups_children_and_forks_and_marks_a_give_up(store: SQLiteChe
         assert shown["gave_up"] is True
 
     serve(store, None, test)
+
+
+def test_a_long_chain_of_forks_and_a_loop_of_origins_are_listed_once_each() -> None:
+    """A chain of 3,000 forks, each of the one before, is listed in order one level deeper each
+    (no recursion limit), and runs whose origins loop back to them are still each listed once."""
+    from fsm_agent.inspector.views import grouped
+
+    def row(run_id: str, forked_from: str | None) -> dict[str, Any]:
+        origin = None if forked_from is None else {"run_id": forked_from, "move": 1}
+        return {"run_id": run_id, "parent": None, "forked_from": origin}
+
+    chain = [row("r0", None), *(row(f"r{i}", f"r{i - 1}") for i in range(1, 3000))]
+    listed = grouped(list(reversed(chain)))
+    assert [(r["run_id"], r["depth"]) for r in listed] == [(f"r{i}", i) for i in range(3000)]
+    loop = [row("a", "b"), row("b", "a"), row("c", "c")]
+    assert [(r["run_id"], r["depth"]) for r in grouped(loop)] == [("c", 0), ("a", 0), ("b", 1)]

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from fsm_agent import Agent, Approval, State, tool
+from fsm_agent import Agent, State, tool
 from fsm_agent.inspector import Inspector, build
 from fsm_agent.persistence import Durability, InMemoryCheckpointer, SQLiteCheckpointer
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, fail, text, tool_call
 from inspector_runs import delete_file, fill
 
 TOKEN = "test-token-0123456789"
@@ -196,12 +196,12 @@ def test_concurrent_answers_resume_a_suspended_run_exactly_once(store: SQLiteChe
     asyncio.run(main())
 
 
-def test_an_answer_the_agent_cannot_resume_is_refused_and_leaves_the_run_waiting(
+def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
     store: SQLiteCheckpointer,
 ) -> None:
-    """An answer the inspector's agent cannot resume (another definition) is refused with 409
-    naming why, before anything is stored: the run still waits, with no failure on its page,
-    and resumed elsewhere it ends cleanly."""
+    """An answer the inspector's agent cannot resume (another definition) is refused at once
+    (409, nothing stored); one whose resume then fails (its model raises) is reported on the
+    run, and once the run is resumed elsewhere and ends, the page no longer says it failed."""
 
     @tool(needs_approval=True)
     def other_tool(path: str) -> str:
@@ -209,20 +209,37 @@ def test_an_answer_the_agent_cannot_resume_is_refused_and_leaves_the_run_waiting
         return path
 
     async def main() -> None:
-        starter = _approver(store)
-        first = await starter.run("Clean up.")
+        first = await _approver(store).run("Clean up.")
         stranger = Agent(ScriptedModel([text("no")]), tools=[other_tool], checkpointer=store)
-        inspector = build(store, agent=stranger, token=TOKEN)
+        broken = Agent(
+            ScriptedModel([fail(RuntimeError("the adapter broke"))]),
+            tools=[delete_file],
+            checkpointer=store,
+        )
         url = f"/api/runs/{first.run_id}"
-        async with client(inspector) as http:
+        refusing = build(store, agent=stranger, token=TOKEN)
+        async with client(refusing) as http:
             call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
             body = {"decisions": {call_id: {"decision": "allow"}}}
             refused = await http.post(f"{url}/decisions", json=body, headers=AUTH)
-            assert refused.status_code == 409
-            assert "definition" in refused.json()["error"].lower()
-            waiting = (await http.get(url, headers=AUTH)).json()
-            assert waiting["state"] == "suspended" and waiting["resume_error"] is None
-            await starter.resume(first.run_id, {call_id: Approval.allow()})
+            assert refused.status_code == 409 and "other tools" in refused.json()["error"]
+        refusing.close()
+        assert store.load(first.run_id).state.state is State.SUSPENDED
+        inspector = build(store, agent=broken, token=TOKEN)
+        async with client(inspector) as http:
+            assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
+            for _ in range(500):
+                failed = (await http.get(url, headers=AUTH)).json()
+                if failed["resume_error"] is not None:
+                    break
+                await asyncio.sleep(0.02)
+            assert "RuntimeError: the adapter broke" in failed["resume_error"]
+            finisher = Agent(
+                ScriptedModel([text("Deleted the old log.")]),
+                tools=[delete_file],
+                checkpointer=store,
+            )
+            await finisher.resume(first.run_id)
             done = (await http.get(url, headers=AUTH)).json()
         inspector.close()
         assert done["state"] == "done" and done["resume_error"] is None

@@ -12,6 +12,7 @@ import pytest
 
 from fsm_agent import (
     Agent,
+    Approval,
     ConfigurationError,
     InMemoryCheckpointer,
     ModelRequest,
@@ -245,3 +246,51 @@ def test_the_kernels_requests_equal_validated_ones(settings: ModelSettings | Non
     for request in model.requests:
         assert request == ModelRequest.model_validate(request.model_dump())
         assert request == ModelRequest.model_validate_json(request.model_dump_json())
+
+
+class _Picky(ScriptedModel):
+    """A model that refuses a temperature of 0.5, and notes each request it was asked about."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checked: list[ModelRequest] = []
+
+    def check_request(self, request: ModelRequest) -> None:
+        self.checked.append(request)
+        if request.temperature == 0.5:
+            raise ConfigurationError("picky: temperature=0.5 is refused")
+
+
+@tool(needs_approval=True)
+def wipe(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def test_a_models_check_request_is_asked_at_run_and_resume_start_before_anything_is_stored() -> (
+    None
+):
+    """A model's check_request sees the run's first request under the merged settings when a
+    run starts or resumes; a refusal raises before the store changes, and a model without the
+    method takes every request."""
+    store = InMemoryCheckpointer()
+    model = _Picky([tool_call("wipe", {"path": "a.log"}), text("wiped")])
+    agent = Agent(model, tools=[wipe], checkpointer=store, model_settings=ModelSettings(top_p=0.9))
+    with pytest.raises(ConfigurationError, match=r"temperature=0\.5"):
+        agent.run_sync("Clean up.", model_settings=ModelSettings(temperature=0.5))
+    assert store.runs() == [] and model.requests == []
+    waiting = agent.run_sync("Clean up.", model_settings=ModelSettings(temperature=0.2))
+    (first,) = model.checked[1:]
+    assert (first.temperature, first.top_p, [t.name for t in first.tools]) == (0.2, 0.9, ["wipe"])
+    assert first.messages == ()
+    version = store.load(waiting.run_id).version
+    (call,) = waiting.pending
+    decisions = {call.id: Approval.allow()}
+    with pytest.raises(ConfigurationError, match=r"temperature=0\.5"):
+        asyncio.run(
+            agent.resume(waiting.run_id, decisions, model_settings=ModelSettings(temperature=0.5))
+        )
+    assert store.load(waiting.run_id).version == version
+    assert asyncio.run(agent.resume(waiting.run_id, decisions)).output == "wiped"
+    plain = Agent(ScriptedModel([text("ok")]), model_settings=ModelSettings(temperature=0.5))
+    assert plain.run_sync("hi").output == "ok"

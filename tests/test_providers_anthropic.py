@@ -3,20 +3,24 @@ cumulative usage and block-order checks, over HTTP."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest_network import no_external_network  # noqa: F401
-from fsm_agent import Agent, ModelSettings, tool
+from fsm_agent import Agent, ModelSettings, RunResult, SQLiteCheckpointer, StopReason, tool
 from fsm_agent.errors import (
     ConfigurationError,
+    InvalidRequestError,
     MalformedResponseError,
     ModelError,
     ProviderServerError,
 )
 from fsm_agent.messages import FinishReason, Message, ModelRequest, ModelResponse
-from fsm_agent.providers import AnthropicModel
+from fsm_agent.providers import AnthropicModel, FallbackModel
+from fsm_agent.testing import ScriptedModel
+from invariants import check_history
 from provider_server import (
     FAST,
     ProviderServer,
@@ -252,3 +256,82 @@ def test_auto_and_none_and_the_smallest_budget_go_with_extended_thinking() -> No
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
     low = model.build_body(REQUEST.model_copy(update={"reasoning_effort": "low"}), stream=True)
     assert low["thinking"]["budget_tokens"] == 1024
+
+
+def _grep_tool() -> Any:
+    @tool
+    def grep(p: str) -> str:
+        """Search."""
+        return p
+
+    return grep
+
+
+@pytest.mark.parametrize("where", ["agent", "run", "chain"])
+def test_settings_extended_thinking_refuses_leave_no_stored_run(tmp_path: Path, where: str) -> None:
+    """Settings Anthropic refuses with thinking on (on the agent, on the run, or for a chain's
+    later model) are refused when the run starts: nothing is sent and no run is stored."""
+    bad = ModelSettings(tool_choice="required", reasoning_budget_tokens=2048)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+
+    async def scenario() -> list[Any]:
+        async with ProviderServer() as server:
+            claude = AnthropicModel("c", base_url=server.url, api_key="k", timeouts=FAST)
+            model = FallbackModel(ScriptedModel([]), claude) if where == "chain" else claude
+            agent = Agent(
+                model,
+                tools=[_grep_tool()],
+                checkpointer=store,
+                model_settings=bad if where != "run" else None,
+            )
+            try:
+                with pytest.raises(ConfigurationError, match="tool_choice='required'"):
+                    await agent.run("Find it.", model_settings=bad if where == "run" else None)
+            finally:
+                await claude.aclose()
+            return server.requests
+
+    assert run(scenario()) == []
+    assert store.runs() == []
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"tool_choice": "required", "reasoning_effort": "high"}, "tool_choice='required'"),
+        ({"reasoning_budget_tokens": 500}, "reasoning_budget_tokens=500"),
+    ],
+    ids=["forced-choice", "small-budget"],
+)
+def test_a_hook_that_makes_the_request_one_thinking_refuses_ends_the_run(
+    tmp_path: Path, change: dict[str, Any], named: str
+) -> None:
+    """A before_model_call hook that turns a request into one Anthropic refuses with thinking on
+    ends the run with model_error (a non-retryable InvalidRequestError saying the rule), a
+    stored ending and a valid history; nothing is sent."""
+
+    class Think:
+        def before_model_call(self, *, request: ModelRequest, **future_kwargs: Any) -> ModelRequest:
+            return request.model_copy(update=change)
+
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+
+    async def scenario() -> tuple[RunResult[str], list[Any]]:
+        async with ProviderServer() as server:
+            model = AnthropicModel("c", base_url=server.url, api_key="sk-ant-test", timeouts=FAST)
+            agent = Agent(model, tools=[_grep_tool()], hooks=[Think()], checkpointer=store)
+            try:
+                result = await agent.run("Find it.")
+            finally:
+                await model.aclose()
+            return result, server.requests
+
+    result, sent = run(scenario())
+    assert sent == []
+    assert result.stop_reason is StopReason.MODEL_ERROR
+    assert isinstance(result.error, InvalidRequestError) and not result.error.retryable
+    assert named in str(result.error) and "thinking" in str(result.error)
+    check_history(result.messages)
+    stored = store.load(result.run_id).state
+    assert stored.stop_reason is StopReason.MODEL_ERROR
+    assert stored.messages == list(result.messages)

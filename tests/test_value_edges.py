@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from fsm_agent import (
     SQLiteCheckpointer,
     StopReason,
     TextPart,
+    Tool,
     ToolCall,
     ToolResult,
     ToolReturn,
@@ -392,3 +394,59 @@ def test_field_problem_skips_the_fields_it_is_told_are_good() -> None:
     request = ModelRequest(messages=("not a message",), temperature="hot")
     assert field_problem(request) == "messages[0] is a str, not a Message"
     assert field_problem(request, skip=("messages",)) == "temperature is a str, not a float or None"
+
+
+def test_a_deeply_nested_json_value_is_checked_in_time_linear_in_its_size() -> None:
+    """A JSON value nested 20,000 deep is checked at once (one walk, no copy of the path per
+    container), and a cycle at its bottom is still found."""
+    top: list[Any] = []
+    bottom = top
+    for _ in range(20_000):
+        below: list[Any] = []
+        bottom.append(below)
+        bottom = below
+    result = ToolResult(call_id="c", name="f", content="x", structured=top)
+    started = time.perf_counter()
+    assert field_problem(result) is None
+    assert time.perf_counter() - started < 2.0
+    bottom.append(top)
+    problem = field_problem(result)
+    assert problem is not None and problem.endswith("[0] contains itself")
+    assert problem.count("[0]") == 20_001
+
+
+class _Adapted(Tool):
+    """A tool adapter, as a durable-execution engine wraps each tool (with_effects)."""
+
+    def __init__(self, inner: Tool) -> None:
+        super().__init__(inner.fn, name=inner.name)
+
+
+def test_done_beside_other_calls_waits_for_them_through_a_tool_adapter() -> None:
+    """The rule holds for an agent whose tools, the built-in done tool included, go through an
+    adapter (with_effects(wrap_tool=...)), and a tool of the user's named done is run as is."""
+    model = ScriptedModel(
+        [
+            tool_calls(("lookup", {"topic": "tides"}), ("done", {"message": "guessed: low"})),
+            tool_call("done", {"message": "the tides are high"}),
+        ]
+    )
+    agent = Agent(model, tools=[lookup], policy=Policy(require_done_tool=True))
+    result = agent.with_effects(wrap_tool=_Adapted).run_sync("tides?")
+    assert (result.stop_reason, result.output) == (StopReason.DONE_TOOL, "the tides are high")
+    first = {r.name: r for m in model.requests[1].messages for r in m.tool_results}
+    assert first["done"].is_error and first["done"].content.startswith(_DONE_ALONE)
+    check_history(result.messages)
+
+    @tool(name="done")
+    def own_done(note: str) -> str:
+        """The user's own tool called done."""
+        return f"noted {note}"
+
+    mine = ScriptedModel(
+        [tool_calls(("lookup", {"topic": "a"}), ("done", {"note": "b"})), text("ok")]
+    )
+    own = Agent(mine, tools=[lookup, own_done]).with_effects(wrap_tool=_Adapted).run_sync("?")
+    assert own.output == "ok"
+    results = {r.name: r.content for m in own.messages for r in m.tool_results}
+    assert results == {"lookup": "found a", "done": "noted b"}

@@ -5,7 +5,6 @@ to that child's run drawn on its own machine (written beside it, and so on for i
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,21 +63,9 @@ def run_drawings(
         boxes.append(
             ChildRunBox(tool, call_id, _visits(child), _ending(child), child.model_calls, link)
         )
-    drawing = diagrams.plan(run=_path(rs), title=title)
+    drawing = diagrams.plan(run=diagrams.RunPath.of_run(rs), title=title)
     draw = composed_run_mermaid if fmt == "mermaid" else composed_run_dot
     return {name: draw(drawing, boxes), **files}
-
-
-def _path(rs: RunState) -> diagrams.RunPath | None:
-    """The run's walk, from its stored moves (``None`` before its first)."""
-    if not rs.trace:
-        return None
-    states = Counter({rs.trace[0].source: 1})
-    rows: Counter[int] = Counter()
-    for move in rs.trace:
-        states[move.dest] += 1
-        rows[move.row] += 1
-    return diagrams.RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
 
 
 def _tool_name(rs: RunState, call_id: str) -> str:

@@ -16,6 +16,7 @@ from ..kernel.fork import fork_run
 from ..kernel.run import new_run_id
 from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, RunSummary, open_checkpointer
+from ..persistence.lineage import by_origin
 from ..redaction import redact, secret_values
 from .args import UsageError, add_store_option, mask_url, nonnegative_int, the_store
 
@@ -144,7 +145,8 @@ def _list(store: Checkpointer) -> None:
 def _grouped(store: Checkpointer, runs: list[RunSummary]) -> Iterator[tuple[RunSummary, int, str]]:
     """The runs in the store's order, each child (of an agent tool's call) and each fork listed
     under the run it came from, with its depth there and where it came from."""
-    origins: dict[str, tuple[str, str]] = {}
+    came_from: dict[str, str] = {}  # by run id: the run it came from
+    said: dict[str, str] = {}  # by run id: how it came from there
     for run in runs:
         if run.problem is None:
             try:
@@ -152,34 +154,15 @@ def _grouped(store: Checkpointer, runs: list[RunSummary]) -> Iterator[tuple[RunS
             except Exception:  # gone since listed, or unreadable: listed as it is
                 continue
             if rs.parent_run_id is not None:
-                text = f"child of {rs.parent_run_id} (call {rs.parent_call_id})"
-                origins[run.run_id] = (rs.parent_run_id, text)
+                came_from[run.run_id] = rs.parent_run_id
+                said[run.run_id] = f"child of {rs.parent_run_id} (call {rs.parent_call_id})"
             elif rs.forked_from is not None:
-                text = f"fork of {rs.forked_from} at move {rs.forked_at}"
-                origins[run.run_id] = (rs.forked_from, text)
-    listed = {run.run_id for run in runs}
-    under: dict[str, list[RunSummary]] = {}
-    for run in runs:
-        origin = origins.get(run.run_id)
-        if origin is not None and origin[0] in listed:
-            under.setdefault(origin[0], []).append(run)
-
-    seen: set[str] = set()
-
-    def walk(run: RunSummary, depth: int) -> Iterator[tuple[RunSummary, int, str]]:
-        seen.add(run.run_id)
-        yield run, depth, origins[run.run_id][1] if run.run_id in origins else ""
-        for child in under.get(run.run_id, ()):
-            if child.run_id not in seen:
-                yield from walk(child, depth + 1)
-
-    for run in runs:
-        origin = origins.get(run.run_id)
-        if origin is None or origin[0] not in listed:
-            yield from walk(run, 0)
-    for run in runs:  # only runs whose origins loop back to them are left
-        if run.run_id not in seen:
-            yield from walk(run, 0)
+                came_from[run.run_id] = rs.forked_from
+                said[run.run_id] = f"fork of {rs.forked_from} at move {rs.forked_at}"
+    for run, depth in by_origin(
+        runs, lambda run: run.run_id, lambda run: came_from.get(run.run_id)
+    ):
+        yield run, depth, said.get(run.run_id, "")
 
 
 def _show(store: Checkpointer, run_id: str, last: int) -> None:

@@ -8,12 +8,16 @@ import os
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from ..errors import ConfigurationError
 from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent, event_adapter
 from ..machine.table import TABLE, Row, State, StopReason
+
+if TYPE_CHECKING:
+    from ..run_state import RunState
 
 __all__ = ["RunPath", "TraceError", "read_trace"]
 
@@ -31,6 +35,18 @@ class RunPath:
     row_visits: Mapping[int, int]
     final: State
     stop_reason: StopReason | None = None
+
+    @classmethod
+    def of_run(cls, rs: RunState) -> RunPath | None:
+        """The walk of a stored run, from its moves (``None`` before its first)."""
+        if not rs.trace:
+            return None
+        states: Tally[State] = Tally({rs.trace[0].source: 1})
+        rows: Tally[int] = Tally()
+        for move in rs.trace:
+            states[move.dest] += 1
+            rows[move.row] += 1
+        return cls(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
 
     @classmethod
     def from_events(cls, events: Iterable[Event], rows: Sequence[Row] = TABLE) -> RunPath:

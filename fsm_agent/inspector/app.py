@@ -25,7 +25,7 @@ import copy
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib import resources
@@ -350,8 +350,8 @@ class Inspector:
             return _error(409, f"run {run_id!r} is already being resumed")
         self._claimed.add(run_id)
         try:
-            decisions, version = await self._checked(run_id, request)
-            ctx = await self._stored(run_id, decisions, version)
+            decisions = await self._checked(run_id, request)
+            ctx = await self._stored(run_id, decisions)
         except _Refused as refused:
             self._claimed.discard(run_id)
             return refused.response
@@ -359,33 +359,34 @@ class Inspector:
             self._claimed.discard(run_id)
             raise
         self.failures.pop(run_id, None)
-        self._start(run_id, self._drive(run_id, ctx))
+        self._start(run_id, drive(ctx))
         return JSONResponse({"resuming": run_id}, status_code=202)
 
-    async def _stored(
-        self, run_id: str, decisions: Mapping[str, HumanDecision], version: int
-    ) -> RunContext:
+    async def _stored(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> RunContext:
         """Store the decisions as the run's next checkpoint (the agent's claim of a resume: the
-        store's compare-and-set on the checkpoint ``version`` they were checked against), and
+        store's compare-and-set on the version of the checkpoint they were applied to), and
         return the resumed run to drive. :class:`_Refused` (409, with what was decided) when
         another inspector or worker answered the run first."""
         assert self.agent is not None
         try:
             return await resume_context(
-                self.agent, run_id, decisions, None, None, None, False, False
+                self.agent,
+                run_id,
+                decisions,
+                handle=None,
+                deps=None,
+                model_settings=None,
+                listening=False,
+                allow_changed=False,
             )
         except (CheckpointConflictError, ResumeError) as exc:
             latest = await self._read(lambda: self.store.load(run_id))
             raise _Refused(_refusal(latest, decisions, exc)) from None
 
-    def _start_resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
-        """Resume the claimed run ``run_id`` in the background; its claim ends with it."""
-        self._start(run_id, self._resume(run_id, decisions))
-
-    def _start(self, run_id: str, work: Coroutine[Any, Any, None]) -> None:
-        """Continue the claimed run ``run_id`` by ``work`` in the background; its claim ends
-        with it."""
-        task = asyncio.create_task(work, name=run_id)
+    def _start(self, run_id: str, work: Awaitable[object]) -> None:
+        """Continue the claimed run ``run_id`` by ``work`` in the background (an error it
+        raises is kept to be shown on the run's page); its claim ends with it."""
+        task = asyncio.create_task(self._failing(run_id, work), name=run_id)
         self._resuming.add(task)
 
         def resumed(task: asyncio.Task[None]) -> None:
@@ -425,7 +426,7 @@ class Inspector:
         waits = state.state is State.SUSPENDED
         if not waits:
             self._claimed.add(fork_id)
-            self._start_resume(fork_id, {})
+            self._start(fork_id, self.agent.resume(fork_id, {}))
         return JSONResponse(
             {
                 "run_id": fork_id,
@@ -437,10 +438,10 @@ class Inspector:
             status_code=201,
         )
 
-    async def _checked(self, run_id: str, request: Request) -> tuple[dict[str, HumanDecision], int]:
+    async def _checked(self, run_id: str, request: Request) -> dict[str, HumanDecision]:
         """The request's decisions, checked against a copy of the run's latest checkpoint (so
-        a mistake is reported here, not lost in the background resume), and that checkpoint's
-        version; :class:`_Refused` with the answer to give otherwise."""
+        a mistake is reported here, not lost in the background resume); :class:`_Refused`
+        with the answer to give otherwise."""
         try:
             decisions = _decisions(await request.json())
         except (ValueError, TypeError) as exc:
@@ -452,17 +453,10 @@ class Inspector:
             raise _Refused(_error(404, str(exc))) from None
         except ResumeError as exc:
             raise _Refused(_refusal(checkpoint, decisions, exc)) from None
-        return decisions, checkpoint.version
+        return decisions
 
     def _is_resuming(self, run_id: str) -> bool:
         return any(task.get_name() == run_id for task in self._resuming)
-
-    async def _resume(self, run_id: str, decisions: Mapping[str, HumanDecision]) -> None:
-        assert self.agent is not None
-        await self._failing(run_id, self.agent.resume(run_id, decisions))
-
-    async def _drive(self, run_id: str, ctx: RunContext) -> None:
-        await self._failing(run_id, drive(ctx))
 
     async def _failing(self, run_id: str, work: Awaitable[object]) -> None:
         """Await ``work``, which continues ``run_id``; an error it raises is kept to be shown

@@ -7,7 +7,6 @@ whole value of a field named like a secret (a tool call's ``password`` argument)
 from __future__ import annotations
 
 import time
-from collections import Counter as Tally
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -15,9 +14,10 @@ from typing import Any
 from pydantic import JsonValue
 
 from ..diagrams import RunPath, overview_dot, plan, render, state_dot
-from ..machine.table import TERMINAL, Counters, State, StopReason
+from ..machine.table import ANSWERED, TERMINAL, Counters, State, StopReason
 from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
+from ..persistence.lineage import by_origin
 from ..redaction import redact, redact_data
 from ..run_state import RunState
 
@@ -62,13 +62,10 @@ def _ending(rs: RunState) -> str | None:
     return None
 
 
-_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
-
-
 def gave_up(state: State | None, stop_reason: StopReason | None) -> bool:
     """Whether a run ended ``done`` without a clean answer: a limit or a budget ended it
     (``max_steps``, ``unverified``, ...), and its output, if any, is the best it had."""
-    return state is State.DONE and stop_reason not in _ANSWERED
+    return state is State.DONE and stop_reason not in ANSWERED
 
 
 def _origin(rs: RunState | None) -> dict[str, JsonValue]:
@@ -90,29 +87,8 @@ def grouped(rows: list[dict[str, JsonValue]]) -> list[dict[str, JsonValue]]:
     """The run list's ``rows`` (from :func:`run_row`) with each child run under its parent's
     and each fork under its original, when those are listed (in the list's order otherwise),
     each row's ``depth`` saying how far under."""
-    listed = {row["run_id"] for row in rows}
-    under: dict[JsonValue, list[dict[str, JsonValue]]] = {}
-    tops: list[dict[str, JsonValue]] = []
-    for row in rows:
-        origin = _origin_id(row)
-        if origin is not None and origin in listed and origin != row["run_id"]:
-            under.setdefault(origin, []).append(row)
-        else:
-            tops.append(row)
-    ordered: list[dict[str, JsonValue]] = []
-    seen: set[JsonValue] = set()
-
-    def walk(row: dict[str, JsonValue], depth: int) -> None:
-        seen.add(row["run_id"])
-        ordered.append({**row, "depth": depth})
-        for below in under.get(row["run_id"], ()):
-            if below["run_id"] not in seen:
-                walk(below, depth + 1)
-
-    for row in tops:
-        walk(row, 0)
-    ordered.extend({**row, "depth": 0} for row in rows if row["run_id"] not in seen)
-    return ordered
+    nested = by_origin(rows, lambda row: str(row["run_id"]), _origin_id)
+    return [{**row, "depth": depth} for row, depth in nested]
 
 
 def forks_of(run_id: str, checkpoints: Iterable[Checkpoint]) -> list[JsonValue]:
@@ -135,11 +111,11 @@ def forks_of(run_id: str, checkpoints: Iterable[Checkpoint]) -> list[JsonValue]:
     return cleaned
 
 
-def _origin_id(row: Mapping[str, JsonValue]) -> JsonValue:
+def _origin_id(row: Mapping[str, JsonValue]) -> str | None:
     for key in ("parent", "forked_from"):
         origin = row.get(key)
         if isinstance(origin, dict):
-            return origin.get("run_id")
+            return str(origin.get("run_id"))
     return None
 
 
@@ -180,14 +156,7 @@ def run_row(summary: RunSummary, checkpoint: Checkpoint | None) -> dict[str, Jso
 
 def run_path(rs: RunState) -> RunPath | None:
     """The run's walk over the machine, from its stored moves (``None`` before its first)."""
-    if not rs.trace:
-        return None
-    states: Tally[State] = Tally({rs.trace[0].source: 1})
-    rows: Tally[int] = Tally()
-    for move in rs.trace:
-        states[move.dest] += 1
-        rows[move.row] += 1
-    return RunPath(dict(states), dict(rows), rs.trace[-1].dest, rs.stop_reason)
+    return RunPath.of_run(rs)
 
 
 def _state_link(state: State) -> str:

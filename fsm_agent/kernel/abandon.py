@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
-from ..machine.table import TERMINAL, Outcome, State, StopReason
+from ..machine.table import ANSWERED, TERMINAL, Outcome, State, StopReason
 from ..messages import ToolCall, ToolResult
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
@@ -50,8 +50,6 @@ _CHILD_ENDED = (
     "Error: not finished: agent tool '{name}' (call {id}) stopped without finishing its task "
     "before the run was abandoned; its child run {child} ended {stop}"
 )
-
-_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
 
 _UNANSWERED = (
     "Error: not finished: tool '{name}' asked a human ({question}) and the run was abandoned "
@@ -151,7 +149,7 @@ async def _settle_from_journal(
 def _from_child(call: ToolCall, child: RunState) -> ToolResult:
     """The result of ``call`` from its child's run: the child's answer when it had ended with
     one before the abandon, else an error naming the child's run and how it ended."""
-    if child.state is State.DONE and child.stop_reason in _ANSWERED and child.output is not None:
+    if child.state is State.DONE and child.stop_reason in ANSWERED and child.output is not None:
         return ToolResult(call_id=call.id, name=call.name, content=child.output)
     cancelled = child.state is State.ABORTED and child.stop_reason is StopReason.CANCELLED
     template = _CHILD_ABANDONED if cancelled else _CHILD_ENDED

@@ -38,7 +38,7 @@ from pydantic import Field
 from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
-from ..machine.table import Outcome, State, StopReason
+from ..machine.table import ANSWERED, Outcome, State
 from ..messages import Message, Role, ToolCall, Usage, validate_history
 from ..persistence.storable import storable_message
 from ..policy import UsageLimits
@@ -66,7 +66,6 @@ __all__ = [
     "phase_turns",
 ]
 
-_ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
 _LIMIT_FIELDS = (
     "max_requests",
     "max_input_tokens",
@@ -368,7 +367,7 @@ def _charge(parent: RunContext, rs: RunState) -> None:
 
 def _answer(name: str, result: RunResult[Any]) -> object:
     """The child's output, or the error its stop is to the parent's model."""
-    if result.state is State.DONE and result.stop_reason in _ANSWERED:
+    if result.state is State.DONE and result.stop_reason in ANSWERED:
         return result.output
     why = result.stop_reason.value
     if result.state is State.SUSPENDED:

@@ -57,6 +57,7 @@ class Plan:
     falls_back_on: Callable[[ModelError], bool] | None  # a chain's test of an error
     streams: bool  # listened runs stream the model's answer
     tools: ToolRegistry  # the tools offered, the done tool included, through any adapter
+    done_offered: bool  # the built-in done tool is one of them (a call of it waits for the others)
     tool_definitions: tuple[ToolDefinition, ...]
     pager: Tool | None  # offered to the model once a tool output was cut
     approval_needed: bool  # some tool needs a human's approval
@@ -101,7 +102,9 @@ def compile_plan(
         raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
     check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
-    registry, pager = _tools([*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool)
+    registry, pager, done_offered = _tools(
+        [*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool
+    )
     models, falls_back_on = _models(model)
     if streams is None:
         streams = all(callable(getattr(m, "stream", None)) for m in models)
@@ -124,6 +127,7 @@ def compile_plan(
         falls_back_on=falls_back_on,
         streams=streams,
         tools=registry,
+        done_offered=done_offered,
         tool_definitions=registry.definitions,
         pager=pager,
         approval_needed=any(t.needs_approval for t in registry.values()),
@@ -168,15 +172,16 @@ def _tools(
     policy: Policy,
     output_spec: OutputSpec | None,
     wrap_tool: Callable[[Tool], Tool] | None,
-) -> tuple[ToolRegistry, Tool | None]:
+) -> tuple[ToolRegistry, Tool | None, bool]:
     """The tool registry the policy asks for (the done tool added) and the pager, both
-    through ``wrap_tool``."""
+    through ``wrap_tool``, and whether the registry's ``done`` is the built-in done tool."""
     tool_list = list(given)
     if policy.require_done_tool and not any(
         (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done" for t in tool_list
     ):
         tool_list.append(done_tool())
     registry = ToolRegistry(tool_list)
+    done_offered = registry.get("done") is done_tool()
     if output_spec is not None and ANSWER_TOOL in registry:
         raise ConfigurationError(
             f"a tool named {ANSWER_TOOL!r} clashes with the tool a typed-output agent offers "
@@ -191,4 +196,4 @@ def _tools(
     if wrap_tool is not None:
         registry = ToolRegistry(wrap_tool(t) for t in registry.values())
         pager = None if pager is None else wrap_tool(pager)
-    return registry, pager
+    return registry, pager, done_offered

@@ -11,7 +11,8 @@ from ..approval import HumanDecision, ResumeHandle, apply_decisions
 from ..errors import InvalidInputError, ResumeError, RunFinishedError
 from ..machine.table import TERMINAL, State
 from ..messages import Message, validate_history
-from ..model_settings import ModelSettings, merge_settings
+from ..model_settings import ModelSettings, merge_settings, settings_request
+from ..models import check_request
 from ..persistence import Checkpoint
 from ..persistence.run_log import RunLog, load_checkpoint
 from ..persistence.storable import storable_message
@@ -42,8 +43,10 @@ def start_context(
 ) -> RunContext:
     """The context of a new run of ``agent`` on ``prompt`` (raises
     :class:`~fsm_agent.InvalidInputError` for a prompt, history or conversation id that does
-    not fit, before anything runs)."""
+    not fit, and :class:`~fsm_agent.ConfigurationError` for settings a model refuses, before
+    anything runs)."""
     settings = merge_settings(agent.model_settings, model_settings)
+    _check_settings(agent, settings)
     if isinstance(prompt, str):
         if not prompt or prompt.isspace():
             raise InvalidInputError("the prompt is empty; pass the task as text")
@@ -83,6 +86,26 @@ def start_context(
     return ctx
 
 
+def _check_settings(agent: Agent[Any, Any], settings: ModelSettings | None) -> None:
+    """Ask each model of ``agent`` whether it takes the first request of a run under
+    ``settings`` (raises :class:`~fsm_agent.ConfigurationError` for settings it refuses)."""
+    if settings is None:
+        return
+    plan = agent._plan
+    phases = plan.phases
+    tools = plan.tool_definitions if phases is None else phases.tools_of[phases.phases.initial]
+    request = settings_request(
+        settings,
+        (),
+        tools,
+        parallel_tool_calls=plan.settings.parallel_tool_calls,
+        first_turn=True,
+        output=plan.output_schema,
+    )
+    for model in plan.models:
+        check_request(model, request)
+
+
 def new_context(
     agent: Agent[Any, Any],
     rs: RunState,
@@ -112,6 +135,7 @@ async def resume_context(
     """The context that continues a suspended run (from its resume handle) or a stored one
     (by its id, for an agent with a checkpointer); see :meth:`~fsm_agent.Agent.resume`."""
     settings = merge_settings(agent.model_settings, model_settings)
+    _check_settings(agent, settings)
     if agent.checkpointer is not None:
         ctx = await _durable_resume_context(
             agent, resume, decisions, handle, deps, listening, allow_changed

@@ -40,6 +40,7 @@ from .guards import (
 )
 
 __all__ = [
+    "ANSWERED",
     "DECLARATIONS",
     "GUARDS",
     "LIMITS",
@@ -144,6 +145,11 @@ class StopReason(StrEnum):
     SUSPENDED = "suspended"  # waiting for a human; resumable [S002 human_input_needed]
     REPEATED_TOOL_CALLS = "repeated_tool_calls"  # the loop guard tripped (policy: finalize)
     HOOK_ERROR = "hook_error"  # a hook failed under hook_failure_mode="fail" [S001 §10]
+
+
+ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
+"""The stop reasons of a ``done`` run that answered its task (the others end it on a limit or
+a budget, with the best output it had, if any)."""
 
 
 @dataclass(frozen=True, slots=True)

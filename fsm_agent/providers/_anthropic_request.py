@@ -10,7 +10,6 @@ sent as text: the API rejects those blocks in a request that defines no tools.
 
 from __future__ import annotations
 
-from ..errors import ConfigurationError
 from ..messages import (
     ImagePart,
     Message,
@@ -23,7 +22,7 @@ from ..messages import (
 )
 from ._assembly import JSONObject, append_turn, canonical_json, object_arguments
 
-__all__ = ["MIN_BUDGET", "PROVIDER", "check_thinking", "tool_choice", "wire_messages"]
+__all__ = ["MIN_BUDGET", "PROVIDER", "thinking_fault", "tool_choice", "wire_messages"]
 
 PROVIDER = "anthropic"
 MIN_BUDGET = 1024
@@ -140,21 +139,23 @@ def wire_messages(request: ModelRequest) -> list[JSONObject]:
     return wire
 
 
-def check_thinking(request: ModelRequest, budget: int | None) -> None:
-    """Refuse the settings Anthropic refuses with extended thinking on, before any request."""
+def thinking_fault(request: ModelRequest, budget: int | None) -> str | None:
+    """What Anthropic refuses in ``request`` with extended thinking on (``budget`` tokens, or
+    ``None`` when off), said with the fix; ``None`` when it takes the request."""
     if budget is None:
-        return
+        return None
     if budget < MIN_BUDGET:
-        raise ConfigurationError(
+        return (
             f"{PROVIDER}: reasoning_budget_tokens={budget} is below the {MIN_BUDGET} tokens "
             f"extended thinking takes at least: give {MIN_BUDGET} or more, or leave it unset"
         )
     if request.tools and request.tool_choice not in (None, "auto", "none"):
-        raise ConfigurationError(
+        return (
             f"{PROVIDER}: tool_choice={request.tool_choice!r} cannot go with extended "
             "thinking, which lets the model choose (only 'auto' or 'none'): drop tool_choice "
             "or turn thinking off (no reasoning_budget_tokens or reasoning_effort)"
         )
+    return None
 
 
 def tool_choice(request: ModelRequest) -> JSONObject | None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import ClassVar, Unpack
 
-from ..errors import MalformedResponseError, ModelError
+from ..errors import ConfigurationError, InvalidRequestError, MalformedResponseError, ModelError
 from ..messages import (
     FinishReason,
     ModelRequest,
@@ -32,7 +32,7 @@ from ..messages import (
     parse_arguments,
 )
 from ._anthropic_cache import mark_cache_breakpoints
-from ._anthropic_request import MIN_BUDGET, PROVIDER, check_thinking, tool_choice, wire_messages
+from ._anthropic_request import MIN_BUDGET, PROVIDER, thinking_fault, tool_choice, wire_messages
 from ._assembly import (
     JSONObject,
     as_count,
@@ -342,10 +342,22 @@ class AnthropicModel(ProviderBase):
         self._max_pauses = max_pause_continuations
         self._prompt_cache = prompt_cache
 
+    def check_request(self, request: ModelRequest) -> None:
+        """Raise :class:`~fsm_agent.ConfigurationError` for settings in ``request`` that the
+        API refuses with extended thinking on (a forcing ``tool_choice``, a budget under 1,024
+        tokens); the agent asks before a run starts."""
+        fault = thinking_fault(request, thinking_budget(request, _EFFORT_BUDGET))
+        if fault is not None:
+            raise ConfigurationError(fault)
+
     def build_body(self, request: ModelRequest, *, stream: bool) -> JSONObject:
-        """The Messages JSON body for ``request``."""
+        """The Messages JSON body for ``request``; a request the API refuses with extended
+        thinking on (a hook changed its settings) raises a non-retryable
+        :class:`~fsm_agent.errors.InvalidRequestError`, as the API's HTTP 400 would."""
         budget = thinking_budget(request, _EFFORT_BUDGET)
-        check_thinking(request, budget)
+        fault = thinking_fault(request, budget)
+        if fault is not None:
+            raise InvalidRequestError(fault, provider=_PROVIDER)
         max_tokens = request.max_tokens or self._default_max_tokens
         if budget is not None and max_tokens <= budget:
             max_tokens = budget + self._default_max_tokens

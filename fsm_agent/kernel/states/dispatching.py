@@ -35,7 +35,7 @@ from ...events import LoopDetectedEvent
 from ...machine.table import Outcome, repeats_spent
 from ...messages import ToolCall, ToolResult
 from ...run_state import HumanRequest
-from ...tools import Tool, ToolContext, ToolExecution, done_tool
+from ...tools import Tool, ToolContext, ToolExecution
 from ...tools.output import PAGER_NAME, cut_result
 from ..context import Interrupted, RunContext
 from ..handoffs import hand_off
@@ -123,7 +123,7 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     if found is None:  # a tool error like any other (tool_failure_mode="fail" aborts on it)
         message = f"Error: Unknown tool '{call.name}'"
         return ToolExecution(tool_error(call, message), error=LookupError(message[7:]))
-    if call.name == "done" and len(rs.pending_tool_calls) > 1 and found is done_tool():
+    if call.name == "done" and plan.done_offered and len(rs.pending_tool_calls) > 1:
         return ToolExecution(tool_error(call, DONE_ALONE))
     limit = plan.settings.max_tool_calls
     if limit is not None and rs.tool_executions >= limit:
