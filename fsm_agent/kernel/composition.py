@@ -3,10 +3,10 @@ and the child's output is the call's result.
 
 The child shares what bounds the parent's run:
 
-- **usage limits**: the child runs under the smaller of its own limits and what the parent has
-  left (its ``max_requests``, token and cost caps, less what the children running beside it
-  were granted), and when it ends its usage and model calls are added to the parent's, so the
-  parent's limits hold over the whole composition;
+- **usage limits**: the child runs under the smaller of its own limits and its share of what
+  the parent has left (its ``max_requests``, token and cost caps): the agent calls of one turn
+  split what is left equally (see :mod:`.sharing`), and when a child ends its usage and model
+  calls are added to the parent's, so the parent's limits hold over the whole composition;
 - **the deadline**: the child's wall-clock limit is at most the parent's time left;
 - **cancellation**: a cancel (or the deadline) of the parent is the child's too, seen at its next
   move; an effect of the child in flight is cut short with the parent's.
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
@@ -38,15 +36,15 @@ from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
-from ..messages import Message, Usage
+from ..messages import Message
 from ..persistence.storable import storable_message
-from ..policy import UsageLimits
 from ..run_state import RunState
 from ..tools import Tool, ToolContext
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
 from .run import RunHandle, RunResult
+from .sharing import Grant, grant_limits, release, spent_share
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
@@ -64,13 +62,6 @@ __all__ = [
 ]
 
 _ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
-_LIMIT_FIELDS = (
-    "max_requests",
-    "max_input_tokens",
-    "max_output_tokens",
-    "max_total_tokens",
-    "max_cost_usd",
-)
 
 TASK_DESCRIPTION = (
     "The task for this agent, stated in full: it sees nothing else of this conversation."
@@ -169,78 +160,35 @@ class _Settled:
 _SETTLED = _Settled()
 
 
-@dataclass(slots=True)
-class _Grant:
-    """The share of a parent's usage limits one running child was given."""
-
-    limits: dict[str, float]
-
-
-_GRANTS: weakref.WeakKeyDictionary[RunContext, list[_Grant]] = weakref.WeakKeyDictionary()
-"""The grants of the children running under each parent run (concurrent calls share the
-parent's budget: each is given what the others were not)."""
-
-
-def _used(usage: Usage, model_calls: int) -> dict[str, float]:
-    return {
-        "max_requests": model_calls,
-        "max_input_tokens": usage.input_tokens,
-        "max_output_tokens": usage.output_tokens,
-        "max_total_tokens": usage.total_tokens,
-        "max_cost_usd": usage.cost_usd,
-    }
-
-
-def _shared_limits(
-    own: UsageLimits, parent: RunContext, grants: list[_Grant]
-) -> tuple[UsageLimits, _Grant, str | None]:
-    """The child's usage limits under ``parent``'s: each the smaller of the child's own and
-    what the parent has left; the grant taken from the parent; and, when the parent has
-    nothing left of a limit, which one."""
-    theirs = parent.plan.policy.usage_limits
-    used = _used(parent.rs.usage, parent.rs.model_calls)
-    values: dict[str, Any] = {}
-    granted: dict[str, float] = {}
-    for name in _LIMIT_FIELDS:
-        mine = getattr(own, name)
-        limit = getattr(theirs, name)
-        if limit is None:
-            values[name] = mine
-            continue
-        left = limit - used[name] - sum(g.limits.get(name, 0) for g in grants)
-        if left <= 0:
-            return own, _Grant({}), name
-        share = left if mine is None else min(mine, left)
-        if name != "max_cost_usd":
-            share = int(share)
-        values[name] = granted[name] = share
-    return own.model_copy(update=values), _Grant(granted), None
-
-
 def _bounded(
-    agent: Agent[Any, Any], parent: RunContext, grants: list[_Grant]
-) -> tuple[Agent[Any, Any], _Grant | None, str | None]:
-    """``agent`` under the limits its parent shares with it: a copy with a narrower policy when
-    the parent has usage limits or a deadline, else ``agent`` itself."""
+    agent: Agent[Any, Any], parent: RunContext, call_id: str
+) -> tuple[Agent[Any, Any], Grant | None, str | None]:
+    """``agent`` under the limits its parent shares with it (see :mod:`.sharing`): a copy with a
+    narrower policy when the parent has usage limits or a deadline, else ``agent`` itself; the
+    grant taken from the parent's usage limits; or why it is not run."""
     policy = agent.policy
     update: dict[str, Any] = {}
-    grant = None
-    if parent.plan.usage_limited:
-        limits, grant, spent = _shared_limits(policy.usage_limits, parent, grants)
-        if spent is not None:
-            return agent, None, f"the run's usage limit usage_limits.{spent} is reached"
-        update["usage_limits"] = limits
     if parent.deadline is not None:
         left = parent.deadline - parent.runtime.clock()
         if left <= 0:
             return agent, None, "the run's wall-clock limit has passed"
         own = policy.max_wall_clock_s
         update["max_wall_clock_s"] = left if own is None else min(own, left)
+    grant = None
+    if parent.plan.usage_limited:
+        shared = grant_limits(policy.usage_limits, parent, call_id, _is_agent)
+        if isinstance(shared, str):
+            return agent, None, shared
+        update["usage_limits"], grant = shared
     if not update:
         return agent, None, None
     bounded = copy.copy(agent)
     bounded.policy = policy.model_copy(update=update)
     return bounded, grant, None
+
+
+def _is_agent(found: Tool | None) -> bool:
+    return isinstance(found, AgentTool)
 
 
 async def _run_child(
@@ -255,12 +203,9 @@ async def _run_child(
             "limits); pass it to an Agent's tools",
             tool_name=name,
         )
-    grants = _GRANTS.setdefault(parent, [])
-    child, grant, refused = _bounded(agent, parent, grants)
+    child, grant, refused = _bounded(agent, parent, context.call_id)
     if refused is not None:
         raise AgentToolError(f"agent {name!r} was not run: {refused}", tool_name=name)
-    if grant is not None:
-        grants.append(grant)
     top = type(parent) is RunContext
     inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
     log = None
@@ -271,8 +216,10 @@ async def _run_child(
         if log is not None:
             rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
+            if grant is not None:
+                release(parent, grant)
             _charge(parent, rs)
-            return _answer(name, RunResult.of(rs, None, child._plan.output_spec))
+            return _answer(name, RunResult.of(rs, None, child._plan.output_spec), grant)
     else:
         rs = RunState(run_id=child.runtime.new_id())
     ctx = ChildRunContext(
@@ -291,11 +238,11 @@ async def _run_child(
     finally:
         del _CALLS[rs.run_id]
         if grant is not None:
-            grants.remove(grant)
+            release(parent, grant)
         _charge(parent, rs)
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
-    return _answer(name, result)
+    return _answer(name, result, grant)
 
 
 def _charge(parent: RunContext, rs: RunState) -> None:
@@ -304,11 +251,16 @@ def _charge(parent: RunContext, rs: RunState) -> None:
     parent.rs.model_calls += rs.model_calls
 
 
-def _answer(name: str, result: RunResult[Any]) -> object:
-    """The child's output, or the error its stop is to the parent's model."""
+def _answer(name: str, result: RunResult[Any], grant: Grant | None) -> object:
+    """The child's output, or the error its stop is to the parent's model (for a stop on its
+    share of the parent's usage limits, what it was granted and used)."""
     if result.state is State.DONE and result.stop_reason in _ANSWERED:
         return result.output
     why = result.stop_reason.value
+    if grant is not None and result.stop_reason is StopReason.USAGE_LIMIT:
+        share = spent_share(grant, result.usage, result.model_calls)
+        if share is not None:
+            why += f": {share}"
     if result.state is State.SUSPENDED:
         why = "it waits for a human, which an agent used as a tool cannot ask"
     message = f"agent {name!r} stopped without finishing its task ({why})"

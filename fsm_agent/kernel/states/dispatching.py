@@ -180,7 +180,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     try:
         if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
             await _prepare_all(turn)
-        to_run = turn.to_run()
+        to_run = ctx.turn_calls = turn.to_run()
         if to_run and ctx.handle.pause_requested:
             turn.paused = True
         elif to_run and settings.parallel_tool_calls and len(to_run) > 1:

@@ -1,0 +1,153 @@
+"""Fan-out: the children one turn of a parent calls share what is left of the parent's usage
+limits by an equal split, their events reach the parent's stream while they run, and the
+result accounts for each of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsm_agent import Agent, Policy, RetryPolicy, StopReason, UsageLimits
+from fsm_agent.messages import Role, ToolResult
+from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
+from helpers import look, make_agent
+
+SPECIALISTS = ("legal", "finance", "tech")
+
+
+def results_of(result: Any) -> list[ToolResult]:
+    """The tool results in a run's history, in order."""
+    return [
+        part
+        for message in result.messages
+        if message.role is Role.TOOL
+        for part in message.parts
+        if isinstance(part, ToolResult)
+    ]
+
+
+def specialist(name: str, lookups: int = 1) -> tuple[Agent[Any, Any], ScriptedModel]:
+    """A child that looks something up ``lookups`` times, then answers."""
+    turns = [tool_call("look", {"topic": name})] * lookups + [text(f"{name}: fine")]
+    child, model, _ = make_agent(turns, tools=[look])
+    return child, model
+
+
+def orchestrator(
+    children: list[Agent[Any, Any]], policy: Policy, names: tuple[str, ...] = SPECIALISTS
+) -> tuple[Agent[Any, Any], ScriptedModel]:
+    """A parent that calls every child in one turn, then answers."""
+    parent, model, _ = make_agent(
+        [tool_calls(*[(n, {"task": f"review {n}"}) for n in names]), text("all reviewed")],
+        tools=[
+            c.as_tool(name=n, description=f"The {n} specialist.")
+            for n, c in zip(names, children, strict=True)
+        ],
+        policy=policy,
+    )
+    return parent, model
+
+
+def test_three_specialists_under_one_max_requests_all_run() -> None:
+    """Under max_requests=12, a turn calling three specialists (two model calls each) runs all
+    three: they split the 11 requests left, none takes them all."""
+    built = [specialist(n) for n in SPECIALISTS]
+    parent, _ = orchestrator(
+        [c for c, _ in built], Policy(usage_limits=UsageLimits(max_requests=12))
+    )
+    result = parent.run_sync("Review the contract.")
+    assert result.ok and result.output == "all reviewed"
+    assert [r.content for r in results_of(result)] == [f"{n}: fine" for n in SPECIALISTS]
+    assert [m.calls for _, m in built] == [2, 2, 2]
+    assert result.model_calls == 8
+
+
+def test_the_turns_children_get_equal_shares_of_what_is_left() -> None:
+    """Children that would each spend every request they get are held to an equal share of
+    the 11 left (4, 4 and 3), and the run's total is exactly the limit."""
+    built = [specialist(n, lookups=20) for n in SPECIALISTS]
+    parent, _ = orchestrator(
+        [c for c, _ in built], Policy(usage_limits=UsageLimits(max_requests=12))
+    )
+    result = parent.run_sync("Review the contract.")
+    assert sorted(m.calls for _, m in built) == [3, 4, 4]
+    assert result.model_calls == 12
+    first = results_of(result)[0].content
+    assert "it was granted max_requests=4, an equal share of the 11 the run had left" in first
+    assert "among the turn's 3 agent calls not yet started, and used 4" in first
+
+
+def test_a_refused_child_is_told_what_was_asked_granted_and_used() -> None:
+    """With two requests left for three children, the third is refused, and its result says
+    what it asked for, what the run granted and what was used."""
+    built = [specialist(n, lookups=20) for n in SPECIALISTS]
+    parent, _ = orchestrator(
+        [c for c, _ in built], Policy(usage_limits=UsageLimits(max_requests=3))
+    )
+    result = parent.run_sync("Review the contract.")
+    assert sorted(m.calls for _, m in built) == [0, 1, 1]
+    refused = [r for r in results_of(result) if "was not run" in r.content]
+    assert len(refused) == 1 and refused[0].is_error
+    message = refused[0].content
+    assert "max_requests=3" in message
+    assert "1 used" in message and "2 granted" in message
+    assert "asks for no limit of its own" in message
+
+
+PARALLEL_PARENT = Policy(
+    max_steps=2,
+    max_tool_calls=3,
+    retry=RetryPolicy(max_retries=0),
+    usage_limits=UsageLimits(max_requests=8),
+)
+CHILD = Policy(max_steps=2, max_tool_calls=1, retry=RetryPolicy(max_retries=0))
+
+
+def test_parallel_children_reach_the_explored_composed_bound() -> None:
+    """Three children called together under a shared max_requests=8 spend exactly what is
+    left (3, 2 and 2 of 7): the run makes the composed bound's model calls, which the explorer
+    finds too."""
+    from fsm_agent.kernel.composition import explored_model_calls
+
+    children = []
+    for _ in SPECIALISTS:
+        child, _, _ = make_agent(
+            [tool_call("look", {"topic": "t"})] * 5, tools=[look], policy=CHILD
+        )
+        children.append(child)
+    parent, _ = orchestrator(children, PARALLEL_PARENT)
+    computed = parent.bounds().max_model_calls
+    assert computed == explored_model_calls(parent) == 8
+    result = parent.run_sync("Review.")
+    assert result.model_calls == 8
+    assert result.stop_reason is StopReason.USAGE_LIMIT
+
+
+def _parallel_composition(model: Any) -> Agent[Any, Any]:
+    """A parent calling two children in parallel turns under a shared max_requests, all on
+    one fuzzed model."""
+    first = Agent(model, tools=[look], policy=Policy(max_steps=2, max_tool_calls=1))
+    second = Agent(model, tools=[look], policy=Policy(max_steps=2, max_tool_calls=1))
+    return Agent(
+        model,
+        tools=[
+            look,
+            first.as_tool(name="one", description="First researcher."),
+            second.as_tool(name="two", description="Second researcher."),
+        ],
+        policy=Policy(
+            max_steps=3,
+            max_tool_calls=3,
+            parallel_tool_calls=True,
+            usage_limits=UsageLimits(max_requests=9),
+        ),
+    )
+
+
+def test_the_fuzzer_finds_no_violation_in_a_parallel_composition() -> None:
+    """Under the fuzzer, children called together in one turn and sharing the parent's
+    max_requests keep every run invariant: the composed bound holds and the usage adds up."""
+    from fsm_agent.fuzzing import fuzz
+
+    report = fuzz(_parallel_composition, examples=150, seed=0)
+    assert report.failure is None, report.format()
+    assert report.examples == 150
