@@ -4,12 +4,14 @@ result accounts for each of them."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from fsm_agent import Agent, Policy, RetryPolicy, StopReason, UsageLimits
+from fsm_agent import Agent, Policy, RetryPolicy, StopReason, UsageLimits, tool
+from fsm_agent.events import ChildEvent, Event, FinalEvent, ToolCallEvent, ToolResultEvent
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
-from helpers import look, make_agent
+from helpers import look, make_agent, stream
 
 SPECIALISTS = ("legal", "finance", "tech")
 
@@ -151,3 +153,97 @@ def test_the_fuzzer_finds_no_violation_in_a_parallel_composition() -> None:
     report = fuzz(_parallel_composition, examples=150, seed=0)
     assert report.failure is None, report.format()
     assert report.examples == 150
+
+
+def _parallel_pair(
+    first_turns: list[Any], second_turns: list[Any], tools: list[Any]
+) -> Agent[Any, Any]:
+    """A parent that calls two children, ``one`` and ``two``, in one parallel turn."""
+    first, _, _ = make_agent(first_turns, tools=tools)
+    second, _, _ = make_agent(second_turns, tools=tools)
+    parent, _, _ = make_agent(
+        [tool_calls(("one", {"task": "a"}, "c1"), ("two", {"task": "b"}, "c2")), text("done")],
+        tools=[
+            first.as_tool(name="one", description="First researcher."),
+            second.as_tool(name="two", description="Second researcher."),
+        ],
+    )
+    return parent
+
+
+def test_parallel_children_stream_their_events_while_they_run() -> None:
+    """With parallel calls, a child's events reach the listener while it runs: the listener
+    sees child one's tool call while that tool waits on the listener, and child two goes on."""
+    release = asyncio.Event()
+
+    @tool
+    async def wait_for_listener(topic: str) -> str:
+        """Wait until the listener has seen this call."""
+        await release.wait()
+        return f"seen {topic}"
+
+    parent = _parallel_pair(
+        [tool_call("wait_for_listener", {"topic": "t"}), text("a")],
+        [tool_call("look", {"topic": "u"}), text("b")],
+        [wait_for_listener, look],
+    )
+    events: list[Event] = []
+
+    async def main() -> None:
+        async for event in parent.run_stream("Go."):
+            events.append(event)
+            inner = event.event if isinstance(event, ChildEvent) else None
+            if isinstance(inner, ToolCallEvent) and inner.tool_name == "wait_for_listener":
+                release.set()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=10))
+    assert isinstance(events[-1], FinalEvent) and events[-1].output == "done"
+
+
+def test_no_child_event_comes_after_its_calls_result() -> None:
+    """With parallel calls, each child's events come between its call's tool_call and
+    tool_result, and each carries its path from the listened run."""
+    parent = _parallel_pair(
+        [tool_call("look", {"topic": "t"}, id="l1"), text("a")],
+        [tool_call("look", {"topic": "u"}, id="l2"), text("b")],
+        [look],
+    )
+    events, _ = stream(parent)
+    for call_id, name in (("c1", "one"), ("c2", "two")):
+        called = next(
+            i for i, e in enumerate(events) if isinstance(e, ToolCallEvent) and e.call_id == call_id
+        )
+        answered = next(
+            i
+            for i, e in enumerate(events)
+            if isinstance(e, ToolResultEvent) and e.call_id == call_id
+        )
+        mine = [
+            i for i, e in enumerate(events) if isinstance(e, ChildEvent) and e.call_id == call_id
+        ]
+        assert mine and all(called < i < answered for i in mine)
+        assert {events[i].path for i in mine} == {(f"{name}:{call_id}",)}  # type: ignore[union-attr]
+
+
+def test_a_grandchilds_events_carry_its_full_path() -> None:
+    """A grandchild's events, under a child called in parallel, name both levels."""
+    grandchild, _, _ = make_agent([text("deep")])
+    child, _, _ = make_agent(
+        [tool_call("dig", {"task": "deeper"}, id="g1"), text("found deep")],
+        tools=[grandchild.as_tool(name="dig", description="Dig deeper.")],
+    )
+    other, _, _ = make_agent([text("other")])
+    parent, _, _ = make_agent(
+        [tool_calls(("research", {"task": "a"}, "c1"), ("other", {"task": "b"}, "c2")), text("ok")],
+        tools=[
+            child.as_tool(name="research", description="Research."),
+            other.as_tool(name="other", description="Other."),
+        ],
+    )
+    events, _ = stream(parent)
+    deep = [e for e in events if isinstance(e, ChildEvent) and e.depth == 2]
+    assert deep and {e.path for e in deep} == {("research:c1", "dig:g1")}
+    result_at = next(
+        i for i, e in enumerate(events) if isinstance(e, ToolResultEvent) and e.call_id == "c1"
+    )
+    assert all(events.index(e) < result_at for e in deep)

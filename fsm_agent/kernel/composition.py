@@ -93,7 +93,10 @@ class ChildRunContext(RunContext):
 
     ``inline`` says the child runs in the task stepping its parent's listened run (the calls of
     a turn run one by one): its events are yielded on the spot. Otherwise (concurrent calls)
-    they wait in the parent's pending events until the turn's calls end."""
+    they go to the queue the parent's turn emits from while its calls run (through an ancestor
+    that runs in a task of its own, up to the one whose turn has the queue).
+
+    ``path`` names the child from the listened run down: one ``tool_name:call_id`` per level."""
 
     def __init__(
         self,
@@ -111,6 +114,7 @@ class ChildRunContext(RunContext):
         self.call_id = call_id
         self.tool_name = tool_name
         self.depth: int = getattr(parent, "depth", 0) + 1
+        self.path: tuple[str, ...] = (*getattr(parent, "path", ()), f"{tool_name}:{call_id}")
         self.inline = inline
 
     @property
@@ -139,11 +143,18 @@ class ChildRunContext(RunContext):
                 tool_name=self.tool_name,
                 child_run_id=self.rs.run_id,
                 depth=self.depth,
+                path=self.path,
                 event=event,
             )
         if self.inline:
             return Emitted(event)
-        self.parent.pending_events.append(event)
+        parent = self.parent
+        if parent.child_events is not None:
+            parent.child_events.put_nowait(event)
+        elif isinstance(parent, ChildRunContext) and not parent.inline:
+            return parent.emit(event)
+        else:
+            parent.pending_events.append(event)
         return _SETTLED
 
 
@@ -176,7 +187,7 @@ def _bounded(
         update["max_wall_clock_s"] = left if own is None else min(own, left)
     grant = None
     if parent.plan.usage_limited:
-        shared = grant_limits(policy.usage_limits, parent, call_id, _is_agent)
+        shared = grant_limits(policy.usage_limits, parent, call_id)
         if isinstance(shared, str):
             return agent, None, shared
         update["usage_limits"], grant = shared
@@ -185,10 +196,6 @@ def _bounded(
     bounded = copy.copy(agent)
     bounded.policy = policy.model_copy(update=update)
     return bounded, grant, None
-
-
-def _is_agent(found: Tool | None) -> bool:
-    return isinstance(found, AgentTool)
 
 
 async def _run_child(
@@ -275,6 +282,8 @@ class AgentTool(Tool):
     """An agent used as a tool (build one with :meth:`fsm_agent.Agent.as_tool`): its one
     argument is the task, its result the child's output. ``agent`` is the child."""
 
+    runs_agent = True
+
     def __init__(
         self,
         agent: Agent[Any, Any],
@@ -312,8 +321,7 @@ class AgentTool(Tool):
     @property
     def reports_progress(self) -> bool:
         """No: the child's events say how it goes, and they reach the parent's listener as they
-        happen only while the child runs in the task stepping the parent (see
-        :class:`ChildRunContext`), not in a task of its own."""
+        happen (see :class:`ChildRunContext`)."""
         return False
 
     def __repr__(self) -> str:

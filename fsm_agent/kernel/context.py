@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Interrupted
-from ..events import Event
+from ..events import ChildEvent, Event, ToolProgressEvent
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
 from ..messages import (
@@ -157,6 +157,8 @@ class RunContext:
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.turn_calls: list[ToolCall] = []  # the calls the current tool turn runs
+        # A listened run's concurrent calls: the queue their children's events go to.
+        self.child_events: asyncio.Queue[ToolProgressEvent | ChildEvent] | None = None
         self.count_tokens = self.plan.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
         # The agent's and the run's model settings merged (None: neither sets any).

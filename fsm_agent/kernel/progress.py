@@ -12,13 +12,14 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ..events import ToolProgressEvent
+from ..events import ChildEvent, ToolProgressEvent
 from ..messages import ToolCall
 from .context import RunContext
 
 __all__ = ["Reports", "emit_reported", "reporter", "wait_reporting"]
 
-Reports = asyncio.Queue[ToolProgressEvent]
+Reports = asyncio.Queue[ToolProgressEvent | ChildEvent]
+"""The progress reports of a turn's running calls, and the events of the children they run."""
 
 
 def reporter(
@@ -59,7 +60,7 @@ async def wait_reporting(
     pending: set[asyncio.Future[Any]] = set(tasks)
     while pending:
         getter = asyncio.ensure_future(queue.get())
-        ready: list[ToolProgressEvent] = []
+        ready: list[ToolProgressEvent | ChildEvent] = []
         try:
             await asyncio.wait({*pending, getter}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -26,8 +26,6 @@ from ..messages import ToolCall, Usage
 from ..policy import UsageLimits
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..tools import Tool
     from .context import RunContext
 
@@ -83,32 +81,33 @@ def _sharing(parent: RunContext) -> _Sharing:
     return found
 
 
-def _waiting(
-    parent: RunContext, sharing: _Sharing, call_id: str, is_agent: Callable[[Tool | None], bool]
-) -> int:
-    """The turn's agent calls (the tools ``is_agent`` says run a child) that have not
-    started, ``call_id``'s included."""
+def _waiting(parent: RunContext, sharing: _Sharing, call_id: str) -> int:
+    """The turn's agent calls that have not started, ``call_id``'s included."""
     tools = parent.plan.tools
     names = {
         call.id
         for call in sharing.turn
-        if call.id not in sharing.started and is_agent(tools.find(call.name))
+        if call.id not in sharing.started and _runs_agent(tools.find(call.name))
     }
     names.add(call_id)
     return len(names)
 
 
+def _runs_agent(found: Tool | None) -> bool:
+    return found is not None and found.runs_agent
+
+
 def grant_limits(
-    own: UsageLimits, parent: RunContext, call_id: str, is_agent: Callable[[Tool | None], bool]
+    own: UsageLimits, parent: RunContext, call_id: str
 ) -> tuple[UsageLimits, Grant] | str:
     """The usage limits of the child started by the parent's call ``call_id``, each the
     smaller of the child's own and its share of what the parent has left, with the grant taken
     from the parent; or, when the parent has nothing left of a limit, why the child is
-    refused. ``is_agent`` tells the tools that run a child."""
+    refused."""
     theirs = parent.plan.policy.usage_limits
     sharing = _sharing(parent)
     used = _used(parent.rs.usage, parent.rs.model_calls)
-    waiting = _waiting(parent, sharing, call_id, is_agent)
+    waiting = _waiting(parent, sharing, call_id)
     values: dict[str, float | None] = {}
     grant = Grant({}, {}, waiting)
     for name in LIMIT_FIELDS:
