@@ -331,8 +331,9 @@ class ChildEvent(_Event):
     """An event of a child run: an agent used as a tool (``Agent.as_tool``) by the call
     ``call_id`` of run ``run_id``. ``event`` keeps the child's own run id; ``depth`` is 1 for a
     child of the listened run, 2 for a grandchild (whose parent, ``run_id``, is a child);
-    ``path`` names the child from the listened run down, one ``tool_name:call_id`` per level
-    (``("research:c1", "dig:c4")`` for a grandchild)."""
+    ``path`` names the child from the listened run down, one ``tool_name:step.call_id`` per
+    level, ``step`` being the parent's step of the call, as call ids repeat across turns
+    (``("research:1.c1", "dig:1.c4")`` for a grandchild)."""
 
     type: Literal["child"] = "child"
     call_id: str

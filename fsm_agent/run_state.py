@@ -22,6 +22,7 @@ from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Us
 from .record import Record, adapter
 
 __all__ = [
+    "AgentUsage",
     "HumanRequest",
     "PhaseChange",
     "RunState",
@@ -133,6 +134,18 @@ class PhaseChange(Record):
     move: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentUsage(Record):
+    """What one agent of a composed run used by itself: its children's use is in their own
+    entries (see ``RunResult.children``), so the entries of a run add up to its totals."""
+
+    run_id: str
+    model: str | None = None  # by name (a fallback chain's, joined by " | ")
+    usage: Usage = _NO_USAGE
+    model_calls: int = 0
+    tool_executions: int = 0
+
+
 @dataclass(slots=True, kw_only=True)
 class RunState(Record):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending.
@@ -186,6 +199,9 @@ class RunState(Record):
     parent_run_id: str | None = None
     parent_call_id: str | None = None
     child_runs: dict[str, str] = field(default_factory=dict)
+    # What each descendant run used by itself, by its path from this run: one
+    # ``tool_name:step.call_id`` per level (the parent's step of the call), joined by "/".
+    children: dict[str, AgentUsage] = field(default_factory=dict)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))

@@ -222,7 +222,7 @@ def test_no_child_event_comes_after_its_calls_result() -> None:
             i for i, e in enumerate(events) if isinstance(e, ChildEvent) and e.call_id == call_id
         ]
         assert mine and all(called < i < answered for i in mine)
-        assert {events[i].path for i in mine} == {(f"{name}:{call_id}",)}  # type: ignore[union-attr]
+        assert {events[i].path for i in mine} == {(f"{name}:1.{call_id}",)}  # type: ignore[union-attr]
 
 
 def test_a_grandchilds_events_carry_its_full_path() -> None:
@@ -242,8 +242,172 @@ def test_a_grandchilds_events_carry_its_full_path() -> None:
     )
     events, _ = stream(parent)
     deep = [e for e in events if isinstance(e, ChildEvent) and e.depth == 2]
-    assert deep and {e.path for e in deep} == {("research:c1", "dig:g1")}
+    assert deep and {e.path for e in deep} == {("research:1.c1", "dig:1.g1")}
     result_at = next(
         i for i, e in enumerate(events) if isinstance(e, ToolResultEvent) and e.call_id == "c1"
     )
     assert all(events.index(e) < result_at for e in deep)
+
+
+def test_tool_executions_count_the_childrens() -> None:
+    """A parent that runs one child which looks something up twice reports three tool
+    executions: its call of the child and the child's two."""
+    child, _ = specialist("legal", lookups=2)
+    parent, _, _ = make_agent(
+        [tool_call("legal", {"task": "review"}), text("done")],
+        tools=[child.as_tool(name="legal", description="The legal specialist.")],
+    )
+    result = parent.run_sync("Go.")
+    assert result.tool_executions == 3
+    assert result.own.tool_executions == 1
+
+
+def test_the_result_accounts_for_each_child_by_path() -> None:
+    """Each child and grandchild has its own entry, by path, with its model, usage, model
+    calls and tool executions; the run's totals are its own plus every entry."""
+    grandchild, _, _ = make_agent([tool_call("look", {"topic": "x"}), text("deep")], tools=[look])
+    child, _, _ = make_agent(
+        [tool_call("dig", {"task": "deeper"}, id="g1"), text("found deep")],
+        tools=[grandchild.as_tool(name="dig", description="Dig deeper.")],
+    )
+    other, _ = specialist("other", lookups=3)
+    parent, _, _ = make_agent(
+        [tool_calls(("research", {"task": "a"}, "c1"), ("other", {"task": "b"}, "c2")), text("ok")],
+        tools=[
+            child.as_tool(name="research", description="Research."),
+            other.as_tool(name="other", description="Other."),
+        ],
+    )
+    result = parent.run_sync("Go.")
+    children = result.children
+    assert set(children) == {"research:1.c1", "research:1.c1/dig:1.g1", "other:1.c2"}
+    assert (children["other:1.c2"].model_calls, children["other:1.c2"].tool_executions) == (4, 3)
+    assert (children["research:1.c1"].model_calls, children["research:1.c1"].tool_executions) == (
+        2,
+        1,
+    )
+    deep = children["research:1.c1/dig:1.g1"]
+    assert (deep.model_calls, deep.tool_executions, deep.model) == (2, 1, "scripted")
+    assert (result.own.model_calls, result.own.tool_executions) == (2, 2)
+    entries = [result.own, *children.values()]
+    assert result.model_calls == sum(e.model_calls for e in entries) == 10
+    assert result.tool_executions == sum(e.tool_executions for e in entries) == 7
+    assert result.usage.total_tokens == sum(e.usage.total_tokens for e in entries)
+    assert result.usage.requests == sum(e.usage.requests for e in entries)
+    assert all(e.usage.total_tokens > 0 for e in entries)
+
+
+def test_a_child_under_a_checkpointed_parent_stores_its_model(tmp_path: Any) -> None:
+    """A child run saved in its checkpointed parent's store names its model, as the parent's
+    run does."""
+    from fsm_agent import SQLiteCheckpointer
+    from fsm_agent.persistence.run_log import load_checkpoint
+
+    store = SQLiteCheckpointer(str(tmp_path / "runs.db"))
+    child, _ = specialist("legal")
+    parent, _, _ = make_agent(
+        [tool_call("legal", {"task": "review"}, id="c1"), text("done")],
+        tools=[child.as_tool(name="legal", description="The legal specialist.")],
+        checkpointer=store,
+    )
+    result = parent.run_sync("Go.")
+    assert result.run_state is not None
+    (child_run,) = result.run_state.child_runs.values()
+    stored = asyncio.run(load_checkpoint(store, child_run)).state
+    assert stored.model == "scripted" and stored.parent_run_id == result.run_id
+    assert result.children["legal:1.c1"].model == "scripted"
+
+
+def _exporter() -> tuple[Any, Any]:
+    """An in-memory span exporter and the tracer provider that feeds it."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider
+
+
+def _writer_and_researcher(parent_hooks: Any, child_hooks: Any) -> Agent[Any, Any]:
+    child, _, _ = make_agent(
+        [tool_call("look", {"topic": "x"}), text("x is 42")], tools=[look], hooks=[child_hooks]
+    )
+    parent, _, _ = make_agent(
+        [tool_call("research", {"task": "find x"}), text("done")],
+        tools=[child.as_tool(name="research", description="Research a question.")],
+        hooks=[parent_hooks],
+    )
+    return parent
+
+
+def test_one_hooks_object_names_each_agent_of_a_composition() -> None:
+    """With one hooks object on writer and researcher, the child's invocation span carries the
+    name its parent calls it by, the parent's the hooks' agent_name."""
+    from fsm_agent.observability import OpenTelemetryHooks
+
+    exporter, provider = _exporter()
+    hooks = OpenTelemetryHooks(tracer_provider=provider, agent_name="writer")
+    _writer_and_researcher(hooks, hooks).run_sync("Write.")
+    names = sorted(
+        str((s.attributes or {})["gen_ai.agent.name"])
+        for s in exporter.get_finished_spans()
+        if s.name.startswith("invoke_agent")
+    )
+    assert names == ["research", "writer"]
+
+
+def test_a_child_with_hooks_of_its_own_nests_in_the_parents_trace() -> None:
+    """With one hooks object each, the child's invocation span is still a child of the
+    parent's execute_tool span, in the parent's trace."""
+    from fsm_agent.observability import OpenTelemetryHooks, trace_id_of
+
+    exporter, provider = _exporter()
+    parent = _writer_and_researcher(
+        OpenTelemetryHooks(tracer_provider=provider, agent_name="writer"),
+        OpenTelemetryHooks(tracer_provider=provider, agent_name="researcher"),
+    )
+    result = parent.run_sync("Write.")
+    spans = exporter.get_finished_spans()
+    (tool_span,) = [s for s in spans if s.name == "execute_tool research"]
+    (child_span,) = [s for s in spans if s.name == "invoke_agent research"]
+    assert child_span.parent is not None
+    assert child_span.parent.span_id == tool_span.context.span_id
+    assert {s.context.trace_id for s in spans} == {trace_id_of(result.run_id)}
+
+
+def test_invocation_spans_add_up_to_the_runs_usage_once() -> None:
+    """Each invocation span's usage is its agent's own: summed over the composition's spans it
+    is the run's usage, which the parent's span also gives as its total."""
+    from fsm_agent.observability import OpenTelemetryHooks
+
+    exporter, provider = _exporter()
+    hooks = OpenTelemetryHooks(tracer_provider=provider)
+    result = _writer_and_researcher(hooks, hooks).run_sync("Write.")
+    runs = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    inputs = [int((s.attributes or {})["gen_ai.usage.input_tokens"]) for s in runs]
+    assert sum(inputs) == result.usage.input_tokens
+    (top,) = [s for s in runs if (s.attributes or {})["fsm_agent.run_id"] == result.run_id]
+    attributes = top.attributes or {}
+    assert attributes["fsm_agent.total.input_tokens"] == result.usage.input_tokens
+    assert attributes["fsm_agent.total.model_calls"] == result.model_calls == 4
+    assert attributes["fsm_agent.total.tool_executions"] == result.tool_executions == 2
+
+
+def test_children_of_two_turns_with_one_call_id_have_their_own_entries() -> None:
+    """Call ids repeat across turns (a provider numbers each answer's calls from one): each
+    turn's child has its own entry, told apart by the parent's step."""
+    turns = [tool_call("look", {"topic": "t"}), text("fine")]
+    child, _, _ = make_agent(turns * 2, tools=[look])
+    parent, _, _ = make_agent(
+        [
+            tool_call("legal", {"task": "first"}, id="c1"),
+            tool_call("legal", {"task": "second"}, id="c1"),
+            text("done"),
+        ],
+        tools=[child.as_tool(name="legal", description="The legal specialist.")],
+    )
+    result = parent.run_sync("Go.")
+    assert set(result.children) == {"legal:1.c1", "legal:2.c1"}
+    assert result.tool_executions == 4 and result.model_calls == 7

@@ -203,7 +203,8 @@ def check_invariants(record: RunRecord) -> int:
             raise InvariantViolation(8, f"cancelled run ended {result.state}")
         if result.stop_reason is not StopReason.CANCELLED:
             raise InvariantViolation(8, f"stop {result.stop_reason}")
-        after = (len(requests), result.tool_executions)
+        # The run's own executions: a child cut short by the cancel is charged when it ends.
+        after = (len(requests), result.own.tool_executions)
         if after != record.cancelled_at:
             raise InvariantViolation(
                 8,

@@ -38,13 +38,15 @@ from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import Outcome, State, StopReason
 from ..messages import Message
 from ..persistence.storable import storable_message
-from ..run_state import RunState
+from ..run_state import AgentUsage, RunState
 from ..tools import Tool, ToolContext
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
-from .run import RunHandle, RunResult
+from .progress import Handed
+from .run import RunHandle, RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
+from .states.calling import model_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
@@ -55,6 +57,7 @@ __all__ = [
     "AgentTool",
     "ChildRunContext",
     "agent_bounds",
+    "called_as",
     "children_bounds",
     "explored_model_calls",
     "parent_call",
@@ -68,14 +71,22 @@ TASK_DESCRIPTION = (
 )
 
 
-_CALLS: dict[str, tuple[str, str]] = {}
-"""The parent run id and call id of each child run while it runs, by the child's run id."""
+_CALLS: dict[str, tuple[str, str, str]] = {}
+"""The parent run id, call id and tool name of each child run while it runs, by its run id."""
 
 
 def parent_call(run_id: str) -> tuple[str, str] | None:
     """The run id and call id of the parent's call that runs the child run ``run_id``, while it
     runs (``None`` for a run that is not a child): how observers nest a child under its call."""
-    return _CALLS.get(run_id)
+    found = _CALLS.get(run_id)
+    return None if found is None else found[:2]
+
+
+def called_as(run_id: str) -> str | None:
+    """The tool name the parent calls the child run ``run_id`` by, while it runs (``None`` for
+    a run that is not a child): how observers name a child's agent."""
+    found = _CALLS.get(run_id)
+    return None if found is None else found[2]
 
 
 def parent_run(context: ToolContext[Any]) -> RunContext | None:
@@ -96,7 +107,8 @@ class ChildRunContext(RunContext):
     they go to the queue the parent's turn emits from while its calls run (through an ancestor
     that runs in a task of its own, up to the one whose turn has the queue).
 
-    ``path`` names the child from the listened run down: one ``tool_name:call_id`` per level."""
+    ``path`` names the child from the listened run down, one ``segment`` per level:
+    ``tool_name:step.call_id`` (the parent's step of the call: call ids repeat across turns)."""
 
     def __init__(
         self,
@@ -106,6 +118,7 @@ class ChildRunContext(RunContext):
         parent: RunContext,
         call_id: str,
         tool_name: str,
+        segment: str,
         inline: bool,
     ) -> None:
         self.parent = parent
@@ -114,7 +127,7 @@ class ChildRunContext(RunContext):
         self.call_id = call_id
         self.tool_name = tool_name
         self.depth: int = getattr(parent, "depth", 0) + 1
-        self.path: tuple[str, ...] = (*getattr(parent, "path", ()), f"{tool_name}:{call_id}")
+        self.path: tuple[str, ...] = (*getattr(parent, "path", ()), segment)
         self.inline = inline
 
     @property
@@ -149,12 +162,13 @@ class ChildRunContext(RunContext):
         if self.inline:
             return Emitted(event)
         parent = self.parent
-        if parent.child_events is not None:
-            parent.child_events.put_nowait(event)
-        elif isinstance(parent, ChildRunContext) and not parent.inline:
+        if parent.child_events is not None:  # the child goes on once the listener took it
+            taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            parent.child_events.put_nowait(Handed(event, taken))
+            return taken
+        if isinstance(parent, ChildRunContext) and not parent.inline:
             return parent.emit(event)
-        else:
-            parent.pending_events.append(event)
+        parent.pending_events.append(event)
         return _SETTLED
 
 
@@ -213,6 +227,25 @@ async def _run_child(
     child, grant, refused = _bounded(agent, parent, context.call_id)
     if refused is not None:
         raise AgentToolError(f"agent {name!r} was not run: {refused}", tool_name=name)
+    try:
+        result = await _run_granted(agent, child, name, task, context, parent)
+    finally:
+        if grant is not None:  # however the child ended: what it did not use is the parent's
+            release(parent, grant)
+    return _answer(name, result, grant)
+
+
+async def _run_granted(
+    agent: Agent[Any, Any],
+    child: Agent[Any, Any],
+    name: str,
+    task: str,
+    context: ToolContext[Any],
+    parent: RunContext,
+) -> RunResult[Any]:
+    """Run ``child`` (``agent`` under its share of the parent's limits) on ``task``; its
+    result, charged to the parent."""
+    segment = f"{name}:{context.step}.{context.call_id}"  # its path's part, in the parent
     top = type(parent) is RunContext
     inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
     log = None
@@ -220,17 +253,22 @@ async def _run_child(
         run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
         child, rs, log = await open_child(agent, child, parent, run_id)
         parent.rs.child_runs[context.call_id] = run_id  # the inspector's link to the child
-        if log is not None:
-            rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
-            if grant is not None:
-                release(parent, grant)
-            _charge(parent, rs)
-            return _answer(name, RunResult.of(rs, None, child._plan.output_spec), grant)
+            _charge(parent, rs, segment)
+            return RunResult.of(rs, None, child._plan.output_spec)
+        rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
     else:
         rs = RunState(run_id=child.runtime.new_id())
+    if rs.model is None:  # its model by name, as a top run's is stored (and accounted)
+        rs.model = " | ".join(model_name(m) for m in child._plan.models)
     ctx = ChildRunContext(
-        child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
+        child,
+        rs,
+        parent=parent,
+        call_id=context.call_id,
+        tool_name=name,
+        segment=segment,
+        inline=inline,
     )
     ctx.deps = child.deps
     ctx.durable = log
@@ -239,23 +277,34 @@ async def _run_child(
     elif rs.trace:
         ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
     ctx.handle._attach(ctx)
-    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id)
+    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id, name)
     try:
         await drive(ctx)
     finally:
         del _CALLS[rs.run_id]
-        if grant is not None:
-            release(parent, grant)
-        _charge(parent, rs)
+        _charge(parent, rs, segment)
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
-    return _answer(name, result, grant)
+    return result
 
 
-def _charge(parent: RunContext, rs: RunState) -> None:
-    """Add what the child used to its parent's usage, however it ended."""
-    parent.rs.usage = parent.rs.usage + rs.usage
-    parent.rs.model_calls += rs.model_calls
+def _charge(parent: RunContext, rs: RunState, segment: str) -> None:
+    """Add what the child used to its parent's usage, however it ended, and enter its own use
+    and its descendants' in the parent's accounts, under ``segment``
+    (``tool_name:step.call_id``)."""
+    theirs = parent.rs
+    theirs.usage = theirs.usage + rs.usage
+    theirs.model_calls += rs.model_calls
+    below = rs.children
+    for path, account in below.items():
+        theirs.children[f"{segment}/{path}"] = account
+    theirs.children[segment] = AgentUsage(
+        run_id=rs.run_id,
+        model=rs.model,
+        usage=own_usage(rs.usage, [a.usage for a in below.values()]) if below else rs.usage,
+        model_calls=rs.model_calls - sum(a.model_calls for a in below.values()),
+        tool_executions=rs.tool_executions,
+    )
 
 
 def _answer(name: str, result: RunResult[Any], grant: Grant | None) -> object:

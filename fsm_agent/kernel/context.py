@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Interrupted
-from ..events import ChildEvent, Event, ToolProgressEvent
+from ..events import Event
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
 from ..messages import (
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..persistence.run_log import RunLog
     from .agent import Agent, RunHandle
     from .plan import Plan
+    from .progress import Reports
     from .run import Runtime
 
 __all__ = [
@@ -158,7 +159,7 @@ class RunContext:
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.turn_calls: list[ToolCall] = []  # the calls the current tool turn runs
         # A listened run's concurrent calls: the queue their children's events go to.
-        self.child_events: asyncio.Queue[ToolProgressEvent | ChildEvent] | None = None
+        self.child_events: Reports | None = None
         self.count_tokens = self.plan.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
         # The agent's and the run's model settings merged (None: neither sets any).

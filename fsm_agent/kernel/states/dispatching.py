@@ -270,6 +270,9 @@ async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
     finally:
         ctx.turn_phase = None
         ctx.child_events = None
+    if interrupted and live:  # the children's events of their ending, cut short
+        assert turn.reports is not None
+        await emit_reported(ctx, turn.reports)
     finished, turn.tasks = turn.tasks, []
     for call, task in finished:
         if task.done() and not task.cancelled():
@@ -420,7 +423,7 @@ async def _run_all(
             # must reach the listener while they run.
             if live:
                 assert reports is not None
-                await wait_reporting(ctx, reports, [task for _, task in tasks])
+                await wait_reporting(ctx, reports, [task for _, task in tasks], interruptible=True)
             else:
                 await asyncio.wait([task for _, task in tasks])
     except BaseExceptionGroup as failed:
