@@ -411,3 +411,32 @@ def test_children_of_two_turns_with_one_call_id_have_their_own_entries() -> None
     result = parent.run_sync("Go.")
     assert set(result.children) == {"legal:1.c1", "legal:2.c1"}
     assert result.tool_executions == 4 and result.model_calls == 7
+
+
+def test_a_listeners_cancel_on_a_parallel_childs_event_stops_every_child() -> None:
+    """Cancelling the parent at a parallel child's event ends the turn's children there: no
+    model call starts after the cancel, and the parent ends cancelled."""
+    first, first_model, _ = make_agent([tool_call("look", {"topic": "t"})] * 5, tools=[look])
+    second, second_model, _ = make_agent([tool_call("look", {"topic": "u"})] * 5, tools=[look])
+    parent, parent_model, _ = make_agent(
+        [tool_calls(("one", {"task": "a"}), ("two", {"task": "b"})), text("no")],
+        tools=[
+            first.as_tool(name="one", description="First researcher."),
+            second.as_tool(name="two", description="Second researcher."),
+        ],
+    )
+    at_cancel: list[int] = []
+
+    def cancel_on_child_result(event: Event, handle: Any) -> None:
+        if (
+            not at_cancel
+            and isinstance(event, ChildEvent)
+            and isinstance(event.event, ToolResultEvent)
+        ):
+            at_cancel.append(first_model.calls + second_model.calls)
+            handle.cancel()
+
+    _, result = stream(parent, on_event=cancel_on_child_result)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert at_cancel and first_model.calls + second_model.calls == at_cancel[0] <= 2
+    assert parent_model.calls == 1

@@ -78,9 +78,10 @@ async def wait_reporting(
     interruptible: bool = False,
 ) -> None:
     """Wait until every one of ``tasks`` is done, emitting meanwhile the progress events that
-    arrive in ``queue`` (and those left in it at the end). ``interruptible``: raise
-    :class:`Interrupted` as soon as the run is interrupted (its listener may cancel it on an
-    event while ``tasks`` run in the same task, which no task cancel then reaches)."""
+    arrive in ``queue`` (and those left in it at the end). ``interruptible``: once the
+    run is interrupted, cancel the tasks, wait for them and raise :class:`Interrupted` (its
+    listener may cancel it on an event while ``tasks`` run in the same task, which no task
+    cancel then reaches)."""
     pending: set[asyncio.Future[Any]] = set(tasks)
     while pending:
         getter = asyncio.ensure_future(queue.get())
@@ -98,6 +99,12 @@ async def wait_reporting(
         for item in ready:
             await _hand(ctx, item)
         if interruptible and ctx.interrupt is not None:
+            # Cancel and await the tasks here, not in a task group's exit (on Python 3.11 a
+            # branch failing while the exit waits leaves this task cancelled for good).
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
             raise Interrupted
 
 
