@@ -8,7 +8,9 @@ smaller. Concurrent children all start before any ends, so the ``k`` children of
 have ``L`` requests left are granted ``ceil(L / k)``, ``ceil((L - first) / (k - 1))``, ... :
 shares that differ by at most one and sum to ``L``. Children called one after another get the
 same shares, each from what its elder siblings left. A child that ends gives back what it did
-not use (the parent is charged what it used).
+not use (the parent is charged what it used). An agent call of the turn that never runs (over
+``max_tool_calls``, or answered from a resumed run's journal) counts among those not yet
+started: the share it would have had stays with the parent.
 
 No child is refused while something is left; when nothing is, the refusal says what the child
 asked for, what the run used and what it granted the children running beside it. Nothing here
