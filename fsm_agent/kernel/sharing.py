@@ -4,7 +4,7 @@ The rule, for each usage limit the parent sets (requests, tokens, cost): when a 
 what is left is the limit less what the run has used and less what the children still running
 were granted; the child is granted an equal share of it among the turn's agent calls that have
 not started yet, itself included (rounded up for the counts), or its own limit when that is
-smaller. Concurrent children all start before any ends, so the ``k`` children of a turn that
+smaller. Concurrent children start together, so the ``k`` children of a turn that
 have ``L`` requests left are granted ``ceil(L / k)``, ``ceil((L - first) / (k - 1))``, ... :
 shares that differ by at most one and sum to ``L``. Children called one after another get the
 same shares, each from what its elder siblings left. A child that ends gives back what it did
