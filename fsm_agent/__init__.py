@@ -152,7 +152,7 @@ if TYPE_CHECKING:
         infer_model,
     )
     from .replay import ReplayReport
-    from .run_state import HumanRequest, RunState
+    from .run_state import AgentUsage, HumanRequest, RunState
     from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
@@ -232,7 +232,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "infer_model",
     ),
     "replay": ("ReplayReport",),
-    "run_state": ("HumanRequest", "RunState"),
+    "run_state": ("AgentUsage", "HumanRequest", "RunState"),
     "tools": ("HumanInputRequired", "TaskComplete", "Tool", "ToolContext", "ToolReturn", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
@@ -242,6 +242,7 @@ __all__ = [
     "Agent",
     "AgentMachine",
     "AgentToolError",
+    "AgentUsage",
     "AnthropicModel",
     "Approval",
     "AuthenticationError",

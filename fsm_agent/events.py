@@ -344,7 +344,10 @@ class SuspendedEvent(_Event):
 class ChildEvent(_Event):
     """An event of a child run: an agent used as a tool (``Agent.as_tool``) by the call
     ``call_id`` of run ``run_id``. ``event`` keeps the child's own run id; ``depth`` is 1 for a
-    child of the listened run, 2 for a grandchild (whose parent, ``run_id``, is a child)."""
+    child of the listened run, 2 for a grandchild (whose parent, ``run_id``, is a child);
+    ``path`` names the child from the listened run down, one ``tool_name:step.call_id`` per
+    level, ``step`` being the parent's step of the call, as call ids repeat across turns
+    (``("research:1.c1", "dig:1.c4")`` for a grandchild)."""
 
     type: Literal["child"] = "child"
     call_id: str
@@ -352,6 +355,7 @@ class ChildEvent(_Event):
     child_run_id: str
     depth: int
     event: Event
+    path: tuple[str, ...] = ()
 
 
 Event: TypeAlias = Annotated[

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,8 @@ import httpx
 
 from . import _genai_names as n
 from .errors import MissingExtraError
-from .kernel.composition import parent_call
+from .kernel.composition import called_as, parent_call
+from .kernel.run import own_usage
 from .machine.table import Counters, State
 from .messages import TextPart, ToolCall, ToolResult
 
@@ -92,6 +94,11 @@ class _Invocation:
     models: dict[int, _ModelInfo] = field(default_factory=dict)  # by id() of the model
 
 
+_OBSERVERS: weakref.WeakSet[OpenTelemetryHooks] = weakref.WeakSet()
+"""Every hook object alive: a child observed by one nests under its parent's call observed by
+another."""
+
+
 class OpenTelemetryHooks:
     """A hook object that records a run as OpenTelemetry spans (see the module docstring).
 
@@ -120,6 +127,7 @@ class OpenTelemetryHooks:
         self.provider = provider
         self.capture_content = capture_content
         self._runs: dict[str, _Invocation] = {}
+        _OBSERVERS.add(self)
 
     # -- the invocation span -------------------------------------------------------------------
     def before_run(
@@ -130,7 +138,7 @@ class OpenTelemetryHooks:
         stale = self._runs.pop(run_id, None)
         if stale is not None:  # the last invocation never returned (a crash in this process)
             self._end_open(stale, "the invocation ended without returning")
-            stale.span.set_attributes(_usage(stale.run_state.usage))  # as far as it went
+            stale.span.set_attributes(_usage(_own(stale.run_state)))  # as far as it went
             _fail(stale.span, "interrupted", "the invocation ended without returning")
             stale.span.end()
         parent = self._caller_span(run_id)
@@ -147,9 +155,10 @@ class OpenTelemetryHooks:
         caller = trace.get_current_span().get_span_context()
         links = [trace.Link(caller, {"fsm_agent.link": "caller"})] if caller.is_valid else []
         resumed = bool(run_state.trace)
+        name = called_as(run_id) or self.agent_name  # a child is named by its tool's name
         attributes: dict[str, Any] = {
             n.GEN_AI_OPERATION_NAME: n.OPERATION_INVOKE_AGENT,
-            n.GEN_AI_AGENT_NAME: self.agent_name,
+            n.GEN_AI_AGENT_NAME: name,
             n.GEN_AI_CONVERSATION_ID: run_state.conversation_id or run_id,
             "fsm_agent.run_id": run_id,
             "fsm_agent.resumed": resumed,
@@ -161,7 +170,7 @@ class OpenTelemetryHooks:
         else:
             attributes.update(self._model_info(invocation, None).attributes)
         invocation.span = self._tracer.start_span(
-            f"invoke_agent {self.agent_name}",
+            f"invoke_agent {name}",
             context=trace.set_span_in_context(parent),
             kind=trace.SpanKind.INTERNAL,
             links=links,
@@ -175,12 +184,15 @@ class OpenTelemetryHooks:
 
     def _caller_span(self, run_id: str) -> Span | None:
         """The ``execute_tool`` span of the parent's call that runs ``run_id``, when it is a
-        child run (an agent used as a tool) whose parent these hooks also observe."""
+        child run (an agent used as a tool) whose parent these hooks, or others, observe."""
         called = parent_call(run_id)
         if called is None:
             return None
-        invocation = self._runs.get(called[0])
-        return None if invocation is None else invocation.tools.get(called[1])
+        for observer in (self, *_OBSERVERS):
+            invocation = observer._runs.get(called[0])
+            if invocation is not None:
+                return invocation.tools.get(called[1])
+        return None
 
     def _describe(
         self, invocation: _Invocation, agent: Agent[Any, Any], run_state: RunState
@@ -243,15 +255,28 @@ class OpenTelemetryHooks:
             return
         self._end_open(invocation, f"the run stopped in {run_state.state.value}")
         span = invocation.span
+        children = run_state.children.values()
         span.set_attributes(
             {
                 "fsm_agent.state": run_state.state.value,
-                **_usage(run_state.usage),
-                "fsm_agent.model_calls": run_state.model_calls,
+                **_usage(_own(run_state)),
+                "fsm_agent.model_calls": run_state.model_calls
+                - sum(c.model_calls for c in children),
                 "fsm_agent.tool_executions": run_state.tool_executions,
                 "fsm_agent.steps": run_state.counters.steps,
             }
         )
+        if children:  # the whole composition's, once (its children's spans carry their own)
+            total = run_state.usage
+            span.set_attributes(
+                {
+                    "fsm_agent.total.input_tokens": total.input_tokens,
+                    "fsm_agent.total.output_tokens": total.output_tokens,
+                    "fsm_agent.total.model_calls": run_state.model_calls,
+                    "fsm_agent.total.tool_executions": run_state.tool_executions
+                    + sum(c.tool_executions for c in children),
+                }
+            )
         if run_state.stop_reason is not None:
             span.set_attribute("fsm_agent.stop_reason", run_state.stop_reason.value)
         if run_state.state is State.ABORTED:
@@ -452,6 +477,14 @@ def _qualified(error: BaseException) -> str:
         if kind.__module__ == "builtins"
         else f"{kind.__module__}.{kind.__qualname__}"
     )
+
+
+def _own(run_state: RunState) -> Usage:
+    """The run's usage, its children's left out (their invocation spans carry theirs)."""
+    children = run_state.children
+    if not children:
+        return run_state.usage
+    return own_usage(run_state.usage, [c.usage for c in children.values()])
 
 
 def _usage(usage: Usage) -> dict[str, int]:

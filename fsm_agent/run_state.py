@@ -22,6 +22,7 @@ from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Us
 from .record import Record, adapter
 
 __all__ = [
+    "AgentUsage",
     "HandoffChange",
     "HumanRequest",
     "PhaseChange",
@@ -135,6 +136,18 @@ class PhaseChange(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AgentUsage(Record):
+    """What one agent of a composed run used by itself: its children's use is in their own
+    entries (see ``RunResult.children``), so the entries of a run add up to its totals."""
+
+    run_id: str
+    model: str | None = None  # by name (a fallback chain's, joined by " | ")
+    usage: Usage = _NO_USAGE
+    model_calls: int = 0
+    tool_executions: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandoffChange(Record):
     """One handoff, as the run state's ``handoff_trace`` keeps it: the conversation went from
     the agent named ``source`` (``None``: the agent the run started with) to the one named
@@ -206,6 +219,9 @@ class RunState(Record):
     # started with) and every handoff of the run.
     agent: str | None = None
     handoff_trace: tuple[HandoffChange, ...] = ()
+    # What each descendant run used by itself, by its path from this run: one
+    # ``tool_name:step.call_id`` per level (the parent's step of the call), joined by "/".
+    children: dict[str, AgentUsage] = field(default_factory=dict)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))

@@ -88,7 +88,9 @@ def test_a_checkpoint_written_before_the_change_loads_and_keeps_its_shape() -> N
         source="plan", dest="act", by="model", step=2, move=6
     )
     assert state.usage.requests == 3
-    assert json.loads(state.model_dump_json()) == json.loads(old)
+    dumped = json.loads(state.model_dump_json())
+    assert dumped.pop("children") == {}  # added since: a composed run's accounts, empty here
+    assert dumped == json.loads(old)
 
 
 @tool
@@ -123,6 +125,7 @@ def test_a_sqlite_store_written_before_the_change_resumes(tmp_path: Path) -> Non
     )
     for name in ("run_id", "resume_token"):  # the two fixtures are two runs of one script
         del as_stored[name], as_kept[name]
+    assert as_stored.pop("children") == {}  # added since: a composed run's accounts
     assert as_stored == as_kept
     phases = Phases(
         [Phase("plan", ("read",), "Plan."), Phase("act", ("read", "deploy"), "Act.")],

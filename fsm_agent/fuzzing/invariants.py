@@ -203,7 +203,8 @@ def check_invariants(record: RunRecord) -> int:
             raise InvariantViolation(8, f"cancelled run ended {result.state}")
         if result.stop_reason is not StopReason.CANCELLED:
             raise InvariantViolation(8, f"stop {result.stop_reason}")
-        after = (len(requests), result.tool_executions)
+        # The run's own executions: a child cut short by the cancel is charged when it ends.
+        after = (len(requests), result.own.tool_executions)
         if after != record.cancelled_at:
             raise InvariantViolation(
                 8,
@@ -310,6 +311,37 @@ def _check_counters(c: Counters, lim: Limits) -> None:
             raise InvariantViolation(9, f"{name}={value} passed its limit {limit}")
 
 
+def _check_accounts(record: RunRecord) -> None:
+    """Invariant 7, per agent of a composition: what the result says each run used by itself
+    (``own``, ``children`` by path) is the usage its own events reported."""
+    reported: dict[str, tuple[int, int, int]] = {}
+    for event in record.events:
+        path = ""
+        if isinstance(event, ChildEvent):
+            path = "/".join(event.path)
+            while isinstance(event, ChildEvent):
+                event = event.event
+        if isinstance(event, UsageEvent):
+            call = event.call
+            had = reported.get(path, (0, 0, 0))
+            reported[path] = (
+                had[0] + call.requests,
+                had[1] + call.input_tokens,
+                had[2] + call.output_tokens,
+            )
+    result = record.result
+    for path, account in (("", result.own), *result.children.items()):
+        usage = account.usage
+        counted = (usage.requests, usage.input_tokens, usage.output_tokens)
+        if counted != reported.get(path, (0, 0, 0)):
+            name = repr(path) if path else "the run itself"
+            raise InvariantViolation(
+                7,
+                f"{name} is accounted {counted} (requests, input, output tokens), its events "
+                f"report {reported.get(path, (0, 0, 0))}",
+            )
+
+
 def _check_usage(record: RunRecord) -> None:
     """Invariant 7: the run's usage is the sum of its per-call usages; without a cancel, the
     model-made calls add up to the usage of the turns the model played."""
@@ -324,6 +356,7 @@ def _check_usage(record: RunRecord) -> None:
                 from_model = from_model + event.call
     if record.result.usage != reported:
         raise InvariantViolation(7, f"{record.result.usage} != {reported}")
+    _check_accounts(record)
     if record.cancelled_at is not None or record.runaway is not None:
         return  # a call cut short by a cancel reports no usage
     played = record.played

@@ -3,10 +3,10 @@ and the child's output is the call's result.
 
 The child shares what bounds the parent's run:
 
-- **usage limits**: the child runs under the smaller of its own limits and what the parent has
-  left (its ``max_requests``, token and cost caps, less what the children running beside it
-  were granted), and when it ends its usage and model calls are added to the parent's, so the
-  parent's limits hold over the whole composition;
+- **usage limits**: the child runs under the smaller of its own limits and its share of what
+  the parent has left (its ``max_requests``, token and cost caps): the agent calls of one turn
+  split what is left equally (see :mod:`.sharing`), and when a child ends its usage and model
+  calls are added to the parent's, so the parent's limits hold over the whole composition;
 - **the deadline**: the child's wall-clock limit is at most the parent's time left;
 - **cancellation**: a cancel (or the deadline) of the parent is the child's too, seen at its next
   move; an effect of the child in flight is cut short with the parent's.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -38,17 +37,19 @@ from pydantic import Field
 from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
 from ..machine.bounds import Bounds, ChildBounds, bounds
-from ..machine.table import ANSWERED, Outcome, State
-from ..messages import Message, Role, ToolCall, Usage, validate_history
+from ..machine.table import ANSWERED, Outcome, State, StopReason
+from ..messages import Message, Role, ToolCall, validate_history
 from ..persistence.storable import storable_message
-from ..policy import UsageLimits
-from ..run_state import RunState
+from ..run_state import AgentUsage, RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
 from .handoffs import declared_graph, graph_agents
-from .run import RunHandle, RunResult
+from .progress import Handed
+from .run import RunHandle, RunResult, own_usage
+from .sharing import Grant, grant_limits, release, spent_share
+from .states.calling import model_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
@@ -59,20 +60,13 @@ __all__ = [
     "AgentTool",
     "ChildRunContext",
     "agent_bounds",
+    "called_as",
     "children_bounds",
     "explored_model_calls",
     "parent_call",
     "parent_run",
     "phase_turns",
 ]
-
-_LIMIT_FIELDS = (
-    "max_requests",
-    "max_input_tokens",
-    "max_output_tokens",
-    "max_total_tokens",
-    "max_cost_usd",
-)
 
 TASK_DESCRIPTION = (
     "The task for this agent, stated in full: it sees nothing else of this conversation."
@@ -95,14 +89,22 @@ class _Shared:
     conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None
 
 
-_CALLS: dict[str, tuple[str, str]] = {}
-"""The parent run id and call id of each child run while it runs, by the child's run id."""
+_CALLS: dict[str, tuple[str, str, str]] = {}
+"""The parent run id, call id and tool name of each child run while it runs, by its run id."""
 
 
 def parent_call(run_id: str) -> tuple[str, str] | None:
     """The run id and call id of the parent's call that runs the child run ``run_id``, while it
     runs (``None`` for a run that is not a child): how observers nest a child under its call."""
-    return _CALLS.get(run_id)
+    found = _CALLS.get(run_id)
+    return None if found is None else found[:2]
+
+
+def called_as(run_id: str) -> str | None:
+    """The tool name the parent calls the child run ``run_id`` by, while it runs (``None`` for
+    a run that is not a child): how observers name a child's agent."""
+    found = _CALLS.get(run_id)
+    return None if found is None else found[2]
 
 
 def parent_run(context: ToolContext[Any]) -> RunContext | None:
@@ -120,7 +122,11 @@ class ChildRunContext(RunContext):
 
     ``inline`` says the child runs in the task stepping its parent's listened run (the calls of
     a turn run one by one): its events are yielded on the spot. Otherwise (concurrent calls)
-    they wait in the parent's pending events until the turn's calls end."""
+    they go to the queue the parent's turn emits from while its calls run (through an ancestor
+    that runs in a task of its own, up to the one whose turn has the queue).
+
+    ``path`` names the child from the listened run down, one ``segment`` per level:
+    ``tool_name:step.call_id`` (the parent's step of the call: call ids repeat across turns)."""
 
     def __init__(
         self,
@@ -130,6 +136,7 @@ class ChildRunContext(RunContext):
         parent: RunContext,
         call_id: str,
         tool_name: str,
+        segment: str,
         inline: bool,
     ) -> None:
         self.parent = parent
@@ -138,6 +145,7 @@ class ChildRunContext(RunContext):
         self.call_id = call_id
         self.tool_name = tool_name
         self.depth: int = getattr(parent, "depth", 0) + 1
+        self.path: tuple[str, ...] = (*getattr(parent, "path", ()), segment)
         self.inline = inline
 
     @property
@@ -166,11 +174,19 @@ class ChildRunContext(RunContext):
                 tool_name=self.tool_name,
                 child_run_id=self.rs.run_id,
                 depth=self.depth,
+                path=self.path,
                 event=event,
             )
         if self.inline:
             return Emitted(event)
-        self.parent.pending_events.append(event)
+        parent = self.parent
+        if parent.child_events is not None:  # the child goes on once the listener took it
+            taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            parent.child_events.put_nowait(Handed(event, taken))
+            return taken
+        if isinstance(parent, ChildRunContext) and not parent.inline:
+            return parent.emit(event)
+        parent.pending_events.append(event)
         return _SETTLED
 
 
@@ -187,73 +203,26 @@ class _Settled:
 _SETTLED = _Settled()
 
 
-@dataclass(slots=True)
-class _Grant:
-    """The share of a parent's usage limits one running child was given."""
-
-    limits: dict[str, float]
-
-
-_GRANTS: weakref.WeakKeyDictionary[RunContext, list[_Grant]] = weakref.WeakKeyDictionary()
-"""The grants of the children running under each parent run (concurrent calls share the
-parent's budget: each is given what the others were not)."""
-
-
-def _used(usage: Usage, model_calls: int) -> dict[str, float]:
-    return {
-        "max_requests": model_calls,
-        "max_input_tokens": usage.input_tokens,
-        "max_output_tokens": usage.output_tokens,
-        "max_total_tokens": usage.total_tokens,
-        "max_cost_usd": usage.cost_usd,
-    }
-
-
-def _shared_limits(
-    own: UsageLimits, parent: RunContext, grants: list[_Grant]
-) -> tuple[UsageLimits, _Grant, str | None]:
-    """The child's usage limits under ``parent``'s: each the smaller of the child's own and
-    what the parent has left; the grant taken from the parent; and, when the parent has
-    nothing left of a limit, which one."""
-    theirs = parent.plan.policy.usage_limits
-    used = _used(parent.rs.usage, parent.rs.model_calls)
-    values: dict[str, Any] = {}
-    granted: dict[str, float] = {}
-    for name in _LIMIT_FIELDS:
-        mine = getattr(own, name)
-        limit = getattr(theirs, name)
-        if limit is None:
-            values[name] = mine
-            continue
-        left = limit - used[name] - sum(g.limits.get(name, 0) for g in grants)
-        if left <= 0:
-            return own, _Grant({}), name
-        share = left if mine is None else min(mine, left)
-        if name != "max_cost_usd":
-            share = int(share)
-        values[name] = granted[name] = share
-    return own.model_copy(update=values), _Grant(granted), None
-
-
 def _bounded(
-    agent: Agent[Any, Any], parent: RunContext, grants: list[_Grant]
-) -> tuple[Agent[Any, Any], _Grant | None, str | None]:
-    """``agent`` under the limits its parent shares with it: a copy with a narrower policy when
-    the parent has usage limits or a deadline, else ``agent`` itself."""
+    agent: Agent[Any, Any], parent: RunContext, call_id: str
+) -> tuple[Agent[Any, Any], Grant | None, str | None]:
+    """``agent`` under the limits its parent shares with it (see :mod:`.sharing`): a copy with a
+    narrower policy when the parent has usage limits or a deadline, else ``agent`` itself; the
+    grant taken from the parent's usage limits; or why it is not run."""
     policy = agent.policy
     update: dict[str, Any] = {}
-    grant = None
-    if parent.plan.usage_limited:
-        limits, grant, spent = _shared_limits(policy.usage_limits, parent, grants)
-        if spent is not None:
-            return agent, None, f"the run's usage limit usage_limits.{spent} is reached"
-        update["usage_limits"] = limits
     if parent.deadline is not None:
         left = parent.deadline - parent.runtime.clock()
         if left <= 0:
             return agent, None, "the run's wall-clock limit has passed"
         own = policy.max_wall_clock_s
         update["max_wall_clock_s"] = left if own is None else min(own, left)
+    grant = None
+    if parent.plan.usage_limited:
+        shared = grant_limits(policy.usage_limits, parent, call_id)
+        if isinstance(shared, str):
+            return agent, None, shared
+        update["usage_limits"], grant = shared
     if not update:
         return agent, None, None
     bounded = copy.copy(agent)
@@ -274,12 +243,30 @@ async def _run_child(
             tool_name=name,
         )
     deps, history = _shared_context(agent, name, parent, shared)
-    grants = _GRANTS.setdefault(parent, [])
-    child, grant, refused = _bounded(agent, parent, grants)
+    child, grant, refused = _bounded(agent, parent, context.call_id)
     if refused is not None:
         raise AgentToolError(f"agent {name!r} was not run: {refused}", tool_name=name)
-    if grant is not None:
-        grants.append(grant)
+    try:
+        result = await _run_granted(agent, child, name, task, context, parent, deps, history)
+    finally:
+        if grant is not None:  # however the child ended: what it did not use is the parent's
+            release(parent, grant)
+    return _answer(name, result, grant)
+
+
+async def _run_granted(
+    agent: Agent[Any, Any],
+    child: Agent[Any, Any],
+    name: str,
+    task: str,
+    context: ToolContext[Any],
+    parent: RunContext,
+    deps: object,
+    history: list[Message],
+) -> RunResult[Any]:
+    """Run ``child`` (``agent`` under its share of the parent's limits) on ``task``, with
+    the ``deps`` and ``history`` its tool shares; its result, charged to the parent."""
+    segment = f"{name}:{context.step}.{context.call_id}"  # its path's part, in the parent
     top = type(parent) is RunContext
     inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
     log = None
@@ -287,15 +274,22 @@ async def _run_child(
         run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
         child, rs, log = await open_child(agent, child, parent, run_id)
         parent.rs.child_runs[context.call_id] = run_id  # the inspector's link to the child
-        if log is not None:
-            rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
         if log is None:  # it had come to rest before the parent's crash
-            _charge(parent, rs)
-            return _answer(name, RunResult.of(rs, None, child._plan.output_spec))
+            _charge(parent, rs, segment)
+            return RunResult.of(rs, None, child._plan.output_spec)
+        rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
     else:
         rs = RunState(run_id=child.runtime.new_id())
+    if rs.model is None:  # its model by name, as a top run's is stored (and accounted)
+        rs.model = " | ".join(model_name(m) for m in child._plan.models)
     ctx = ChildRunContext(
-        child, rs, parent=parent, call_id=context.call_id, tool_name=name, inline=inline
+        child,
+        rs,
+        parent=parent,
+        call_id=context.call_id,
+        tool_name=name,
+        segment=segment,
+        inline=inline,
     )
     ctx.deps = deps
     ctx.durable = log
@@ -305,17 +299,15 @@ async def _run_child(
     elif rs.trace:
         ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
     ctx.handle._attach(ctx)
-    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id)
+    _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id, name)
     try:
         await drive(ctx)
     finally:
         del _CALLS[rs.run_id]
-        if grant is not None:
-            grants.remove(grant)
-        _charge(parent, rs)
+        _charge(parent, rs, segment)
     result = ctx.handle.result
     assert result is not None, "the driver records the result when the run rests"
-    return _answer(name, result)
+    return result
 
 
 def _shared_context(
@@ -359,17 +351,35 @@ def _settled(messages: list[Message]) -> tuple[Message, ...]:
     return tuple(shown)
 
 
-def _charge(parent: RunContext, rs: RunState) -> None:
-    """Add what the child used to its parent's usage, however it ended."""
-    parent.rs.usage = parent.rs.usage + rs.usage
-    parent.rs.model_calls += rs.model_calls
+def _charge(parent: RunContext, rs: RunState, segment: str) -> None:
+    """Add what the child used to its parent's usage, however it ended, and enter its own use
+    and its descendants' in the parent's accounts, under ``segment``
+    (``tool_name:step.call_id``)."""
+    theirs = parent.rs
+    theirs.usage = theirs.usage + rs.usage
+    theirs.model_calls += rs.model_calls
+    below = rs.children
+    for path, account in below.items():
+        theirs.children[f"{segment}/{path}"] = account
+    theirs.children[segment] = AgentUsage(
+        run_id=rs.run_id,
+        model=rs.model,
+        usage=own_usage(rs.usage, [a.usage for a in below.values()]) if below else rs.usage,
+        model_calls=rs.model_calls - sum(a.model_calls for a in below.values()),
+        tool_executions=rs.tool_executions,
+    )
 
 
-def _answer(name: str, result: RunResult[Any]) -> object:
-    """The child's output, or the error its stop is to the parent's model."""
+def _answer(name: str, result: RunResult[Any], grant: Grant | None) -> object:
+    """The child's output, or the error its stop is to the parent's model (for a stop on its
+    share of the parent's usage limits, what it was granted and used)."""
     if result.state is State.DONE and result.stop_reason in ANSWERED:
         return result.output
     why = result.stop_reason.value
+    if grant is not None and result.stop_reason is StopReason.USAGE_LIMIT:
+        share = spent_share(grant, result.usage, result.model_calls)
+        if share is not None:
+            why += f": {share}"
     if result.state is State.SUSPENDED:
         why = "it waits for a human, which an agent used as a tool cannot ask"
     message = f"agent {name!r} stopped without finishing its task ({why})"
@@ -383,6 +393,8 @@ def _answer(name: str, result: RunResult[Any]) -> object:
 class AgentTool(Tool):
     """An agent used as a tool (build one with :meth:`fsm_agent.Agent.as_tool`): its one
     argument is the task, its result the child's output. ``agent`` is the child."""
+
+    runs_agent = True
 
     def __init__(
         self,
@@ -456,8 +468,7 @@ class AgentTool(Tool):
     @property
     def reports_progress(self) -> bool:
         """No: the child's events say how it goes, and they reach the parent's listener as they
-        happen only while the child runs in the task stepping the parent (see
-        :class:`ChildRunContext`), not in a task of its own."""
+        happen (see :class:`ChildRunContext`)."""
         return False
 
     def __repr__(self) -> str:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..persistence.run_log import RunLog
     from .agent import Agent, RunHandle
     from .plan import Plan
+    from .progress import Reports
     from .run import Runtime
 
 __all__ = [
@@ -156,6 +157,9 @@ class RunContext:
         self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
         self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
+        self.turn_calls: list[ToolCall] = []  # the calls the current tool turn runs
+        # A listened run's concurrent calls: the queue their children's events go to.
+        self.child_events: Reports | None = None
         self.count_tokens = self.plan.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
         # The agent's and the run's model settings merged (None: neither sets any).

@@ -102,12 +102,8 @@ def compile_plan(
         raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
     check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
-    registry, pager, done_offered = _tools(
-        [*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool
-    )
+    registry, pager, done_offered = _tools(tools, handoffs, policy, output_spec, wrap_tool)
     models, falls_back_on = _models(model)
-    if streams is None:
-        streams = all(callable(getattr(m, "stream", None)) for m in models)
     limits = limits_of(
         policy,
         verification=verifier is not None,
@@ -125,7 +121,7 @@ def compile_plan(
         switch_rows=_switch_rows(machine),
         models=models,
         falls_back_on=falls_back_on,
-        streams=streams,
+        streams=_streams(models) if streams is None else streams,
         tools=registry,
         done_offered=done_offered,
         tool_definitions=registry.definitions,
@@ -151,6 +147,11 @@ def _models(model: Model) -> tuple[tuple[Model, ...], Callable[[ModelError], boo
     return (model,), None
 
 
+def _streams(models: tuple[Model, ...]) -> bool:
+    """Whether every model can stream (a run then streams when it is listened to)."""
+    return all(callable(getattr(m, "stream", None)) for m in models)
+
+
 def _limit_states(machine: AgentMachine) -> frozenset[State]:
     """The states whose handler a reached usage limit replaces."""
     return frozenset(
@@ -169,13 +170,15 @@ def _switch_rows(machine: AgentMachine) -> frozenset[int]:
 
 def _tools(
     given: Sequence[Tool | Callable[..., Any]],
+    handoffs: Sequence[Handoff],
     policy: Policy,
     output_spec: OutputSpec | None,
     wrap_tool: Callable[[Tool], Tool] | None,
 ) -> tuple[ToolRegistry, Tool | None, bool]:
-    """The tool registry the policy asks for (the done tool added) and the pager, both
-    through ``wrap_tool``, and whether the registry's ``done`` is the built-in done tool."""
-    tool_list = list(given)
+    """The tool registry the policy asks for (the done tool and a tool per handoff added) and
+    the pager, both through ``wrap_tool``, and whether the registry's ``done`` is the built-in
+    done tool."""
+    tool_list = [*given, *handoff_tools(handoffs)]
     if policy.require_done_tool and not any(
         (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done" for t in tool_list
     ):

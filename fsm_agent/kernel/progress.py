@@ -10,15 +10,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..events import ToolProgressEvent
+from ..events import ChildEvent, ToolProgressEvent
 from ..messages import ToolCall
-from .context import RunContext
+from .context import Interrupted, RunContext
 
-__all__ = ["Reports", "emit_reported", "reporter", "wait_reporting"]
+__all__ = ["Handed", "Reports", "emit_reported", "reporter", "wait_reporting"]
 
-Reports = asyncio.Queue[ToolProgressEvent]
+
+class Handed(NamedTuple):
+    """A child's event on its way to the listener; ``taken`` is set once it was handed out
+    (the child waits for it, so that it moves in step with the listener)."""
+
+    event: ChildEvent
+    taken: asyncio.Future[None]
+
+
+Reports = asyncio.Queue[ToolProgressEvent | Handed]
+"""The progress reports of a turn's running calls, and the events of the children they run."""
+
+
+async def _hand(ctx: RunContext, item: ToolProgressEvent | Handed) -> None:
+    if isinstance(item, Handed):
+        await ctx.emit(item.event)
+        if not item.taken.done():
+            item.taken.set_result(None)
+    else:
+        await ctx.emit(item)
 
 
 def reporter(
@@ -52,14 +71,21 @@ def reporter(
 
 
 async def wait_reporting(
-    ctx: RunContext, queue: Reports, tasks: Collection[asyncio.Future[Any]]
+    ctx: RunContext,
+    queue: Reports,
+    tasks: Collection[asyncio.Future[Any]],
+    *,
+    interruptible: bool = False,
 ) -> None:
     """Wait until every one of ``tasks`` is done, emitting meanwhile the progress events that
-    arrive in ``queue`` (and those left in it at the end)."""
+    arrive in ``queue`` (and those left in it at the end). ``interruptible``: once the
+    run is interrupted, cancel the tasks, wait for them and raise :class:`Interrupted` (its
+    listener may cancel it on an event while ``tasks`` run in the same task, which no task
+    cancel then reaches)."""
     pending: set[asyncio.Future[Any]] = set(tasks)
     while pending:
         getter = asyncio.ensure_future(queue.get())
-        ready: list[ToolProgressEvent] = []
+        ready: list[ToolProgressEvent | Handed] = []
         try:
             await asyncio.wait({*pending, getter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -70,11 +96,19 @@ async def wait_reporting(
         pending = {task for task in pending if not task.done()}
         while not queue.empty():
             ready.append(queue.get_nowait())
-        for event in ready:
-            await ctx.emit(event)
+        for item in ready:
+            await _hand(ctx, item)
+        if interruptible and ctx.interrupt is not None:
+            # Cancel and await the tasks here, not in a task group's exit (on Python 3.11 a
+            # branch failing while the exit waits leaves this task cancelled for good).
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+            raise Interrupted
 
 
 async def emit_reported(ctx: RunContext, queue: Reports) -> None:
     """Emit the progress events ``queue`` holds, in the order they were reported."""
     while not queue.empty():
-        await ctx.emit(queue.get_nowait())
+        await _hand(ctx, queue.get_nowait())

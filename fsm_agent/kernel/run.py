@@ -18,7 +18,7 @@ from ..errors import InvalidInputError
 from ..machine.agent_machine import Move
 from ..machine.table import Counters, Outcome, State, StopReason
 from ..messages import Message, ToolCall, Usage
-from ..run_state import RunState
+from ..run_state import AgentUsage, RunState
 
 if TYPE_CHECKING:
     from ..output import OutputSpec
@@ -27,12 +27,26 @@ if TYPE_CHECKING:
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's output: ``str`` for text, or the agent's ``output_type``."""
 
-__all__ = ["OutputT", "RunHandle", "RunResult", "Runtime", "new_run_id"]
+__all__ = ["OutputT", "RunHandle", "RunResult", "Runtime", "new_run_id", "own_usage"]
 
 
 def new_run_id() -> str:
     """A fresh run id (tests may pass their own factory in :class:`Runtime`)."""
     return f"run_{os.urandom(16).hex()}"  # 128 random bits, as a uuid4 has (122)
+
+
+def own_usage(total: Usage, parts: list[Usage]) -> Usage:
+    """``total`` less the sum of ``parts`` (a run's usage less its children's)."""
+    spent = sum(parts, Usage())
+    return Usage(
+        requests=total.requests - spent.requests,
+        input_tokens=total.input_tokens - spent.input_tokens,
+        output_tokens=total.output_tokens - spent.output_tokens,
+        cache_read_tokens=total.cache_read_tokens - spent.cache_read_tokens,
+        cache_write_tokens=total.cache_write_tokens - spent.cache_write_tokens,
+        reasoning_tokens=total.reasoning_tokens - spent.reasoning_tokens,
+        cost_usd=max(0.0, total.cost_usd - spent.cost_usd),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +81,15 @@ class RunResult(Generic[OutputT]):
     trace: tuple[Move, ...]
     counters: Counters
     model_calls: int  # attempts, failed ones included; ``usage.requests`` counts those answered
-    tool_executions: int
+    tool_executions: int  # its children's included, as model_calls and usage
     error: BaseException | None = None  # what aborted the run, or the verifier's failure
     pending: tuple[ToolCall, ...] = ()
     run_state: RunState | None = None
     resume_handle: ResumeHandle | None = None  # set when suspended: pass it to Agent.resume
     stop_detail: str | None = None  # the string a stop condition that fired returned
     raw_finish_reason: str | None = None  # the provider's reason, when it ended an ``other`` turn
+    # Each descendant run's own use, by its path (see ``children``'s docstring).
+    children: dict[str, AgentUsage] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -98,13 +114,34 @@ class RunResult(Generic[OutputT]):
             trace=tuple(rs.trace),
             counters=rs.counters,
             model_calls=rs.model_calls,
-            tool_executions=rs.tool_executions,
+            tool_executions=rs.tool_executions
+            + sum(child.tool_executions for child in rs.children.values()),
             error=error if state is State.ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
             pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             run_state=rs,
             resume_handle=ResumeHandle.of(rs) if suspended else None,
             stop_detail=rs.stop_detail,
             raw_finish_reason=rs.raw_finish_reason,
+            children=dict(rs.children) if rs.children else {},
+        )
+
+    @property
+    def own(self) -> AgentUsage:
+        """What this run's agent used by itself. ``children`` maps the path of each run below
+        it (one ``tool_name:step.call_id`` per level, joined by "/", as
+        ``"research:1.c1/dig:1.c4"``; ``step`` is the parent's step of the call) to what that
+        run used by itself: ``usage``, ``model_calls`` and ``tool_executions`` are the sums of
+        ``own`` and every entry of ``children``."""
+        children = self.children.values()
+        usage = self.usage
+        if children:
+            usage = own_usage(usage, [child.usage for child in children])
+        return AgentUsage(
+            run_id=self.run_id,
+            model=None if self.run_state is None else self.run_state.model,
+            usage=usage,
+            model_calls=self.model_calls - sum(child.model_calls for child in children),
+            tool_executions=self.tool_executions - sum(child.tool_executions for child in children),
         )
 
     @property

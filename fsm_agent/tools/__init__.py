@@ -165,6 +165,10 @@ class ToolExecution(NamedTuple):
 class Tool:
     """A callable the model can use. Build one with :func:`tool`."""
 
+    runs_agent: typing.ClassVar[bool] = False
+    """Whether a call runs a child agent (an agent used as a tool): its share of the run's
+    usage limits and its events are the kernel's to handle."""
+
     def __init__(
         self,
         fn: Callable[..., Any],

@@ -191,7 +191,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
     try:
         if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
             await _prepare_all(turn)
-        to_run = turn.to_run()
+        to_run = ctx.turn_calls = turn.to_run()
         if to_run and ctx.handle.pause_requested:
             turn.paused = True
         elif to_run and settings.parallel_tool_calls and len(to_run) > 1:
@@ -272,13 +272,20 @@ async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
             raise Interrupted
     turn.running = {c.id for c in calls}
     ctx.turn_phase = ctx.rs.phase
+    live = turn.reports is not None and any(_runs_agent(ctx, c) for c in calls)
+    if live:  # the children's events reach the listener while they run
+        ctx.child_events = turn.reports
     interrupted = False
     try:
-        await ctx.effect(_run_all(ctx, calls, turn.tasks, turn.reports))
+        await ctx.effect(_run_all(ctx, calls, turn.tasks, turn.reports, live=live))
     except Interrupted:
         interrupted = True
     finally:
         ctx.turn_phase = None
+        ctx.child_events = None
+    if interrupted and live:  # the children's events of their ending, cut short
+        assert turn.reports is not None
+        await emit_reported(ctx, turn.reports)
     finished, turn.tasks = turn.tasks, []
     for call, task in finished:
         if task.done() and not task.cancelled():
@@ -406,10 +413,14 @@ async def _run_all(
     calls: list[ToolCall],
     tasks: list[tuple[ToolCall, asyncio.Task[ToolExecution]]],
     reports: Reports | None,
+    *,
+    live: bool = False,
 ) -> None:
     """Run ``calls`` concurrently (each goes into ``tasks`` with its task). When one fails (a
     journal write) or the run is interrupted, the others are cancelled and awaited: no tool runs on
-    outside its run. A failure comes out as itself, not as an exception group."""
+    outside its run. A failure comes out as itself, not as an exception group. ``live``: some
+    call runs a child agent, whose events (and the calls' progress) ``reports`` gets and this
+    emits as they come."""
     failure: BaseException | None = None
     try:
         async with asyncio.TaskGroup() as group:
@@ -420,8 +431,14 @@ async def _run_all(
             # And wait for all of them at once: a loop of waits that wakes for each progress
             # report let a cancel of the run from one branch, with a journal write failing in
             # another, reach the run as a cancel nobody made (the seams fuzzer found it). So
-            # the calls' progress is emitted when they have ended, before their results.
-            await asyncio.wait([task for _, task in tasks])
+            # the calls' progress is emitted when they have ended, before their results. Only
+            # a turn that runs children emits while its calls run, as its children's events
+            # must reach the listener while they run.
+            if live:
+                assert reports is not None
+                await wait_reporting(ctx, reports, [task for _, task in tasks], interruptible=True)
+            else:
+                await asyncio.wait([task for _, task in tasks])
     except BaseExceptionGroup as failed:
         failure = failed.exceptions[0]
         # A group hides a cancel of this task that landed while a branch failed: when someone
@@ -433,6 +450,12 @@ async def _run_all(
         raise failure
     if reports is not None:
         await emit_reported(ctx, reports)
+
+
+def _runs_agent(ctx: RunContext, call: ToolCall) -> bool:
+    """Whether the call's tool runs a child agent (see :attr:`Tool.runs_agent`)."""
+    found = _find(ctx, call.name)
+    return found is not None and found.runs_agent
 
 
 def _reports_progress(ctx: RunContext, call: ToolCall) -> bool:
