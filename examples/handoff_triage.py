@@ -12,7 +12,7 @@ server, e.g. ``OPENAI_BASE_URL`` of a local llama.cpp server) every agent runs o
 
 Prove the chain's bound from the command line::
 
-    fsm-agent check --agent handoff_triage:triage --model-timeout 60
+    fsm-agent check --agent examples.handoff_triage:triage --model-timeout 60
 """
 
 from __future__ import annotations
