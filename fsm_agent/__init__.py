@@ -6,8 +6,9 @@ table drives the run, draws the diagram, and is explored by the checker and the 
 Read the package in this order (docs/machine.md draws the layers the imports follow):
 
 1. :mod:`fsm_agent.machine`: what can happen (states, outcomes, each state's declaration, the
-   rows, the guards) and the pure ``decide``; the bounds, the proof and the checker.
-   :mod:`fsm_agent.policy` sets the limits the guards compare.
+   rows, the guards) and the pure ``decide``; :mod:`fsm_agent.analysis`: what that guarantees
+   (the bounds, the proof and the checker). :mod:`fsm_agent.policy` sets the limits the guards
+   compare.
 2. :mod:`fsm_agent.kernel`: the :class:`Agent`, the driver that walks the machine one move at a
    time, and one handler per state, the only place where effects happen.
 3. What a run is: :mod:`fsm_agent.run_state` (its one serialisable state),
@@ -40,6 +41,8 @@ import sys
 from importlib import import_module
 from types import FunctionType
 from typing import TYPE_CHECKING
+
+from ._lazy import install_aliases
 
 # The errors are bound at import (a module of plain classes, no imports): an exception or a
 # span names its type ``fsm_agent.RateLimitError`` however the code that raised it was reached.
@@ -81,7 +84,11 @@ from .errors import (
     UnknownRunError,
 )
 
+install_aliases()  # the old paths of moved modules import the modules at their new paths
+
 if TYPE_CHECKING:
+    from .analysis.bounds import Bounds
+    from .analysis.checker import CheckReport, CheckVerdict, check
     from .approval import Approval, Decision, HumanDecision, ResumeHandle
     from .compaction import (
         CompactionStrategy,
@@ -102,8 +109,6 @@ if TYPE_CHECKING:
     from .kernel.handoffs import Handoff
     from .kernel.states import Verdict
     from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
-    from .machine.bounds import Bounds
-    from .machine.checker import CheckReport, CheckVerdict, check
     from .machine.table import Counters, Limits, Outcome, State, StopReason
     from .messages import (
         FinishReason,
@@ -182,8 +187,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "kernel.handoffs": ("Handoff",),
     "kernel.states": ("Verdict",),
     "machine.agent_machine": ("AgentMachine", "IllegalMoveError", "Move", "decide"),
-    "machine.bounds": ("Bounds",),
-    "machine.checker": ("CheckReport", "CheckVerdict", "check"),
+    "analysis.bounds": ("Bounds",),
+    "analysis.checker": ("CheckReport", "CheckVerdict", "check"),
     "machine.table": ("Counters", "Limits", "Outcome", "State", "StopReason"),
     "messages": (
         "FinishReason",

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run state", ("run_state", "events", "approval", "output")),
     ("phases", ("phases",)),
     ("seams", ("tools", "mcp", "compaction", "providers", "testing.scripted", "scripted")),
-    ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
+    ("analysis", ("analysis",)),
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
     ("kernel", ("kernel",)),

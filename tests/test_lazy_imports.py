@@ -63,11 +63,13 @@ def _modules(found: dict[str, object]) -> set[str]:
 
 
 def test_import_fsm_agent_loads_only_the_errors() -> None:
-    """``import fsm_agent`` loads no fsm_agent module but the package and its errors, and none
-    of the heavy dependencies (pydantic, transitions, httpx, asyncio, sqlite3)."""
+    """``import fsm_agent`` loads no fsm_agent module but the package, its errors and its
+    loader, and none of the heavy dependencies (pydantic, transitions, httpx, asyncio,
+    sqlite3)."""
     modules = _modules(_loaded_after("import fsm_agent"))
     assert sorted(m for m in modules if m.startswith("fsm_agent")) == [
         "fsm_agent",
+        "fsm_agent._lazy",
         "fsm_agent.errors",
     ]
     assert sorted(m for m in _NOT_AT_IMPORT if m in modules) == []
@@ -228,6 +230,7 @@ def test_help_and_version_load_no_command() -> None:
         modules = _cli(*argv)
         assert sorted(m for m in modules if m.startswith("fsm_agent")) == [
             "fsm_agent",
+            "fsm_agent._lazy",
             "fsm_agent.cli",
             "fsm_agent.cli.args",
             "fsm_agent.errors",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fsm_agent.machine.bounds import bounds
 
 from fsm_agent import (
     Agent,
@@ -27,7 +28,6 @@ from fsm_agent import (
 )
 from fsm_agent.events import ModelRequestEvent, ToolProgressEvent
 from fsm_agent.fuzzing.engine import Engine
-from fsm_agent.machine.bounds import bounds
 from fsm_agent.messages import ImagePart, ResourceLinkPart, ToolResult
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fsm_agent.machine.checker import check
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
@@ -33,7 +34,6 @@ from fsm_agent import (
 from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
 from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.fuzzing.primary import FailingPrimary
-from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
 from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
 from fsm_agent.output import OutputSpec

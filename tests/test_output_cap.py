@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from fsm_agent.machine.checker import check
+
 from fsm_agent import CompactionSettings, Message, Outcome, Policy, Role, State, StopReason, Usage
 from fsm_agent.kernel.states.calling import CONTINUE_PROMPT
-from fsm_agent.machine.checker import check
 from fsm_agent.testing import ScriptedModel, finish, text
 from helpers import make_agent
 

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..analysis.bounds import Bounds, bounds
 from ..events import ChildEvent, Event, StateChangedEvent, UsageEvent
 from ..kernel.agent import RunResult
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.bounds import Bounds, bounds
 from ..machine.table import Counters, Limits, State, StopReason
 from ..messages import Message, ModelRequest, ModelResponse, Role, Usage
 from ..policy import Policy

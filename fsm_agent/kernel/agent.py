@@ -16,12 +16,12 @@ from typing import Any, Generic, cast
 
 from typing_extensions import TypeVar
 
+from ..analysis.bounds import Bounds
 from ..approval import HumanDecision, ResumeHandle
 from ..compaction import Compactor
 from ..errors import ConfigurationError
 from ..events import Event
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.bounds import Bounds
 from ..machine.table import State
 from ..messages import Message
 from ..model_settings import ModelSettings, merge_settings

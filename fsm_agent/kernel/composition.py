@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
+from ..analysis.bounds import Bounds, ChildBounds, bounds
 from ..errors import AgentToolError, ConfigurationError
 from ..events import ChildEvent, Event
-from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import ANSWERED, Outcome, State
 from ..messages import Message, Role, ToolCall, Usage, validate_history
 from ..persistence.storable import storable_message
@@ -488,14 +488,14 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
 
 def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
     """The most model turns the budgets of ``agent``'s phases allow, explored with the loop
-    (:func:`~fsm_agent.machine.checker.phases.check_phases`), when fewer than its
+    (:func:`~fsm_agent.analysis.checker.phases.check_phases`), when fewer than its
     ``max_steps``; ``None`` without phases, or when the search is inconclusive."""
     phases = agent.phases
     policy = agent.policy
     limit = policy.max_steps or policy.usage_limits.max_requests
     if phases is None or limit is None:
         return None
-    from ..machine.checker.phases import check_phases
+    from ..analysis.checker.phases import check_phases
 
     report = check_phases(phases, limit)
     if not report.complete or report.max_turns >= limit:
@@ -508,7 +508,7 @@ def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
     exhaustive checker's search (each child's explored the same way) rather than computed from
     formulas: it equals ``agent.bounds().max_model_calls``. For an agent with handoffs the
     search covers the chain: the run's policy, the most models of its agents, every child."""
-    from ..machine.checker.compose import explored_model_calls as explore
+    from ..analysis.checker.compose import explored_model_calls as explore
 
     agents = graph_agents(agent) if agent.handoffs else [agent]
     children = [
