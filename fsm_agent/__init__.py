@@ -11,30 +11,28 @@ Read the package in this order (docs/machine.md draws the layers the imports fol
    compare.
 2. :mod:`fsm_agent.kernel`: the :class:`Agent`, the driver that walks the machine one move at a
    time, and one handler per state, the only place where effects happen.
-3. What a run is: :mod:`fsm_agent.run_state` (its one serialisable state),
-   :mod:`fsm_agent.events` (what a listener hears), :mod:`fsm_agent.errors` (the exception
-   tree), :mod:`fsm_agent.output` (a typed answer and its validation) and
-   :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
-4. The seams the kernel calls: :mod:`fsm_agent.messages` (cheap values on
-   :mod:`fsm_agent.record`, with :mod:`fsm_agent.deep_json` for arguments nested too deep for
-   ``json``), :mod:`fsm_agent.models`,
-   :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
-   :mod:`fsm_agent.tools` (tools, with their output limits and MCP servers' tools;
-   :mod:`fsm_agent.mcp` is the short path to the latter);
-   :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);
-   :mod:`fsm_agent.compaction` (the context budget).
+3. What a run is: :mod:`fsm_agent.run` (its one serialisable state, the events a listener
+   hears, approvals, a typed answer and its validation), :mod:`fsm_agent.errors` (the exception
+   tree) and :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
+4. The seams the kernel calls: :mod:`fsm_agent.values` (messages, model settings: cheap values
+   validated at the edges), :mod:`fsm_agent.models` (the model protocol, and the scripted model
+   that replay, the fuzzer and your tests use) and :mod:`fsm_agent.providers` (the model APIs);
+   :mod:`fsm_agent.tools` (tools, with their output limits and MCP servers' tools);
+   :mod:`fsm_agent.hooks` (your code at the seams); :mod:`fsm_agent.compaction` (the context
+   budget).
 5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
    :mod:`fsm_agent.conversation` (a conversation across runs), :mod:`fsm_agent.durable`
-   (DBOS), :mod:`fsm_agent.replay` (record and replay; :mod:`fsm_agent.replay_children` for
-   the runs an agent tool ran, :mod:`fsm_agent.replay_compare` for a replay against its
-   recording).
-6. Checking and showing: :mod:`fsm_agent.testing` (test doubles: the scripted model of
-   :mod:`fsm_agent.testing.scripted`, which replay and the fuzzer build on, also importable from
-   its old path :mod:`fsm_agent.scripted`; the crash simulation, ``fuzz_agent``),
-   :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
+   (DBOS), :mod:`fsm_agent.replay` (record and replay, the children an agent tool ran included,
+   and a replay compared with its recording).
+6. Checking and showing: :mod:`fsm_agent.testing` (test doubles: the scripted model, the crash
+   simulation, ``fuzz_agent``), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
    :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),
    :mod:`fsm_agent.redaction` (what is shown or kept without credentials),
    :mod:`fsm_agent.inspector` (stored runs in a browser) and :mod:`fsm_agent.cli`.
+
+Modules that moved keep their old import paths as permanent aliases
+(``fsm_agent.messages``, ``fsm_agent.events``, ``fsm_agent.mcp``, ``fsm_agent.scripted``, ...;
+the table is :data:`fsm_agent._lazy.MOVED`): importing one gives the moved module itself.
 """
 
 import sys
@@ -89,7 +87,6 @@ install_aliases()  # the old paths of moved modules import the modules at their 
 if TYPE_CHECKING:
     from .analysis.bounds import Bounds
     from .analysis.checker import CheckReport, CheckVerdict, check
-    from .approval import Approval, Decision, HumanDecision, ResumeHandle
     from .compaction import (
         CompactionStrategy,
         Compactor,
@@ -102,7 +99,6 @@ if TYPE_CHECKING:
     from .conversation import Conversation
     from .diagrams import RenderingUnavailableError, TraceError
     from .durable import DurableRuns
-    from .events import Event
     from .hooks import HookSet, MockResult, SkipTool
     from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
     from .kernel.driver import UndeclaredOutcomeError
@@ -110,22 +106,6 @@ if TYPE_CHECKING:
     from .kernel.states import Verdict
     from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
     from .machine.table import Counters, Limits, Outcome, State, StopReason
-    from .messages import (
-        FinishReason,
-        ImagePart,
-        Message,
-        ModelRequest,
-        ModelResponse,
-        ReasoningPart,
-        ResourceLinkPart,
-        Role,
-        TextPart,
-        ToolCall,
-        ToolDefinition,
-        ToolResult,
-        Usage,
-    )
-    from .model_settings import ModelSettings
     from .models import Model, ModelChain, StreamingModel
     from .persistence import (
         Checkpoint,
@@ -157,8 +137,26 @@ if TYPE_CHECKING:
         infer_model,
     )
     from .replay import ReplayReport
-    from .run_state import HumanRequest, RunState
+    from .run.approval import Approval, Decision, HumanDecision, ResumeHandle
+    from .run.events import Event
+    from .run.state import HumanRequest, RunState
     from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
+    from .values.messages import (
+        FinishReason,
+        ImagePart,
+        Message,
+        ModelRequest,
+        ModelResponse,
+        ReasoningPart,
+        ResourceLinkPart,
+        Role,
+        TextPart,
+        ToolCall,
+        ToolDefinition,
+        ToolResult,
+        Usage,
+    )
+    from .values.model_settings import ModelSettings
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
 
@@ -167,7 +165,7 @@ __version__: str  # the installed distribution's version, read on first use (see
 # each name lives; functions named like their module (``bounds``, ``replay``) are not listed:
 # once the submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
 _LAZY: dict[str, tuple[str, ...]] = {
-    "approval": ("Approval", "Decision", "HumanDecision", "ResumeHandle"),
+    "run.approval": ("Approval", "Decision", "HumanDecision", "ResumeHandle"),
     "compaction": (
         "CompactionStrategy",
         "Compactor",
@@ -180,7 +178,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "conversation": ("Conversation",),
     "diagrams": ("RenderingUnavailableError", "TraceError"),
     "durable": ("DurableRuns",),
-    "events": ("Event",),
+    "run.events": ("Event",),
     "hooks": ("HookSet", "MockResult", "SkipTool"),
     "kernel.agent": ("Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"),
     "kernel.driver": ("UndeclaredOutcomeError",),
@@ -190,7 +188,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "analysis.bounds": ("Bounds",),
     "analysis.checker": ("CheckReport", "CheckVerdict", "check"),
     "machine.table": ("Counters", "Limits", "Outcome", "State", "StopReason"),
-    "messages": (
+    "values.messages": (
         "FinishReason",
         "ImagePart",
         "Message",
@@ -205,7 +203,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ToolResult",
         "Usage",
     ),
-    "model_settings": ("ModelSettings",),
+    "values.model_settings": ("ModelSettings",),
     "models": ("Model", "ModelChain", "StreamingModel"),
     "persistence": (
         "Checkpoint",
@@ -237,7 +235,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "infer_model",
     ),
     "replay": ("ReplayReport",),
-    "run_state": ("HumanRequest", "RunState"),
+    "run.state": ("HumanRequest", "RunState"),
     "tools": ("HumanInputRequired", "TaskComplete", "Tool", "ToolContext", "ToolReturn", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
@@ -378,8 +376,8 @@ __all__ = [
 
 def _adopt(value: object) -> None:
     """Make ``value`` read as ``fsm_agent.<name>`` in reprs. Types validated by pydantic (a
-    model, a :class:`~fsm_agent.record.Record`) keep their home module: pydantic resolves their
-    annotations there."""
+    model, a :class:`~fsm_agent.values.record.Record`) keep their home module: pydantic
+    resolves their annotations there."""
     if (isinstance(value, type) and not hasattr(value, "model_validate")) or isinstance(
         value, FunctionType
     ):

@@ -16,12 +16,26 @@ if TYPE_CHECKING:
 __all__ = ["MOVED", "AliasFinder", "facade", "install_aliases", "load", "submodule"]
 
 MOVED: Mapping[str, str] = {
+    "fsm_agent.approval": "fsm_agent.run.approval",
+    "fsm_agent.deep_json": "fsm_agent.values.deep_json",
+    "fsm_agent.events": "fsm_agent.run.events",
     "fsm_agent.machine.bounds": "fsm_agent.analysis.bounds",
     "fsm_agent.machine.checker": "fsm_agent.analysis.checker",
     "fsm_agent.machine.formulas": "fsm_agent.analysis.formulas",
     "fsm_agent.machine.proof": "fsm_agent.analysis.proof",
+    "fsm_agent.mcp": "fsm_agent.tools.mcp",
+    "fsm_agent.messages": "fsm_agent.values.messages",
+    "fsm_agent.model_settings": "fsm_agent.values.model_settings",
+    "fsm_agent.output": "fsm_agent.run.output",
+    "fsm_agent.record": "fsm_agent.values.record",
+    "fsm_agent.replay_children": "fsm_agent.replay.children",
+    "fsm_agent.replay_compare": "fsm_agent.replay.divergence",
+    "fsm_agent.run_state": "fsm_agent.run.state",
+    "fsm_agent.scripted": "fsm_agent.models.scripted",
+    "fsm_agent.testing.scripted": "fsm_agent.models.scripted",
 }
-"""Each moved module's old path, and its new one; a moved package's submodules move with it."""
+"""Each moved module's old path, and its new one; a moved package's submodules move with it.
+The old paths are permanent aliases: code written against them keeps working unchanged."""
 
 
 def load(

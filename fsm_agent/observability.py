@@ -36,7 +36,7 @@ from . import _genai_names as n
 from .errors import MissingExtraError
 from .kernel.composition import parent_call
 from .machine.table import Counters, State
-from .messages import TextPart, ToolCall, ToolResult
+from .values.messages import TextPart, ToolCall, ToolResult
 
 try:
     from opentelemetry import trace
@@ -49,9 +49,9 @@ except ImportError as exc:
 if TYPE_CHECKING:
     from .kernel.agent import Agent, RunResult
     from .machine.agent_machine import Move
-    from .messages import Message, ModelRequest, ModelResponse, Usage
     from .models import Model
-    from .run_state import RunState
+    from .run.state import RunState
+    from .values.messages import Message, ModelRequest, ModelResponse, Usage
 
 __all__ = ["TRANSITION_EVENT", "OpenTelemetryHooks", "trace_id_of"]
 

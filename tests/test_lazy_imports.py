@@ -119,12 +119,13 @@ def test_the_testing_facade_names_each_name_once_where_it_lives() -> None:
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for imported in node.body:
-                assert isinstance(imported, ast.ImportFrom) and imported.level == 1
-                typed.update({a.name: str(imported.module) for a in imported.names})
+                assert isinstance(imported, ast.ImportFrom) and imported.level in (1, 2)
+                where = ".." * (imported.level - 1) + str(imported.module)
+                typed.update({a.name: where for a in imported.names})
     assert typed == testing._MODULE_OF
     assert sorted(typed) == sorted(testing.__all__)
     for name, module in typed.items():
-        home = import_module(f"fsm_agent.testing.{module}")
+        home = import_module(module if module.startswith(".") else f".{module}", testing.__name__)
         assert getattr(testing, name) is getattr(home, name), name
     found = _loaded_after(
         "import fsm_agent.testing as testing\n"

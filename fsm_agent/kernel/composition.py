@@ -19,9 +19,9 @@ parent: the call's result is an :class:`~fsm_agent.AgentToolError` the parent's 
 with the child's last answer when it has one.
 
 When the parent is listened to (``run_stream``), each event of the child reaches the parent's
-listener as a :class:`~fsm_agent.events.ChildEvent`: the parent's call id, the child's run id and
-its depth. Nothing here runs for an agent without children: the kernel passes its tools nothing
-new, and a child finds its parent's run through the tool context it is given.
+listener as a :class:`~fsm_agent.run.events.ChildEvent`: the parent's call id, the child's run
+id and its depth. Nothing here runs for an agent without children: the kernel passes its tools
+nothing new, and a child finds its parent's run through the tool context it is given.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from pydantic import Field
 
 from ..analysis.bounds import Bounds, ChildBounds, bounds
 from ..errors import AgentToolError, ConfigurationError
-from ..events import ChildEvent, Event
 from ..machine.table import ANSWERED, Outcome, State
-from ..messages import Message, Role, ToolCall, Usage, validate_history
 from ..persistence.storable import storable_message
 from ..policy import UsageLimits
-from ..run_state import RunState
+from ..run.events import ChildEvent, Event
+from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import Message, Role, ToolCall, Usage, validate_history
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
@@ -116,7 +116,7 @@ def parent_run(context: ToolContext[Any]) -> RunContext | None:
 
 class ChildRunContext(RunContext):
     """The context of a child run: it inherits its parent's cancel and deadline, and hands its
-    events to its parent's listener wrapped in :class:`~fsm_agent.events.ChildEvent`.
+    events to its parent's listener wrapped in :class:`~fsm_agent.run.events.ChildEvent`.
 
     ``inline`` says the child runs in the task stepping its parent's listened run (the calls of
     a turn run one by one): its events are yielded on the spot. Otherwise (concurrent calls)

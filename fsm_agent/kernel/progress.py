@@ -12,8 +12,8 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ..events import ToolProgressEvent
-from ..messages import ToolCall
+from ..run.events import ToolProgressEvent
+from ..values.messages import ToolCall
 from .context import RunContext
 
 __all__ = ["Reports", "emit_reported", "reporter", "wait_reporting"]

@@ -41,7 +41,7 @@ from pydantic_core import PydanticSerializationError
 
 from ..errors import CheckpointConflictError, ConfigurationError, UnknownRunError
 from ..machine.table import State, StopReason
-from ..run_state import RunState
+from ..run.state import RunState
 
 if TYPE_CHECKING:
     from .postgres import PostgresCheckpointer

@@ -27,9 +27,7 @@ from typing import TYPE_CHECKING
 from .._lazy import load
 
 if TYPE_CHECKING:
-    from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
-    from .fuzz import fuzz_agent
-    from .scripted import (
+    from ..models.scripted import (
         DEFAULT_USAGE,
         Failure,
         ScriptedModel,
@@ -43,13 +41,15 @@ if TYPE_CHECKING:
         tool_call,
         tool_calls,
     )
+    from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
+    from .fuzz import fuzz_agent
     from .strategies import cases, hook_plans, policies, scripts, verifiers
 
 # Where each public name lives; a name is imported with its module on first use (PEP 562).
 _LAZY: dict[str, tuple[str, ...]] = {
     "crash": ("CrashingCheckpointer", "SimulatedCrash", "crash_and_resume", "resume_differences"),
     "fuzz": ("fuzz_agent",),
-    "scripted": (
+    "..models.scripted": (
         "DEFAULT_USAGE",
         "Failure",
         "ScriptExhaustedError",

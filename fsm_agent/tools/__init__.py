@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_m
 from pydantic_core import to_json
 
 from ..errors import ToolDefinitionError
-from ..messages import (
+from ..phases.table import MovePhase
+from ..values.messages import (
     MAX_ARGUMENT_DEPTH,
     ToolCall,
     ToolDefinition,
@@ -41,8 +42,7 @@ from ..messages import (
     ToolResultPart,
     arguments_too_deep,
 )
-from ..phases.table import MovePhase
-from ..record import adapter, field_problem
+from ..values.record import adapter, field_problem
 
 __all__ = [
     "HumanInputRequired",
@@ -80,7 +80,7 @@ class HumanInputRequired(BaseException):
 class ToolReturn:
     """What a tool may return instead of a plain value: the ``text`` the model reads, and
     ``parts`` (images, resource links), a ``structured`` value and ``metadata`` kept on the
-    :class:`~fsm_agent.messages.ToolResult`. Images reach the providers that take them in a
+    :class:`~fsm_agent.values.messages.ToolResult`. Images reach the providers that take them in a
     tool result; ``text`` is all the others see, so say there what the parts are."""
 
     text: str
