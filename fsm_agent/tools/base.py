@@ -1,20 +1,7 @@
-"""Tools: ``@tool`` turns a typed function into something the model can call.
-
-The JSON schema comes from the type hints via pydantic; arguments are validated and a validation
-error goes back to the model as an ``is_error`` result it can act on. A tool that raises gets an
-``is_error`` result too; raising :class:`TaskComplete` ends the run.
-A tool asks a human with :meth:`ToolContext.ask_human`: the run suspends and the answer becomes
-the call's result when it is resumed.
-
-Sync tools run inline on the event loop (a thread hop costs more than a whole kernel step), so a
-sync tool must not block; mark a blocking one ``@tool(threaded=True)`` to run it in a thread of
-its own, where its timeout applies too. An inline sync tool cannot be interrupted, so it may not
-set ``timeout_s``. A threaded tool cut off by its timeout is abandoned: its thread finishes on its
-own, and neither the run nor ``run_sync`` waits for it.
-
-:class:`TaskComplete` and :class:`HumanInputRequired` are control-flow signals: they derive from
-:class:`BaseException`, so a tool's own ``except Exception`` cannot swallow them.
-"""
+"""A tool built from a typed function and run: the control-flow signals, the context a tool is
+given, the tool itself (its schema, validation, timeout and thread), ``@tool``, the built-in
+``done`` tool and the registry. :mod:`fsm_agent.tools` re-exports the public names and says how
+tools behave."""
 
 from __future__ import annotations
 
@@ -53,6 +40,7 @@ __all__ = [
     "ToolRegistry",
     "ToolReturn",
     "done_tool",
+    "serialise_result",
     "tool",
 ]
 
