@@ -35,12 +35,10 @@ Modules that moved keep their old import paths as permanent aliases
 the table is :data:`fsm_agent._lazy.MOVED`): importing one gives the moved module itself.
 """
 
-import sys
-from importlib import import_module
 from types import FunctionType
 from typing import TYPE_CHECKING
 
-from ._lazy import install_aliases
+from ._lazy import facade, install_aliases
 
 # The errors are bound at import (a module of plain classes, no imports): an exception or a
 # span names its type ``fsm_agent.RateLimitError`` however the code that raised it was reached.
@@ -160,87 +158,11 @@ if TYPE_CHECKING:
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
 
-# Every other public name loads on first use, with its module: ``import fsm_agent`` (and every
-# CLI start) imports no model type, kernel, provider, store or diagram. The one table of where
-# each name lives; functions named like their module (``bounds``, ``replay``) are not listed:
-# once the submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
-_LAZY: dict[str, tuple[str, ...]] = {
-    "run.approval": ("Approval", "Decision", "HumanDecision", "ResumeHandle"),
-    "compaction": (
-        "CompactionStrategy",
-        "Compactor",
-        "SlidingWindow",
-        "Summarize",
-        "Tokenizer",
-        "TrimToolOutputs",
-        "estimate_tokens",
-    ),
-    "conversation": ("Conversation",),
-    "diagrams": ("RenderingUnavailableError", "TraceError"),
-    "durable": ("DurableRuns",),
-    "run.events": ("Event",),
-    "hooks": ("HookSet", "MockResult", "SkipTool"),
-    "kernel.agent": ("Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"),
-    "kernel.driver": ("UndeclaredOutcomeError",),
-    "kernel.handoffs": ("Handoff",),
-    "kernel.states": ("Verdict",),
-    "machine.agent_machine": ("AgentMachine", "IllegalMoveError", "Move", "decide"),
-    "analysis.bounds": ("Bounds",),
-    "analysis.checker": ("CheckReport", "CheckVerdict", "check"),
-    "machine.table": ("Counters", "Limits", "Outcome", "State", "StopReason"),
-    "values.messages": (
-        "FinishReason",
-        "ImagePart",
-        "Message",
-        "ModelRequest",
-        "ModelResponse",
-        "ReasoningPart",
-        "ResourceLinkPart",
-        "Role",
-        "TextPart",
-        "ToolCall",
-        "ToolDefinition",
-        "ToolResult",
-        "Usage",
-    ),
-    "values.model_settings": ("ModelSettings",),
-    "models": ("Model", "ModelChain", "StreamingModel"),
-    "persistence": (
-        "Checkpoint",
-        "Checkpointer",
-        "Durability",
-        "InMemoryCheckpointer",
-        "RunSummary",
-        "open_checkpointer",
-    ),
-    "persistence.postgres": ("PostgresCheckpointer",),
-    "persistence.sqlite": ("SQLiteCheckpointer",),
-    "phases": ("MovePhase", "Phase", "PhaseView", "Phases", "Transition"),
-    "policy": (
-        "CompactionSettings",
-        "HookFailureMode",
-        "LoopGuardAction",
-        "Policy",
-        "RetryPolicy",
-        "ToolFailureMode",
-        "ToolOutputSettings",
-        "UsageLimits",
-    ),
-    "providers": (
-        "AnthropicModel",
-        "FallbackModel",
-        "GeminiModel",
-        "OpenAIChatModel",
-        "OpenAIResponsesModel",
-        "infer_model",
-    ),
-    "replay": ("ReplayReport",),
-    "run.state": ("HumanRequest", "RunState"),
-    "tools": ("HumanInputRequired", "TaskComplete", "Tool", "ToolContext", "ToolReturn", "tool"),
-}
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-_BOUND: set[str] = set()  # the modules of _LAZY whose names are bound in this namespace
-
+# Every other public name loads on first use, with its module, from where the imports above
+# (read by type checkers) take it: ``import fsm_agent`` (and every CLI start) imports no model
+# type, kernel, provider, store or diagram. Functions named like their module (``bounds``,
+# ``replay``) are not public names here: once the submodule is imported, ``fsm_agent.<name>``
+# is the module, whatever this file binds.
 __all__ = [
     "Agent",
     "AgentMachine",
@@ -384,27 +306,12 @@ def _adopt(value: object) -> None:
         value.__module__ = __name__
 
 
-def _bind_loaded() -> None:
-    """Bind the public names of every module of _LAZY that has been imported (by a first use
-    here, or by the modules that import it), so that later reads find them directly and their
-    reprs read the same whichever name was used first."""
-    for module, names in _LAZY.items():
-        loaded = sys.modules.get(f"{__name__}.{module}")
-        if module in _BOUND or loaded is None:
-            continue
-        namespace = vars(loaded)
-        if not all(name in namespace for name in names):  # still being imported
-            continue
-        for name in names:
-            _adopt(namespace[name])
-            globals()[name] = namespace[name]
-        _BOUND.add(module)
-
-
 for _name in __all__:
-    if _name not in _MODULE_OF:  # an error, bound above
+    if _name in globals():  # an error, bound above
         _adopt(globals()[_name])
 del _name
+
+_public_name, _names = facade(globals(), adopt=_adopt)
 
 
 def __getattr__(name: str) -> object:
@@ -413,25 +320,12 @@ def __getattr__(name: str) -> object:
     did when the import loaded the kernel)."""
     if name == "__version__":
         return _installed_version()
-    module = _MODULE_OF.get(name)
-    if module is None:
-        return _submodule(name)
-    imported = import_module(f"{__name__}.{module}")
-    _bind_loaded()
-    value = globals().get(name, None)
-    return getattr(imported, name) if value is None else value
-
-
-def _submodule(name: str) -> object:
-    """The submodule ``fsm_agent.<name>``, imported; ``AttributeError`` when there is none."""
-    from ._lazy import submodule  # here, not at the top: ``import fsm_agent`` loads errors only
-
-    return submodule(__name__, name)
+    return _public_name(name)
 
 
 def __dir__() -> list[str]:
     """The module's names, the public ones not yet loaded included."""
-    return sorted({*globals(), *__all__, "__version__"})
+    return sorted({*_names(), "__version__"})
 
 
 def _installed_version() -> str:

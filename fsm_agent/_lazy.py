@@ -1,19 +1,28 @@
 """Names and submodules loaded on first use, for the packages that load their names lazily
-(PEP 562), and the old import paths of moved modules, kept as aliases of the new ones."""
+(PEP 562: the root package, :mod:`fsm_agent.testing`, :mod:`fsm_agent.diagrams` and
+:mod:`fsm_agent.persistence`), and the old import paths of moved modules, kept as aliases of
+the new ones."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
-from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from importlib.abc import Loader  # not imported when run: it loads importlib.resources
+    from importlib.machinery import ModuleSpec
 
-__all__ = ["MOVED", "AliasFinder", "facade", "install_aliases", "load", "submodule"]
+__all__ = [
+    "MOVED",
+    "AliasFinder",
+    "facade",
+    "install_aliases",
+    "submodule",
+    "type_checking_imports",
+]
 
 MOVED: Mapping[str, str] = {
     "fsm_agent.approval": "fsm_agent.run.approval",
@@ -38,23 +47,6 @@ MOVED: Mapping[str, str] = {
 The old paths are permanent aliases: code written against them keeps working unchanged."""
 
 
-def load(
-    package: str, module_of: Mapping[str, str], namespace: dict[str, Any], name: str
-) -> object:
-    """The value of ``name`` in ``package``, imported from its module in ``module_of`` (a
-    submodule's name, like ``text``, or a name relative to ``package``, like ``..machine``) and
-    kept in the package's ``namespace``, so the next read finds it there; a name the table
-    does not hold is a submodule's, or an ``AttributeError``."""
-    module = module_of.get(name)
-    if module is None:
-        return submodule(package, name)
-    value = getattr(
-        import_module(module if module.startswith(".") else f".{module}", package), name
-    )
-    namespace[name] = value
-    return value
-
-
 def submodule(package: str, name: str) -> object:
     """The submodule ``<package>.<name>``, imported; ``AttributeError`` when there is none (a
     submodule that exists but lacks a dependency raises its ``ModuleNotFoundError``)."""
@@ -68,27 +60,88 @@ def submodule(package: str, name: str) -> object:
 
 
 def facade(
-    package: str, lazy: Mapping[str, Sequence[str]], namespace: dict[str, Any]
-) -> tuple[Any, Any]:
-    """The ``__getattr__`` and ``__dir__`` of a lazy facade (PEP 562) whose public names are
-    the ``__all__`` in its ``namespace``: ``lazy`` maps each module (as :func:`load` reads it)
-    to the names it holds, every one of them in ``__all__``."""
-    module_of = {name: module for module, names in lazy.items() for name in names}
-    public: Sequence[str] = namespace["__all__"]
-    unlisted = sorted(set(module_of) - set(public))
-    if unlisted:
-        raise AssertionError(f"{package}: lazy names missing from __all__: {unlisted}")
+    namespace: dict[str, Any], adopt: Callable[[object], None] | None = None
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of a lazy facade (PEP 562), from its ``namespace``.
+
+    Its public names are its ``__all__``, written once; a name not bound when the package runs
+    is imported from the module its ``if TYPE_CHECKING:`` block imports it from (the block
+    type checkers read, read here on the first such use). Once a module of that block is
+    imported, by a first use here or by any other import, all its public names are bound in
+    the namespace, each passed to ``adopt`` first, so the next read finds them directly."""
+    package: str = namespace["__name__"]
+    public = frozenset(namespace["__all__"])
+    table: dict[str, str] = {}
+
+    def bind_loaded() -> None:
+        """Bind the public names of every module of the table that is fully imported."""
+        for where, names in _by_module(table).items():
+            loaded = sys.modules.get(_absolute(where, package))
+            if loaded is None or not all(hasattr(loaded, name) for name in names):
+                continue  # not imported, or still being imported
+            for name in names:
+                if name not in namespace:
+                    value = getattr(loaded, name)
+                    if adopt is not None:
+                        adopt(value)
+                    namespace[name] = value
 
     def __getattr__(name: str) -> object:
         """A public name, imported with its module on first use; a submodule's name imports
         the submodule."""
-        return load(package, module_of, namespace, name)
+        if not table:
+            table.update(
+                (name, where)
+                for name, where in type_checking_imports(namespace["__file__"]).items()
+                if name in public
+            )
+        where = table.get(name)
+        if where is None:
+            return submodule(package, name)
+        imported = import_module(where if where.startswith(".") else f".{where}", package)
+        bind_loaded()
+        return namespace[name] if name in namespace else getattr(imported, name)
 
     def __dir__() -> list[str]:
         """The module's names, the public ones not yet loaded included."""
         return sorted({*namespace, *public})
 
     return __getattr__, __dir__
+
+
+def type_checking_imports(path: str) -> dict[str, str]:
+    """Each name the ``if TYPE_CHECKING:`` blocks of the module at ``path`` import, with the
+    module it comes from, written as there (``.kernel.agent``, ``..machine.guards``)."""
+    import ast  # here: read once, on a facade's first lazy name
+
+    with open(path, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imported in node.body:
+                if isinstance(imported, ast.ImportFrom):
+                    where = "." * imported.level + (imported.module or "")
+                    found.update((alias.asname or alias.name, where) for alias in imported.names)
+    return found
+
+
+def _by_module(table: Mapping[str, str]) -> dict[str, list[str]]:
+    """The names of ``table`` grouped by their module."""
+    grouped: dict[str, list[str]] = {}
+    for name, where in table.items():
+        grouped.setdefault(where, []).append(name)
+    return grouped
+
+
+def _absolute(where: str, package: str) -> str:
+    """The absolute name of module ``where``, relative to ``package`` when it starts with dots."""
+    level = len(where) - len(where.lstrip("."))
+    if not level:
+        return where
+    base = package.rsplit(".", level - 1)[0] if level > 1 else package
+    rest = where[level:]
+    return f"{base}.{rest}" if rest else base
 
 
 class AliasFinder:
@@ -100,7 +153,11 @@ class AliasFinder:
     ) -> ModuleSpec | None:
         """A spec for an old path, or ``None`` for every other module."""
         del path, target
-        return None if _new_path(fullname) is None else ModuleSpec(fullname, cast("Loader", self))
+        if _new_path(fullname) is None:
+            return None
+        from importlib.machinery import ModuleSpec  # here: ``import fsm_agent`` stays cheap
+
+        return ModuleSpec(fullname, cast("Loader", self))
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         """The module at the new path, imported."""
