@@ -411,3 +411,10 @@ def test_the_layers_in_the_docs_are_the_layers_tested() -> None:
         for row in rows
     ]
     assert documented == [(name, tuple(f"{ROOT}.{m}" for m in members)) for name, members in LAYERS]
+
+
+def test_the_package_top_holds_at_most_twelve_modules() -> None:
+    """``ls fsm_agent/`` reads as the layers: the rest of the package is in one folder per
+    layer, beside at most twelve loose modules (``__init__`` and ``__main__`` counted)."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= 12, loose
