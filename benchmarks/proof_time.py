@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fsm_agent import Policy
-from fsm_agent.machine.checker import check
-from fsm_agent.machine.proof import prove
+from fsm_agent.analysis.checker import check
+from fsm_agent.analysis.proof import prove
 
 
 def main() -> None:

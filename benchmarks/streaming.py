@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fsm_agent.messages import Message, ModelRequest, ModelResponse, TextDelta
 from fsm_agent.providers import OpenAIChatModel
+from fsm_agent.values.messages import Message, ModelRequest, ModelResponse, TextDelta
 
 Result = tuple[float, float, int]  # seconds to first token, total seconds, text chunks seen
 

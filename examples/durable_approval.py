@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from fsm_agent import Agent, Model, StopReason, tool
-from fsm_agent.approval import Approval
 from fsm_agent.persistence import SQLiteCheckpointer
+from fsm_agent.run.approval import Approval
 from fsm_agent.testing import ScriptedModel, text, tool_call
 
 REFUNDS: list[str] = []  # what really happened

@@ -7,7 +7,7 @@ Needs hypothesis for ``fuzz_agent`` (the ``testing`` extra).
 from __future__ import annotations
 
 from fsm_agent import Agent, Model, Policy, RunState, Verdict, tool
-from fsm_agent.machine.checker import check
+from fsm_agent.analysis.checker import check
 from fsm_agent.testing import fuzz_agent
 
 POLICY = Policy(max_steps=12, max_total_errors=6, max_verifications=2, max_repeated_tool_calls=3)

@@ -6,40 +6,39 @@ table drives the run, draws the diagram, and is explored by the checker and the 
 Read the package in this order (docs/machine.md draws the layers the imports follow):
 
 1. :mod:`fsm_agent.machine`: what can happen (states, outcomes, each state's declaration, the
-   rows, the guards) and the pure ``decide``; the bounds, the proof and the checker.
-   :mod:`fsm_agent.policy` sets the limits the guards compare.
+   rows, the guards) and the pure ``decide``; :mod:`fsm_agent.analysis`: what that guarantees
+   (the bounds, the proof and the checker). :mod:`fsm_agent.policy` sets the limits the guards
+   compare.
 2. :mod:`fsm_agent.kernel`: the :class:`Agent`, the driver that walks the machine one move at a
    time, and one handler per state, the only place where effects happen.
-3. What a run is: :mod:`fsm_agent.run_state` (its one serialisable state),
-   :mod:`fsm_agent.events` (what a listener hears), :mod:`fsm_agent.errors` (the exception
-   tree), :mod:`fsm_agent.output` (a typed answer and its validation) and
-   :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
-4. The seams the kernel calls: :mod:`fsm_agent.messages` (cheap values on
-   :mod:`fsm_agent.record`, with :mod:`fsm_agent.deep_json` for arguments nested too deep for
-   ``json``), :mod:`fsm_agent.models`,
-   :mod:`fsm_agent.model_settings` and :mod:`fsm_agent.providers` (the model);
-   :mod:`fsm_agent.tools` (tools, with their output limits and MCP servers' tools;
-   :mod:`fsm_agent.mcp` is the short path to the latter);
-   :mod:`fsm_agent.hooks` and :mod:`fsm_agent.approval` (your code at the seams);
-   :mod:`fsm_agent.compaction` (the context budget).
+3. What a run is: :mod:`fsm_agent.run` (its one serialisable state, the events a listener
+   hears, approvals, a typed answer and its validation), :mod:`fsm_agent.errors` (the exception
+   tree) and :mod:`fsm_agent.phases` (a task machine of phases, each offering its own tools).
+4. The seams the kernel calls: :mod:`fsm_agent.values` (messages, model settings: cheap values
+   validated at the edges), :mod:`fsm_agent.models` (the model protocol, and the scripted model
+   that replay, the fuzzer and your tests use) and :mod:`fsm_agent.providers` (the model APIs);
+   :mod:`fsm_agent.tools` (tools, with their output limits and MCP servers' tools);
+   :mod:`fsm_agent.hooks` (your code at the seams); :mod:`fsm_agent.compaction` (the context
+   budget).
 5. Keeping runs: :mod:`fsm_agent.persistence` (checkpoints and the effect journal),
    :mod:`fsm_agent.conversation` (a conversation across runs), :mod:`fsm_agent.durable`
-   (DBOS), :mod:`fsm_agent.replay` (record and replay; :mod:`fsm_agent.replay_children` for
-   the runs an agent tool ran, :mod:`fsm_agent.replay_compare` for a replay against its
-   recording).
-6. Checking and showing: :mod:`fsm_agent.testing` (test doubles: the scripted model of
-   :mod:`fsm_agent.testing.scripted`, which replay and the fuzzer build on, also importable from
-   its old path :mod:`fsm_agent.scripted`; the crash simulation, ``fuzz_agent``),
-   :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
+   (DBOS), :mod:`fsm_agent.replay` (record and replay, the children an agent tool ran included,
+   and a replay compared with its recording).
+6. Checking and showing: :mod:`fsm_agent.testing` (test doubles: the scripted model, the crash
+   simulation, ``fuzz_agent``), :mod:`fsm_agent.fuzzing`, :mod:`fsm_agent.diagrams`,
    :mod:`fsm_agent.observability`, :mod:`fsm_agent.log` (the ``fsm_agent`` logger),
    :mod:`fsm_agent.redaction` (what is shown or kept without credentials),
    :mod:`fsm_agent.inspector` (stored runs in a browser) and :mod:`fsm_agent.cli`.
+
+Modules that moved keep their old import paths as permanent aliases
+(``fsm_agent.messages``, ``fsm_agent.events``, ``fsm_agent.mcp``, ``fsm_agent.scripted``, ...;
+the table is :data:`fsm_agent._lazy.MOVED`): importing one gives the moved module itself.
 """
 
-import sys
-from importlib import import_module
 from types import FunctionType
 from typing import TYPE_CHECKING
+
+from ._lazy import facade, install_aliases
 
 # The errors are bound at import (a module of plain classes, no imports): an exception or a
 # span names its type ``fsm_agent.RateLimitError`` however the code that raised it was reached.
@@ -81,8 +80,11 @@ from .errors import (
     UnknownRunError,
 )
 
+install_aliases()  # the old paths of moved modules import the modules at their new paths
+
 if TYPE_CHECKING:
-    from .approval import Approval, Decision, HumanDecision, ResumeHandle
+    from .analysis.bounds import Bounds
+    from .analysis.checker import CheckReport, CheckVerdict, check
     from .compaction import (
         CompactionStrategy,
         Compactor,
@@ -95,32 +97,13 @@ if TYPE_CHECKING:
     from .conversation import Conversation
     from .diagrams import RenderingUnavailableError, TraceError
     from .durable import DurableRuns
-    from .events import Event
     from .hooks import HookSet, MockResult, SkipTool
     from .kernel.agent import Agent, RunHandle, RunResult, Runtime, StopCondition, Verifier
     from .kernel.driver import UndeclaredOutcomeError
     from .kernel.handoffs import Handoff
     from .kernel.states import Verdict
     from .machine.agent_machine import AgentMachine, IllegalMoveError, Move, decide
-    from .machine.bounds import Bounds
-    from .machine.checker import CheckReport, CheckVerdict, check
     from .machine.table import Counters, Limits, Outcome, State, StopReason
-    from .messages import (
-        FinishReason,
-        ImagePart,
-        Message,
-        ModelRequest,
-        ModelResponse,
-        ReasoningPart,
-        ResourceLinkPart,
-        Role,
-        TextPart,
-        ToolCall,
-        ToolDefinition,
-        ToolResult,
-        Usage,
-    )
-    from .model_settings import ModelSettings
     from .models import Model, ModelChain, StreamingModel
     from .persistence import (
         Checkpoint,
@@ -152,92 +135,34 @@ if TYPE_CHECKING:
         infer_model,
     )
     from .replay import ReplayReport
-    from .run_state import AgentUsage, HumanRequest, RunState
+    from .run.approval import Approval, Decision, HumanDecision, ResumeHandle
+    from .run.events import Event
+    from .run.state import AgentUsage, HumanRequest, RunState
     from .tools import HumanInputRequired, TaskComplete, Tool, ToolContext, ToolReturn, tool
+    from .values.messages import (
+        FinishReason,
+        ImagePart,
+        Message,
+        ModelRequest,
+        ModelResponse,
+        ReasoningPart,
+        ResourceLinkPart,
+        Role,
+        TextPart,
+        ToolCall,
+        ToolDefinition,
+        ToolResult,
+        Usage,
+    )
+    from .values.model_settings import ModelSettings
 
 __version__: str  # the installed distribution's version, read on first use (see __getattr__)
 
-# Every other public name loads on first use, with its module: ``import fsm_agent`` (and every
-# CLI start) imports no model type, kernel, provider, store or diagram. The one table of where
-# each name lives; functions named like their module (``bounds``, ``replay``) are not listed:
-# once the submodule is imported, ``fsm_agent.<name>`` is the module, whatever this file binds.
-_LAZY: dict[str, tuple[str, ...]] = {
-    "approval": ("Approval", "Decision", "HumanDecision", "ResumeHandle"),
-    "compaction": (
-        "CompactionStrategy",
-        "Compactor",
-        "SlidingWindow",
-        "Summarize",
-        "Tokenizer",
-        "TrimToolOutputs",
-        "estimate_tokens",
-    ),
-    "conversation": ("Conversation",),
-    "diagrams": ("RenderingUnavailableError", "TraceError"),
-    "durable": ("DurableRuns",),
-    "events": ("Event",),
-    "hooks": ("HookSet", "MockResult", "SkipTool"),
-    "kernel.agent": ("Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"),
-    "kernel.driver": ("UndeclaredOutcomeError",),
-    "kernel.handoffs": ("Handoff",),
-    "kernel.states": ("Verdict",),
-    "machine.agent_machine": ("AgentMachine", "IllegalMoveError", "Move", "decide"),
-    "machine.bounds": ("Bounds",),
-    "machine.checker": ("CheckReport", "CheckVerdict", "check"),
-    "machine.table": ("Counters", "Limits", "Outcome", "State", "StopReason"),
-    "messages": (
-        "FinishReason",
-        "ImagePart",
-        "Message",
-        "ModelRequest",
-        "ModelResponse",
-        "ReasoningPart",
-        "ResourceLinkPart",
-        "Role",
-        "TextPart",
-        "ToolCall",
-        "ToolDefinition",
-        "ToolResult",
-        "Usage",
-    ),
-    "model_settings": ("ModelSettings",),
-    "models": ("Model", "ModelChain", "StreamingModel"),
-    "persistence": (
-        "Checkpoint",
-        "Checkpointer",
-        "Durability",
-        "InMemoryCheckpointer",
-        "RunSummary",
-        "open_checkpointer",
-    ),
-    "persistence.postgres": ("PostgresCheckpointer",),
-    "persistence.sqlite": ("SQLiteCheckpointer",),
-    "phases": ("MovePhase", "Phase", "PhaseView", "Phases", "Transition"),
-    "policy": (
-        "CompactionSettings",
-        "HookFailureMode",
-        "LoopGuardAction",
-        "Policy",
-        "RetryPolicy",
-        "ToolFailureMode",
-        "ToolOutputSettings",
-        "UsageLimits",
-    ),
-    "providers": (
-        "AnthropicModel",
-        "FallbackModel",
-        "GeminiModel",
-        "OpenAIChatModel",
-        "OpenAIResponsesModel",
-        "infer_model",
-    ),
-    "replay": ("ReplayReport",),
-    "run_state": ("AgentUsage", "HumanRequest", "RunState"),
-    "tools": ("HumanInputRequired", "TaskComplete", "Tool", "ToolContext", "ToolReturn", "tool"),
-}
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-_BOUND: set[str] = set()  # the modules of _LAZY whose names are bound in this namespace
-
+# Every other public name loads on first use, with its module, from where the imports above
+# (read by type checkers) take it: ``import fsm_agent`` (and every CLI start) imports no model
+# type, kernel, provider, store or diagram. Functions named like their module (``bounds``,
+# ``replay``) are not public names here: once the submodule is imported, ``fsm_agent.<name>``
+# is the module, whatever this file binds.
 __all__ = [
     "Agent",
     "AgentMachine",
@@ -374,35 +299,20 @@ __all__ = [
 
 def _adopt(value: object) -> None:
     """Make ``value`` read as ``fsm_agent.<name>`` in reprs. Types validated by pydantic (a
-    model, a :class:`~fsm_agent.record.Record`) keep their home module: pydantic resolves their
-    annotations there."""
+    model, a :class:`~fsm_agent.values.record.Record`) keep their home module: pydantic
+    resolves their annotations there."""
     if (isinstance(value, type) and not hasattr(value, "model_validate")) or isinstance(
         value, FunctionType
     ):
         value.__module__ = __name__
 
 
-def _bind_loaded() -> None:
-    """Bind the public names of every module of _LAZY that has been imported (by a first use
-    here, or by the modules that import it), so that later reads find them directly and their
-    reprs read the same whichever name was used first."""
-    for module, names in _LAZY.items():
-        loaded = sys.modules.get(f"{__name__}.{module}")
-        if module in _BOUND or loaded is None:
-            continue
-        namespace = vars(loaded)
-        if not all(name in namespace for name in names):  # still being imported
-            continue
-        for name in names:
-            _adopt(namespace[name])
-            globals()[name] = namespace[name]
-        _BOUND.add(module)
-
-
 for _name in __all__:
-    if _name not in _MODULE_OF:  # an error, bound above
+    if _name in globals():  # an error, bound above
         _adopt(globals()[_name])
 del _name
+
+_public_name, _names = facade(globals(), adopt=_adopt)
 
 
 def __getattr__(name: str) -> object:
@@ -411,25 +321,12 @@ def __getattr__(name: str) -> object:
     did when the import loaded the kernel)."""
     if name == "__version__":
         return _installed_version()
-    module = _MODULE_OF.get(name)
-    if module is None:
-        return _submodule(name)
-    imported = import_module(f"{__name__}.{module}")
-    _bind_loaded()
-    value = globals().get(name, None)
-    return getattr(imported, name) if value is None else value
-
-
-def _submodule(name: str) -> object:
-    """The submodule ``fsm_agent.<name>``, imported; ``AttributeError`` when there is none."""
-    from ._lazy import submodule  # here, not at the top: ``import fsm_agent`` loads errors only
-
-    return submodule(__name__, name)
+    return _public_name(name)
 
 
 def __dir__() -> list[str]:
     """The module's names, the public ones not yet loaded included."""
-    return sorted({*globals(), *__all__, "__version__"})
+    return sorted({*_names(), "__version__"})
 
 
 def _installed_version() -> str:

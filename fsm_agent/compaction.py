@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .errors import Interrupted, MalformedResponseError
-from .messages import (
+from .models import Model
+from .policy import CompactionSettings, CompactionStrategyName
+from .values.messages import (
     FinishReason,
     ImagePart,
     Message,
@@ -39,8 +41,6 @@ from .messages import (
     ToolCall,
     ToolResult,
 )
-from .models import Model
-from .policy import CompactionSettings, CompactionStrategyName
 
 __all__ = [
     "SUMMARY_HEADER",

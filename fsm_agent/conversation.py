@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from .errors import ConfigurationError, InvalidInputError
-from .events import Event
 from .kernel.agent import Agent, RunHandle, RunResult
 from .machine.table import State
-from .messages import Message, validate_history
-from .model_settings import ModelSettings
+from .run.events import Event
+from .values.messages import Message, validate_history
+from .values.model_settings import ModelSettings
 
 __all__ = ["Conversation"]
 
@@ -29,7 +29,7 @@ class Conversation(Generic[DepsT]):
     """Runs ``agent`` turn after turn, each run starting from the messages of the one before.
 
     ``messages`` seeds the conversation (e.g. one loaded from storage); it must be a valid
-    conversation (see :func:`~fsm_agent.messages.validate_history`), else
+    conversation (see :func:`~fsm_agent.values.messages.validate_history`), else
     :class:`~fsm_agent.InvalidInputError` says what is wrong. One run at a time: a
     second run while one is in progress, or after a run that is suspended for a human, raises
     :class:`~fsm_agent.InvalidInputError` (resume the suspended run, then :meth:`record` its

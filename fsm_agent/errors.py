@@ -24,7 +24,7 @@ Every error the library raises derives from :class:`FsmAgentError`::
     ├── AgentToolError             an agent used as a tool stopped without an answer (a result
     │                              its parent's model reads)
     ├── HandoffError               a handoff's input filter failed (the run aborts on it)
-    ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.mcp)
+    ├── MCPServerError             an MCP server failed a call or went away (fsm_agent.tools.mcp)
     ├── HookError                  a hook raised or overran (kept when the policy aborts on it)
     ├── OutputValidationError      the answer did not validate as the output type (kept on the
     │                              RunResult of a run that ended output_invalid)

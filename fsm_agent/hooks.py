@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .kernel.hooks import HOOK_POINTS, HookSet, MockResult, SkipTool, report_hook_failure
 
 if TYPE_CHECKING:
-    from .approval import Approval
     from .errors import ModelError
     from .kernel.agent import Agent, RunResult
     from .machine.agent_machine import Move
-    from .messages import ModelRequest, ModelResponse, ToolCall, ToolResult
     from .models import Model
     from .phases.table import MovePhase
-    from .run_state import RunState
+    from .run.approval import Approval
+    from .run.state import RunState
+    from .values.messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 
 __all__ = [
     "HOOK_POINTS",

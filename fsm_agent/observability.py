@@ -38,7 +38,7 @@ from .errors import MissingExtraError
 from .kernel.composition import called_as, parent_call
 from .kernel.run import own_usage
 from .machine.table import Counters, State
-from .messages import TextPart, ToolCall, ToolResult
+from .values.messages import TextPart, ToolCall, ToolResult
 
 try:
     from opentelemetry import trace
@@ -51,9 +51,9 @@ except ImportError as exc:
 if TYPE_CHECKING:
     from .kernel.agent import Agent, RunResult
     from .machine.agent_machine import Move
-    from .messages import Message, ModelRequest, ModelResponse, Usage
     from .models import Model
-    from .run_state import RunState
+    from .run.state import RunState
+    from .values.messages import Message, ModelRequest, ModelResponse, Usage
 
 __all__ = ["TRANSITION_EVENT", "OpenTelemetryHooks", "trace_id_of"]
 

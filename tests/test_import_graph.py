@@ -34,35 +34,23 @@ FACADES = (ROOT, f"{ROOT}.testing")
 modules."""
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "log", "redaction", "_genai_names", "_lazy", "deep_json", "record")),
-    ("values", ("messages", "model_settings", "models")),
+    ("foundation", ("errors", "log", "redaction", "_genai_names", "_lazy")),
+    ("values", ("values", "models")),
     ("machine", ("machine", "policy")),
-    ("run state", ("run_state", "events", "approval", "output")),
+    ("run state", ("run",)),
     ("phases", ("phases",)),
-    ("seams", ("tools", "mcp", "compaction", "providers", "testing.scripted", "scripted")),
-    ("analysis", ("machine.bounds", "machine.checker", "machine.formulas", "machine.proof")),
+    ("seams", ("tools", "compaction", "providers")),
+    ("analysis", ("analysis",)),
     ("diagrams", ("diagrams",)),
     ("persistence", ("persistence",)),
     ("kernel", ("kernel",)),
-    (
-        "on the kernel",
-        (
-            "hooks",
-            "conversation",
-            "observability",
-            "durable",
-            "replay",
-            "replay_children",
-            "replay_compare",
-        ),
-    ),
+    ("on the kernel", ("hooks", "conversation", "observability", "durable", "replay")),
     ("checking", ("fuzzing", "testing")),
     ("applications", ("inspector", "cli", "__main__")),
 )
 """The layers, lowest first, each with the modules and packages it holds (names under
-``fsm_agent.``; a package holds its submodules unless a longer name places one elsewhere). A
-module may import its own layer and the layers below it, never one above. docs/machine.md
-draws the same list."""
+``fsm_agent.``; a package holds all its submodules: a folder is one layer). A module may import
+its own layer and the layers below it, never one above. docs/machine.md draws the same list."""
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -235,6 +223,13 @@ def layer_of(name: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
     return found
 
 
+def test_each_folder_is_one_layer() -> None:
+    """No name of :data:`LAYERS` lies inside another: a package's modules share its layer."""
+    members = [member for _, names in LAYERS for member in names]
+    nested = [m for m in members for other in members if m.startswith(other + ".")]
+    assert len(members) == len(set(members)) and nested == []
+
+
 def upward_imports(
     known: Mapping[str, Path],
     layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS,
@@ -351,15 +346,14 @@ def test_a_facade_that_imports_a_higher_module_eagerly_fails(tmp_path: Path) -> 
 
 
 def test_every_facade_loads_nothing_above_its_lowest_modules_when_imported() -> None:
-    """Neither facade's ``__init__`` imports a module above its own modules' lowest layer
-    (``fsm_agent``: the errors; ``fsm_agent.testing``: nothing)."""
+    """No facade's ``__init__`` imports a module above its own modules' lowest layer
+    (``fsm_agent``: the errors and the loader; ``fsm_agent.testing``: the loader)."""
     assert eager_facade_imports(modules()) == []
 
 
 def test_importing_a_facade_loads_nothing_above_its_lowest_modules() -> None:
-    """In a fresh interpreter, importing a facade and its modules of the lowest layer
-    (``fsm_agent.testing.scripted`` for ``fsm_agent.testing``) loads no package module above
-    that layer (no kernel, store or fuzzer) and no hypothesis."""
+    """In a fresh interpreter, importing a facade and its modules of the lowest layer loads no
+    package module above that layer and no hypothesis."""
     known = modules()
     for facade in FACADES:
         floor = lowest_layer(facade, known)
@@ -386,7 +380,25 @@ def test_importing_a_facade_loads_nothing_above_its_lowest_modules() -> None:
             if name.split(".")[0] == ROOT and name not in own and layer_of(name) > floor
         )
         assert lowest and above == [], (facade, above)
-        assert "hypothesis" not in loaded, facade
+
+
+def test_importing_a_facade_alone_loads_none_of_its_names() -> None:
+    """In a fresh interpreter, importing every facade loads no module of the package but the
+    facades, the errors and the loader, and no hypothesis or pydantic."""
+    program = "\n".join(
+        [
+            "import json, sys",
+            *(f"import {facade}" for facade in FACADES),
+            "print(json.dumps(sorted(sys.modules)))",
+        ]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(out.stdout))
+    ours = {name for name in loaded if name.split(".")[0] == ROOT}
+    assert ours == {*FACADES, f"{ROOT}.errors", f"{ROOT}._lazy"}
+    assert "hypothesis" not in loaded and "pydantic" not in loaded
 
 
 def test_the_layers_in_the_docs_are_the_layers_tested() -> None:
@@ -399,3 +411,10 @@ def test_the_layers_in_the_docs_are_the_layers_tested() -> None:
         for row in rows
     ]
     assert documented == [(name, tuple(f"{ROOT}.{m}" for m in members)) for name, members in LAYERS]
+
+
+def test_the_package_top_holds_at_most_twelve_modules() -> None:
+    """``ls fsm_agent/`` reads as the layers: the rest of the package is in one folder per
+    layer, beside at most twelve loose modules (``__init__`` and ``__main__`` counted)."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= 12, loose

@@ -17,6 +17,7 @@ from pathlib import Path
 import fsm_agent
 import fsm_agent.diagrams
 import fsm_agent.testing
+from fsm_agent._lazy import type_checking_imports
 
 ROOT = Path(fsm_agent.__file__).parents[1]
 
@@ -63,23 +64,23 @@ def _modules(found: dict[str, object]) -> set[str]:
 
 
 def test_import_fsm_agent_loads_only_the_errors() -> None:
-    """``import fsm_agent`` loads no fsm_agent module but the package and its errors, and none
-    of the heavy dependencies (pydantic, transitions, httpx, asyncio, sqlite3)."""
+    """``import fsm_agent`` loads no fsm_agent module but the package, its errors and its
+    loader, and none of the heavy dependencies (pydantic, transitions, httpx, asyncio,
+    sqlite3)."""
     modules = _modules(_loaded_after("import fsm_agent"))
     assert sorted(m for m in modules if m.startswith("fsm_agent")) == [
         "fsm_agent",
+        "fsm_agent._lazy",
         "fsm_agent.errors",
     ]
     assert sorted(m for m in _NOT_AT_IMPORT if m in modules) == []
 
 
 def test_every_public_name_resolves_to_its_home_object() -> None:
-    """Each name of ``__all__`` reads as the object its module defines (the table points at
-    the right module), and ``from fsm_agent import *`` binds them all."""
-    for module, names in fsm_agent._LAZY.items():
-        home = import_module(f"fsm_agent.{module}")
-        for name in names:
-            assert getattr(fsm_agent, name) is getattr(home, name), name
+    """Each lazy name of ``__all__`` reads as the object its module defines (the module the
+    ``if TYPE_CHECKING:`` imports give), and ``from fsm_agent import *`` binds them all."""
+    for name, where in type_checking_imports(str(fsm_agent.__file__)).items():
+        assert getattr(fsm_agent, name) is getattr(import_module(where, "fsm_agent"), name), name
     found = _loaded_after(
         "from fsm_agent import *\n"
         "import fsm_agent\n"
@@ -89,9 +90,9 @@ def test_every_public_name_resolves_to_its_home_object() -> None:
 
 
 def test_the_table_the_type_imports_and_all_name_the_same_names() -> None:
-    """The names ``__all__`` exports are exactly the errors bound at import and the names of
-    the lazy table, and the ``if TYPE_CHECKING:`` imports (what mypy and IDEs read) import
-    each lazy name from the module the table gives."""
+    """The names ``__all__`` exports are exactly the errors bound at import and the names the
+    ``if TYPE_CHECKING:`` imports bring (what mypy, IDEs and the loader read), each from a
+    module of the package."""
     tree = ast.parse(Path(fsm_agent.__file__).read_text(encoding="utf-8"))
     typed: dict[str, str] = {}
     eager: set[str] = set()
@@ -102,27 +103,20 @@ def test_the_table_the_type_imports_and_all_name_the_same_names() -> None:
                 typed.update({a.name: str(imported.module) for a in imported.names})
         elif isinstance(node, ast.ImportFrom) and node.module == "errors":
             eager.update(a.name for a in node.names)
-    assert typed == fsm_agent._MODULE_OF
+    assert {n: f".{m}" for n, m in typed.items()} == type_checking_imports(str(fsm_agent.__file__))
     assert eager.isdisjoint(typed)
     assert sorted(eager | set(typed)) == sorted(fsm_agent.__all__)
 
 
 def test_the_testing_facade_names_each_name_once_where_it_lives() -> None:
-    """``fsm_agent.testing``'s table, its ``if TYPE_CHECKING:`` imports and ``__all__`` name the
-    same names, each read as the object its module defines; ``dir`` lists them before any has
+    """``fsm_agent.testing``'s ``if TYPE_CHECKING:`` imports and ``__all__`` name the same
+    names, each read as the object its module defines; ``dir`` lists them before any has
     loaded, and a submodule's name imports the submodule."""
     testing = fsm_agent.testing
-    tree = ast.parse(Path(testing.__file__).read_text(encoding="utf-8"))
-    typed: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for imported in node.body:
-                assert isinstance(imported, ast.ImportFrom) and imported.level == 1
-                typed.update({a.name: str(imported.module) for a in imported.names})
-    assert typed == testing._MODULE_OF
+    typed = type_checking_imports(str(testing.__file__))
     assert sorted(typed) == sorted(testing.__all__)
     for name, module in typed.items():
-        home = import_module(f"fsm_agent.testing.{module}")
+        home = import_module(module, testing.__name__)
         assert getattr(testing, name) is getattr(home, name), name
     found = _loaded_after(
         "import fsm_agent.testing as testing\n"
@@ -228,6 +222,7 @@ def test_help_and_version_load_no_command() -> None:
         modules = _cli(*argv)
         assert sorted(m for m in modules if m.startswith("fsm_agent")) == [
             "fsm_agent",
+            "fsm_agent._lazy",
             "fsm_agent.cli",
             "fsm_agent.cli.args",
             "fsm_agent.errors",
@@ -254,3 +249,18 @@ def test_the_demo_loads_only_what_it_runs() -> None:
         "sqlite3",
     )
     assert sorted(m for m in unneeded if m in modules) == []
+
+
+def test_the_persistence_facade_loads_a_store_on_first_use() -> None:
+    """``import fsm_agent.persistence`` loads neither SQL store and ``dir`` lists both; reading
+    ``SQLiteCheckpointer`` loads its module and gives its class."""
+    found = _loaded_after(
+        "import sys\n"
+        "import fsm_agent.persistence as persistence\n"
+        "stores = ('fsm_agent.persistence.sqlite', 'fsm_agent.persistence.postgres')\n"
+        "result['before'] = sorted(m for m in stores if m in sys.modules)\n"
+        "result['listed'] = 'PostgresCheckpointer' in dir(persistence)\n"
+        "from fsm_agent.persistence.sqlite import SQLiteCheckpointer\n"
+        "result['same'] = persistence.SQLiteCheckpointer is SQLiteCheckpointer\n"
+    )
+    assert found["before"] == [] and found["listed"] is True and found["same"] is True

@@ -10,8 +10,6 @@ import pickle
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from fsm_agent.messages import (
     ImagePart,
     Message,
@@ -24,6 +22,7 @@ from fsm_agent.messages import (
     Usage,
 )
 from fsm_agent.record import Record, adapter
+from pydantic import ValidationError
 
 
 def _response() -> ModelResponse:

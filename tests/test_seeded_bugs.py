@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fsm_agent.messages import ToolCall
 
 from fsm_agent import (
     Agent,
@@ -30,7 +31,6 @@ from fsm_agent import (
 from fsm_agent.fuzzing import DEFAULT_TOOLS, FuzzReport, InvariantViolation, fuzz
 from fsm_agent.machine.checker import FailureKind, check
 from fsm_agent.machine.table import TABLE, Counter, Outcome, Row, State, Update
-from fsm_agent.messages import ToolCall
 from fsm_agent.models import Model
 
 S, On = State, Outcome

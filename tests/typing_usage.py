@@ -38,9 +38,9 @@ from fsm_agent import (
     decide,
     tool,
 )
-from fsm_agent.events import Event, ModelSwitchedEvent, PartialOutputEvent
 from fsm_agent.machine.table import Counters, Limits, Outcome
 from fsm_agent.phases import MovePhase, Phase, PhaseChange, Phases, PhaseView, Transition
+from fsm_agent.run.events import Event, ModelSwitchedEvent, PartialOutputEvent
 from fsm_agent.testing import ScriptedModel, answer, text, tool_call, tool_calls
 
 

@@ -7,15 +7,15 @@ import argparse
 import json
 from typing import Any
 
+from ..analysis.bounds import Bounds, bounds
+from ..analysis.checker import DEFAULT_MAX_STATES, check
+from ..analysis.checker.phases import PhaseCheck, check_phases
+from ..analysis.formulas import FORMULAS, evaluate_all
+from ..analysis.proof import Proof, prove
 from ..kernel.agent import Agent
 from ..kernel.composition import AgentTool
 from ..kernel.handoffs import graph_agents
-from ..machine.bounds import Bounds, bounds
-from ..machine.checker import DEFAULT_MAX_STATES, check
-from ..machine.checker.phases import PhaseCheck, check_phases
-from ..machine.formulas import FORMULAS, evaluate_all
 from ..machine.guards import Limits
-from ..machine.proof import Proof, prove
 from ..phases import Phases
 from ..policy import Policy, limits_of
 from .args import (

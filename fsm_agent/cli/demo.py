@@ -19,11 +19,11 @@ from pathlib import Path
 
 from .. import diagrams
 from ..errors import ProviderServerError
-from ..events import Event
 from ..kernel.agent import Agent, Runtime
 from ..kernel.states import Verdict
+from ..models.scripted import ScriptedModel, VirtualClock, fail, text, tool_call
 from ..policy import Policy, RetryPolicy
-from ..testing.scripted import ScriptedModel, VirtualClock, fail, text, tool_call
+from ..run.events import Event
 from ..tools import Tool, tool
 from .args import UsageError, writable_file, write_output
 from .trace import Trace, add_record_option, drive, ended_ok, labels, open_recording

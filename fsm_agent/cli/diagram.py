@@ -13,7 +13,11 @@ from pathlib import Path
 from .. import diagrams
 from ..diagrams.phases import phases_dot, phases_mermaid
 from ..errors import CheckpointError, UnknownRunError
-from ..events import (
+from ..machine.agent_machine import Move
+from ..machine.table import NON_TERMINAL, State
+from ..phases import PhaseChange
+from ..replay import is_recording, read_recording
+from ..run.events import (
     AbortedEvent,
     Event,
     FinalEvent,
@@ -21,11 +25,7 @@ from ..events import (
     StateChangedEvent,
     event_adapter,
 )
-from ..machine.agent_machine import Move
-from ..machine.table import NON_TERMINAL, State
-from ..phases import PhaseChange
-from ..replay import is_recording, read_recording
-from ..run_state import RunState
+from ..run.state import RunState
 from .args import (
     PROG,
     STORE_ENV,

@@ -12,7 +12,7 @@ from .. import diagrams
 from ..diagrams.composition import ChildRunBox, composed_run_dot, composed_run_mermaid
 from ..errors import FsmAgentError
 from ..persistence import Checkpointer
-from ..run_state import RunState
+from ..run.state import RunState
 
 __all__ = ["child_runs_of", "run_drawings"]
 

@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
-from ..events import AbortedEvent, FinalEvent
 from ..policy import Policy, RetryPolicy
+from ..run.events import AbortedEvent, FinalEvent
 from .args import PROG, UsageError, nonempty_text, read_policy
 from .trace import Trace, add_record_option, drive, ended_ok, labels, open_recording
 

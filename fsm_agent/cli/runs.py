@@ -14,10 +14,10 @@ from ..errors import CheckpointError, ConfigurationError, InvalidInputError, Res
 from ..kernel.agent import Agent
 from ..kernel.fork import fork_run
 from ..kernel.run import new_run_id
-from ..messages import ModelRequest, ModelResponse
 from ..persistence import Checkpointer, RunSummary, open_checkpointer
 from ..persistence.lineage import by_origin
 from ..redaction import redact, secret_values
+from ..values.messages import ModelRequest, ModelResponse
 from .args import UsageError, add_store_option, mask_url, nonnegative_int, the_store
 
 __all__ = ["add_arguments", "handle"]

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from .. import diagrams
-from ..events import (
+from ..policy import Policy
+from ..run.events import (
     AbortedEvent,
     CompactedEvent,
     Event,
@@ -26,7 +27,6 @@ from ..events import (
     ToolResultEvent,
     VerificationFailedEvent,
 )
-from ..policy import Policy
 from .args import UsageError, writable_file
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import load
+from .._lazy import facade
 
 # Bound at import: ``render`` is named like its module, and an import of the submodule
 # ``fsm_agent.diagrams.render`` that came first would otherwise leave the module in its place.
@@ -47,17 +47,6 @@ if TYPE_CHECKING:
     from .levels import OVERVIEW_STYLES, overview_dot, overview_mermaid
     from .text import DOT_STYLES, Edge, Node, Plan, Scope, plan, to_dot, to_mermaid
     from .trace import RunPath, TraceError, read_trace
-
-# The other names load with their module on first use: a command that only labels the rows
-# (the trace of a run) imports neither the detail drawings nor the overview.
-_LAZY: dict[str, tuple[str, ...]] = {
-    "..machine.guards": ("guard_label",),
-    ".detail": ("DETAIL_STYLES", "state_dot", "state_mermaid"),
-    ".levels": ("OVERVIEW_STYLES", "overview_dot", "overview_mermaid"),
-    ".text": ("DOT_STYLES", "Edge", "Node", "Plan", "Scope", "plan", "to_dot", "to_mermaid"),
-    ".trace": ("RunPath", "TraceError", "read_trace"),
-}
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "DETAIL_STYLES",
@@ -86,12 +75,6 @@ __all__ = [
     "to_mermaid",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """A public name, imported with its module on first use (PEP 562)."""
-    return load(__name__, _MODULE_OF, globals(), name)
-
-
-def __dir__() -> list[str]:
-    """The module's names, the public ones not yet loaded included."""
-    return sorted({*globals(), *__all__})
+# The other names load with their module on first use: a command that only labels the rows
+# (the trace of a run) imports neither the detail drawings nor the overview.
+__getattr__, __dir__ = facade(globals())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..run_state import HandoffChange
+from ..run.state import HandoffChange
 
 __all__ = ["handoffs_dot", "handoffs_mermaid"]
 

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..machine.checker.environment import impossible_outcomes
+from ..analysis.checker.environment import impossible_outcomes
 from ..machine.guards import guard_label, guard_value_combinations
 from ..machine.table import DECLARATIONS, TABLE, TERMINAL, Limits, Outcome, Row, State
 from ..policy import Policy, limits_of

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ..errors import ConfigurationError
-from ..events import AbortedEvent, Event, FinalEvent, StateChangedEvent, event_adapter
 from ..machine.table import TABLE, Row, State, StopReason
+from ..run.events import AbortedEvent, Event, FinalEvent, StateChangedEvent, event_adapter
 
 if TYPE_CHECKING:
-    from ..run_state import RunState
+    from ..run.state import RunState
 
 __all__ = ["RunPath", "TraceError", "read_trace"]
 

@@ -44,11 +44,11 @@ try:
 except ImportError:
     raise MissingExtraError("fsm_agent.durable", extra="dbos", module="dbos") from None
 
-from ..approval import HumanDecision
-from ..events import Event, event_adapter
 from ..kernel.agent import RunResult
-from ..messages import Message
-from ..run_state import RunState
+from ..run.approval import HumanDecision
+from ..run.events import Event, event_adapter
+from ..run.state import RunState
+from ..values.messages import Message
 from .workflow import (
     AGENT_WORKFLOW,
     DECISIONS_TOPIC,

@@ -33,7 +33,6 @@ from dbos import DBOS, StepOptions
 
 from ..errors import ConfigurationError
 from ..kernel.agent import Agent, Runtime
-from ..messages import ModelRequest, ModelResponse, ToolCall
 from ..models import Model
 from ..persistence.run_log import (
     _decode_model,
@@ -43,6 +42,7 @@ from ..persistence.run_log import (
     unknown_result,
 )
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import ModelRequest, ModelResponse, ToolCall
 
 __all__ = ["StepModel", "StepTool", "on_dbos"]
 

@@ -21,13 +21,13 @@ from typing import Any, Literal
 from dbos import DBOS
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from ..approval import Approval, Decision, HumanDecision
 from ..errors import DurableRunError, ResumeError
-from ..events import Event, StateChangedEvent, event_adapter
 from ..kernel.agent import Agent, RunHandle, RunResult
 from ..machine.table import State, StopReason
-from ..messages import Message, ToolCall
-from ..run_state import RunState
+from ..run.approval import Approval, Decision, HumanDecision
+from ..run.events import Event, StateChangedEvent, event_adapter
+from ..run.state import RunState
+from ..values.messages import Message, ToolCall
 from .steps import on_dbos
 
 AGENT_WORKFLOW = "fsm_agent.run_agent"

@@ -12,7 +12,7 @@ agent of yours with an output type gets answers that follow its schema.
 
 :func:`fuzz` runs cases on the real kernel with a virtual clock (retry backoff takes no time),
 resumes suspended runs, and checks every run invariant after every run (invariant 2
-against :func:`fsm_agent.machine.bounds.bounds`). A run that does not end by itself is stopped and
+against :func:`fsm_agent.analysis.bounds.bounds`). A run that does not end by itself is stopped and
 reported. Cases are decoded from seeded random bytes (the same seed, the same examples); on a
 violation the bytes are shrunk (:mod:`.shrink`), and the report carries the shrunk case
 as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->

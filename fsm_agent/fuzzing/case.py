@@ -18,15 +18,26 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
-from ..approval import Approval, HumanDecision, ResumeHandle
 from ..errors import MCPServerError
-from ..events import Event, StateChangedEvent
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
 from ..kernel.composition import agent_bounds
 from ..kernel.states import Verdict
 from ..machine.table import TERMINAL, State
-from ..messages import (
+from ..models import Model
+from ..models.scripted import (
+    ScriptExhaustedError,
+    ScriptPlayer,
+    StreamingScriptPlayer,
+    Turn,
+    VirtualClock,
+)
+from ..policy import Policy
+from ..run.approval import Approval, HumanDecision, ResumeHandle
+from ..run.events import Event, StateChangedEvent
+from ..run.state import RunState
+from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
+from ..values.messages import (
     FinishReason,
     Message,
     ModelResponse,
@@ -34,18 +45,7 @@ from ..messages import (
     ToolResult,
     Usage,
 )
-from ..models import Model
-from ..policy import Policy
-from ..record import Record
-from ..run_state import RunState
-from ..testing.scripted import (
-    ScriptExhaustedError,
-    ScriptPlayer,
-    StreamingScriptPlayer,
-    Turn,
-    VirtualClock,
-)
-from ..tools import TaskComplete, Tool, ToolContext, done_tool, tool
+from ..values.record import Record
 from .invariants import RunRecord
 from .primary import FailingPrimary
 from .source import model_source, turn_source

@@ -24,7 +24,7 @@ from ..errors import (
     ProviderServerError,
     RateLimitError,
 )
-from ..messages import FinishReason, ModelResponse, ToolDefinition, Usage
+from ..models.scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
 from ..policy import (
     CompactionSettings,
     CompactionStrategyName,
@@ -37,8 +37,8 @@ from ..policy import (
     UsageLimits,
 )
 from ..providers._output import ANSWER_TOOL
-from ..testing.scripted import DEFAULT_USAGE, Turn, answer, fail, finish, text, tool_calls
 from ..tools.output import PAGER_NAME
+from ..values.messages import FinishReason, ModelResponse, ToolDefinition, Usage
 from .case import DEFAULT_TOOLS, FuzzAnswer, FuzzCase, HookAnswer, HookPlan, VerifierAnswer
 
 __all__ = [

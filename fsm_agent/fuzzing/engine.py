@@ -23,8 +23,8 @@ from typing import Any, Literal, TypeAlias
 
 from ..errors import ConfigurationError
 from ..kernel.handoffs import graph_agents
-from ..messages import ToolDefinition
 from ..providers._output import answer_tool
+from ..values.messages import ToolDefinition
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
 from .decoding import CASE_SIZE, Choices, read_case
 from .invariants import InvariantViolation, RunRecord, check_invariants

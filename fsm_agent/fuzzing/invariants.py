@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..events import ChildEvent, Event, StateChangedEvent, UsageEvent
+from ..analysis.bounds import Bounds, bounds
 from ..kernel.agent import RunResult
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.bounds import Bounds, bounds
 from ..machine.table import Counters, Limits, State, StopReason
-from ..messages import Message, ModelRequest, ModelResponse, Role, Usage
+from ..models.scripted import Turn
 from ..policy import Policy
-from ..testing.scripted import Turn
+from ..run.events import ChildEvent, Event, StateChangedEvent, UsageEvent
+from ..values.messages import Message, ModelRequest, ModelResponse, Role, Usage
 from .oracle import oracle_for
 
 __all__ = [

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import PhaseChangedEvent, StateChangedEvent, StepStartEvent
 from ..kernel.agent import Agent
 from ..kernel.run import RunHandle
-from ..messages import Role
+from ..models.scripted import ScriptedModel, Turn, text, tool_calls
 from ..phases.table import MOVE_TOOL, MovePhase, Phase, Phases
 from ..policy import Policy
-from ..testing.scripted import ScriptedModel, Turn, text, tool_calls
+from ..run.events import PhaseChangedEvent, StateChangedEvent, StepStartEvent
 from ..tools import Tool, ToolContext
+from ..values.messages import Role
 
 __all__ = ["PhaseFuzzReport", "default_phases", "fuzz_phases", "stub_tools"]
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from ..errors import RateLimitError
-from ..messages import ModelRequest, ModelResponse, StreamDelta
-from ..testing.scripted import Failure, Turn
+from ..models.scripted import Failure, Turn
+from ..values.messages import ModelRequest, ModelResponse, StreamDelta
 
 __all__ = ["FailingPrimary", "Recording"]
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncGenerator
 from typing import cast
 
 from ..errors import UnknownRunError
-from ..events import Event
 from ..kernel.agent import RunHandle
 from ..machine.table import TERMINAL, State
+from ..run.events import Event
 from .invariants import TERMINAL_EVENTS, InvariantViolation, check_history
 from .seams import GRACE_S, SeamRecord
 

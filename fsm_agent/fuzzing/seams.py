@@ -20,15 +20,15 @@ from enum import StrEnum
 from typing import Any, Literal, cast
 
 from ..errors import CheckpointError
-from ..events import Event
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
 from ..kernel.states import Verdict
-from ..messages import ModelResponse, ToolCall, ToolDefinition
+from ..models.scripted import Turn, VirtualClock
 from ..persistence.sqlite import SQLiteCheckpointer
 from ..policy import HookFailureMode, Policy, RetryPolicy
-from ..run_state import RunState
-from ..testing.scripted import Turn, VirtualClock
+from ..run.events import Event
+from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import ModelResponse, ToolCall, ToolDefinition
 from .case import (
     DEFAULT_TOOLS,
     AgentFactory,

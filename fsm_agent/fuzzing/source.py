@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pydantic import BaseModel
 
 from ..errors import ModelError
-from ..messages import FinishReason, ToolCall, Usage
-from ..record import Record
-from ..testing.scripted import DEFAULT_USAGE, Failure, Turn
+from ..models.scripted import DEFAULT_USAGE, Failure, Turn
+from ..values.messages import FinishReason, ToolCall, Usage
+from ..values.record import Record
 
 __all__ = ["model_source", "turn_source"]
 

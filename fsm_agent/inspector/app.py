@@ -38,7 +38,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..approval import Approval, HumanDecision, ResumeHandle, apply_decisions
 from ..diagrams import RenderingUnavailableError
 from ..errors import (
     CheckpointConflictError,
@@ -58,6 +57,7 @@ from ..kernel.fork import fork_run
 from ..kernel.resuming import resume_context
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
+from ..run.approval import Approval, HumanDecision, ResumeHandle, apply_decisions
 from .views import (
     decided,
     diagram_svg,

@@ -15,11 +15,19 @@ from pydantic import JsonValue
 
 from ..diagrams import RunPath, overview_dot, plan, render, state_dot
 from ..machine.table import ANSWERED, TERMINAL, Counters, State, StopReason
-from ..messages import ImagePart, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
 from ..persistence import Checkpoint, RunSummary
 from ..persistence.lineage import by_origin
 from ..redaction import redact, redact_data
-from ..run_state import RunState
+from ..run.state import RunState
+from ..values.messages import (
+    ImagePart,
+    Message,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
 
 __all__ = [
     "decided",

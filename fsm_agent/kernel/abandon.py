@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
 from ..machine.table import ANSWERED, TERMINAL, Outcome, State, StopReason
-from ..messages import ToolCall, ToolResult
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
 from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
-from ..run_state import RunState
+from ..run.state import RunState
 from ..tools.output import cut_result
+from ..values.messages import ToolCall, ToolResult
 from .durable_child import child_run_id
 from .resuming import refuse_finished
 from .run import RunHandle, RunResult

@@ -16,23 +16,23 @@ from typing import Any, Generic, cast
 
 from typing_extensions import TypeVar
 
-from ..approval import HumanDecision, ResumeHandle
+from ..analysis.bounds import Bounds
 from ..compaction import Compactor
 from ..errors import ConfigurationError
-from ..events import Event
 from ..machine.agent_machine import AgentMachine, default_machine
-from ..machine.bounds import Bounds
 from ..machine.table import State
-from ..messages import Message
-from ..model_settings import ModelSettings, merge_settings
 from ..models import Model
-from ..output import output_spec
 from ..persistence import Checkpointer, Durability
 from ..persistence.run_log import UnknownOutcome
 from ..phases import Phases
 from ..policy import Policy
-from ..run_state import RunState, build_run_validators
+from ..run.approval import HumanDecision, ResumeHandle
+from ..run.events import Event
+from ..run.output import output_spec
+from ..run.state import RunState, build_run_validators
 from ..tools import Tool, ToolRegistry
+from ..values.messages import Message
+from ..values.model_settings import ModelSettings, merge_settings
 from .abandon import abandon_run
 from .checks import check_user_code
 from .composition import AgentTool, agent_bounds
@@ -428,7 +428,7 @@ class Agent(Generic[DepsT, OutputT]):
         model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Continue a suspended run from ``dispatching``: ``decisions`` maps the call id of each
-        pending call to the human's decision (see :mod:`fsm_agent.approval`). Approved calls
+        pending call to the human's decision (see :mod:`fsm_agent.run.approval`). Approved calls
         run, denied ones get their reason, answers become results; nothing runs twice. Raises
         :class:`~fsm_agent.ResumeError`, running nothing, for an unknown or used handle or
         decisions that do not fit.

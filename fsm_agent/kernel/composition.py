@@ -19,9 +19,9 @@ parent: the call's result is an :class:`~fsm_agent.AgentToolError` the parent's 
 with the child's last answer when it has one.
 
 When the parent is listened to (``run_stream``), each event of the child reaches the parent's
-listener as a :class:`~fsm_agent.events.ChildEvent`: the parent's call id, the child's run id and
-its depth. Nothing here runs for an agent without children: the kernel passes its tools nothing
-new, and a child finds its parent's run through the tool context it is given.
+listener as a :class:`~fsm_agent.run.events.ChildEvent`: the parent's call id, the child's run
+id and its depth. Nothing here runs for an agent without children: the kernel passes its tools
+nothing new, and a child finds its parent's run through the tool context it is given.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
+from ..analysis.bounds import Bounds, ChildBounds, bounds
 from ..errors import AgentToolError, ConfigurationError
-from ..events import ChildEvent, Event
-from ..machine.bounds import Bounds, ChildBounds, bounds
 from ..machine.table import ANSWERED, Outcome, State, StopReason
-from ..messages import Message, Role, ToolCall, validate_history
 from ..persistence.storable import storable_message
-from ..run_state import AgentUsage, RunState
+from ..run.events import ChildEvent, Event
+from ..run.state import AgentUsage, RunState
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import Message, Role, ToolCall, validate_history
 from .context import Emitted, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
@@ -118,7 +118,7 @@ def parent_run(context: ToolContext[Any]) -> RunContext | None:
 
 class ChildRunContext(RunContext):
     """The context of a child run: it inherits its parent's cancel and deadline, and hands its
-    events to its parent's listener wrapped in :class:`~fsm_agent.events.ChildEvent`.
+    events to its parent's listener wrapped in :class:`~fsm_agent.run.events.ChildEvent`.
 
     ``inline`` says the child runs in the task stepping its parent's listened run (the calls of
     a turn run one by one): its events are yielded on the spot. Otherwise (concurrent calls)
@@ -499,14 +499,14 @@ def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None
 
 def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
     """The most model turns the budgets of ``agent``'s phases allow, explored with the loop
-    (:func:`~fsm_agent.machine.checker.phases.check_phases`), when fewer than its
+    (:func:`~fsm_agent.analysis.checker.phases.check_phases`), when fewer than its
     ``max_steps``; ``None`` without phases, or when the search is inconclusive."""
     phases = agent.phases
     policy = agent.policy
     limit = policy.max_steps or policy.usage_limits.max_requests
     if phases is None or limit is None:
         return None
-    from ..machine.checker.phases import check_phases
+    from ..analysis.checker.phases import check_phases
 
     report = check_phases(phases, limit)
     if not report.complete or report.max_turns >= limit:
@@ -519,7 +519,7 @@ def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
     exhaustive checker's search (each child's explored the same way) rather than computed from
     formulas: it equals ``agent.bounds().max_model_calls``. For an agent with handoffs the
     search covers the chain: the run's policy, the most models of its agents, every child."""
-    from ..machine.checker.compose import explored_model_calls as explore
+    from ..analysis.checker.compose import explored_model_calls as explore
 
     agents = graph_agents(agent) if agent.handoffs else [agent]
     children = [

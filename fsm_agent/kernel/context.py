@@ -16,22 +16,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Interrupted
-from ..events import Event
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
-from ..messages import (
+from ..policy import Policy, ToolFailureMode
+from ..run.events import Event
+from ..run.state import RunState
+from ..values.messages import (
     Message,
     Role,
     ToolCall,
     ToolResult,
     Usage,
 )
-from ..policy import Policy, ToolFailureMode
-from ..run_state import RunState
 
 if TYPE_CHECKING:
-    from ..model_settings import ModelSettings
     from ..persistence.run_log import RunLog
+    from ..values.model_settings import ModelSettings
     from .agent import Agent, RunHandle
     from .plan import Plan
     from .progress import Reports

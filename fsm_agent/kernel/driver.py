@@ -31,10 +31,10 @@ from asyncio import current_task
 from typing import Any
 
 from ..errors import CheckpointError, FsmAgentError
-from ..events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
 from ..machine.agent_machine import Move
 from ..machine.table import DECLARATIONS, TERMINAL, Outcome, State, StopReason
-from ..run_state import explained
+from ..run.events import AbortedEvent, FinalEvent, StateChangedEvent, SuspendedEvent
+from ..run.state import explained
 from .context import Interrupted, RunContext
 from .hooks import report_hook_failure
 from .limits import usage_exceeded

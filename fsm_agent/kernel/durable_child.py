@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnknownRunError
 from ..machine.table import TERMINAL, State
 from ..persistence.run_log import RunLog, load_checkpoint
-from ..run_state import RunState, build_run_validators
+from ..run.state import RunState, build_run_validators
 from .definition import check_definition
 
 if TYPE_CHECKING:

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from ..approval import suspend
 from ..errors import ConfigurationError, DefinitionChangedError, InvalidInputError
 from ..machine.table import TERMINAL, State
-from ..messages import validate_history
 from ..persistence import Checkpoint, Checkpointer
 from ..persistence.run_log import in_store_thread
-from ..record import adapter
-from ..run_state import RunState
+from ..run.approval import suspend
+from ..run.state import RunState
+from ..values.messages import validate_history
+from ..values.record import adapter
 from .definition import check_definition
 
 __all__ = ["RunEdit", "fork_run"]

@@ -9,7 +9,7 @@ the run's is what the machine reads: the policy of the agent the run started wit
 limits, counters, usage, deadline, ``max_handoffs``), its checkpointer, hooks, verifier and
 output type. ``RunState.agent`` names the agent holding the conversation and
 ``RunState.handoff_trace`` keeps every handoff, so a resumed run continues under the right
-agent; a :class:`~fsm_agent.events.HandoffEvent` reports each.
+agent; a :class:`~fsm_agent.run.events.HandoffEvent` reports each.
 
 A run without handoffs pays one attribute check per tool turn (``plan.handoffs``).
 """
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, HandoffError, InvalidInputError
-from ..events import HandoffEvent
 from ..machine.table import Outcome
-from ..messages import Message, Role, validate_history
-from ..model_settings import merge_settings
-from ..run_state import HandoffChange, RunState
+from ..run.events import HandoffEvent
+from ..run.state import HandoffChange, RunState
 from ..tools import Tool, ToolContext
+from ..values.messages import Message, Role, validate_history
+from ..values.model_settings import merge_settings
 from .context import RunContext
 
 if TYPE_CHECKING:

@@ -15,18 +15,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
-from ..approval import Approval, Decision
 from ..errors import ConfigurationError, HookError
-from ..events import HookErrorEvent
 from ..log import logger
 from ..machine.table import TERMINAL, Outcome, State
-from ..messages import ModelRequest, ModelResponse, ToolCall, ToolResult
-from ..model_settings import ModelSettings
 from ..phases.table import MovePhase
 from ..policy import HookFailureMode
-from ..record import field_problem
-from ..run_state import explained
+from ..run.approval import Approval, Decision
+from ..run.events import HookErrorEvent
+from ..run.state import explained
 from ..tools import HumanInputRequired, TaskComplete
+from ..values.messages import ModelRequest, ModelResponse, ToolCall, ToolResult
+from ..values.model_settings import ModelSettings
+from ..values.record import field_problem
 from .limits import usage_fault
 
 if TYPE_CHECKING:

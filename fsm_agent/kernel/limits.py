@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from ..messages import Usage
 from ..policy import Policy
+from ..values.messages import Usage
 
 __all__ = ["usage_exceeded", "usage_fault", "usage_limited"]
 

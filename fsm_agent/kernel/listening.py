@@ -6,7 +6,7 @@ from __future__ import annotations
 from asyncio import current_task
 from collections.abc import AsyncGenerator, Coroutine, Generator
 
-from ..events import Event
+from ..run.events import Event
 from .context import Emitted, RunContext
 
 __all__ = ["listened"]

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Literal
 
 from ..errors import ConfigurationError
-from ..events import PhaseChangedEvent
-from ..messages import ToolCall, ToolResult
 from ..phases import CompiledPhases, Phases
 from ..policy import Policy
-from ..run_state import RunState
+from ..run.events import PhaseChangedEvent
+from ..run.state import RunState
 from ..tools import ToolRegistry
 from ..tools.output import PAGER_NAME
+from ..values.messages import ToolCall, ToolResult
 from .context import RunContext
 
 __all__ = [

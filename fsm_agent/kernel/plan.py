@@ -20,14 +20,14 @@ from ..errors import ConfigurationError, ModelError
 from ..machine.agent_machine import AgentMachine, Move
 from ..machine.guards import Limits
 from ..machine.table import LIMITS, Counter, Counters, Outcome, State
-from ..messages import Message, OutputSchema, ToolDefinition
 from ..models import Model, ModelChain
-from ..output import ANSWER_TOOL, OutputSpec
 from ..phases import CompiledPhases, Phases
 from ..policy import Policy, limits_of
-from ..run_state import RunState
+from ..run.output import ANSWER_TOOL, OutputSpec
+from ..run.state import RunState
 from ..tools import Tool, ToolRegistry, done_tool
 from ..tools.output import PAGER_NAME, pager_tool
+from ..values.messages import Message, OutputSchema, ToolDefinition
 from .checks import check_done_tool
 from .context import LoopSettings
 from .definition import definition_fingerprint

@@ -12,8 +12,8 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
-from ..events import ChildEvent, ToolProgressEvent
-from ..messages import ToolCall
+from ..run.events import ChildEvent, ToolProgressEvent
+from ..values.messages import ToolCall
 from .context import Interrupted, RunContext
 
 __all__ = ["Handed", "Reports", "emit_reported", "reporter", "wait_reporting"]

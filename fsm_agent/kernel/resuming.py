@@ -7,17 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..approval import HumanDecision, ResumeHandle, apply_decisions
 from ..errors import InvalidInputError, ResumeError, RunFinishedError
 from ..machine.table import TERMINAL, State
-from ..messages import Message, validate_history
-from ..model_settings import ModelSettings, merge_settings, settings_request
 from ..models import check_request
 from ..persistence import Checkpoint
 from ..persistence.run_log import RunLog, load_checkpoint
 from ..persistence.storable import storable_message
-from ..record import field_problem
-from ..run_state import RunState
+from ..run.approval import HumanDecision, ResumeHandle, apply_decisions
+from ..run.state import RunState
+from ..values.messages import Message, validate_history
+from ..values.model_settings import ModelSettings, merge_settings, settings_request
+from ..values.record import field_problem
 from .context import RunContext
 from .definition import check_definition
 from .handoffs import holder, resumed_agent

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
-from ..approval import ResumeHandle
 from ..errors import InvalidInputError
 from ..machine.agent_machine import Move
 from ..machine.table import Counters, Outcome, State, StopReason
-from ..messages import Message, ToolCall, Usage
-from ..run_state import AgentUsage, RunState
+from ..run.approval import ResumeHandle
+from ..run.state import AgentUsage, RunState
+from ..values.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
-    from ..output import OutputSpec
+    from ..run.output import OutputSpec
     from .context import RunContext
 
 OutputT = TypeVar("OutputT", default=str)

@@ -24,8 +24,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..messages import ToolCall, Usage
 from ..policy import UsageLimits
+from ..values.messages import ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..tools import Tool

@@ -3,12 +3,10 @@
 Read in order: :mod:`~fsm_agent.machine.guards` (the counters, the limits, and each guard's
 function with what it compares), :mod:`~fsm_agent.machine.table` (the states, outcomes and stop
 reasons, each state's declared outcomes and interrupts, and the rows),
-:mod:`~fsm_agent.machine.agent_machine` (the table validated and compiled; ``decide``),
-:mod:`~fsm_agent.machine.bounds` (the worst case a policy allows, in closed form),
-:mod:`~fsm_agent.machine.checker` (the exhaustive model checker that proves it per policy) and
-:mod:`~fsm_agent.machine.proof` (the parametric proof that the table terminates for every
-policy). Nothing here does I/O: the kernel, the checker and the fuzzer all call the same
-``decide``.
+:mod:`~fsm_agent.machine.agent_machine` (the table validated and compiled; ``decide``).
+What the table guarantees (bounds, the checker, the proof) is worked out above it, in
+:mod:`fsm_agent.analysis`. Nothing here does I/O: the kernel, the checker and the fuzzer all call
+the same ``decide``.
 """
 
 from .agent_machine import AgentMachine, IllegalMoveError, Move, decide, default_machine

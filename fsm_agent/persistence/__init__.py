@@ -35,13 +35,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic_core import PydanticSerializationError
 
+from .._lazy import facade
 from ..errors import CheckpointConflictError, ConfigurationError, UnknownRunError
 from ..machine.table import State, StopReason
-from ..run_state import RunState
+from ..run.state import RunState
 
 if TYPE_CHECKING:
     from .postgres import PostgresCheckpointer
@@ -300,17 +301,8 @@ def open_checkpointer(target: str) -> Checkpointer:
     return SQLiteCheckpointer(target)
 
 
-def __getattr__(name: str) -> Any:
-    """The SQL checkpointers, imported when first used (PostgreSQL needs the extra)."""
-    if name == "SQLiteCheckpointer":
-        from .sqlite import SQLiteCheckpointer
-
-        return SQLiteCheckpointer
-    if name == "PostgresCheckpointer":
-        from .postgres import PostgresCheckpointer
-
-        return PostgresCheckpointer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The SQL checkpointers load with their module on first use (PostgreSQL needs the extra).
+__getattr__, __dir__ = facade(globals())
 
 
 UNKNOWN_OUTCOME_PREFIX = "Error: outcome unknown"

@@ -21,9 +21,9 @@ from pydantic_core import PydanticSerializationError
 from .. import errors
 from ..errors import ModelError
 from ..machine.table import TERMINAL, State, StopReason
-from ..messages import ModelResponse, ToolCall, ToolResult
-from ..run_state import RunState
+from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
 from .store_threads import Call, Lane, StoreThreads

@@ -38,8 +38,8 @@ from typing import Any, Literal, Protocol
 
 from ..errors import CorruptCheckpointError, SchemaVersionError, UnknownRunError
 from ..machine.table import State
-from ..messages import Message
-from ..run_state import RunState
+from ..run.state import RunState
+from ..values.messages import Message
 from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
 from .run_log import recorded_content
 from .sql_rows import (

@@ -13,9 +13,9 @@ from pydantic_core import PydanticSerializationError
 from ..errors import CorruptCheckpointError
 from ..machine.agent_machine import Move
 from ..machine.table import State, StopReason
-from ..messages import Message
-from ..record import adapter
-from ..run_state import RunState, StoredMove
+from ..run.state import RunState, StoredMove
+from ..values.messages import Message
+from ..values.record import adapter
 from . import RunSummary
 from .storable import storable_state
 
@@ -35,7 +35,7 @@ __all__ = [
 SEPARATE = {"messages", "trace", "tool_outputs"}  # stored in their own columns and table
 """The run state's fields a checkpoint row stores apart from its body."""
 MESSAGES = TypeAdapter(list[Message])
-MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run_state
+MOVES = TypeAdapter(list[StoredMove])  # by name: see fsm_agent.run.state
 _V = TypeVar("_V")
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..messages import Message, ModelResponse, ToolResult
-from ..run_state import RunState
+from ..run.state import RunState
+from ..values.messages import Message, ModelResponse, ToolResult
 
 __all__ = [
     "NOTE",

@@ -2,7 +2,7 @@
 
 Read in order: :mod:`~fsm_agent.phases.table` declares and validates a phase table;
 :mod:`~fsm_agent.phases.runtime` fits it to an agent and makes every move. The checker of the
-phase machine with the loop is :mod:`fsm_agent.machine.checker.phases`; its diagrams are in
+phase machine with the loop is :mod:`fsm_agent.analysis.checker.phases`; its diagrams are in
 :mod:`fsm_agent.diagrams.phases`.
 """
 

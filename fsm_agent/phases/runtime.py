@@ -15,11 +15,11 @@ from collections import Counter
 from typing import TYPE_CHECKING, Literal
 
 from ..log import logger
-from ..messages import Message, Role, ToolCall, ToolDefinition, ToolResult
+from ..values.messages import Message, Role, ToolCall, ToolDefinition, ToolResult
 from .table import MOVE_TOOL, PhaseChange, Phases, PhaseView
 
 if TYPE_CHECKING:
-    from ..run_state import RunState
+    from ..run.state import RunState
 
 __all__ = ["CompiledPhases", "move_tool_definition"]
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import PhaseDefinitionError
-from ..run_state import PhaseChange
+from ..run.state import PhaseChange
 
 if TYPE_CHECKING:
-    from ..run_state import RunState
+    from ..run.state import RunState
 
 __all__ = [
     "MOVE_TOOL",

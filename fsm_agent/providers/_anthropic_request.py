@@ -10,7 +10,7 @@ sent as text: the API rejects those blocks in a request that defines no tools.
 
 from __future__ import annotations
 
-from ..messages import (
+from ..values.messages import (
     ImagePart,
     Message,
     ModelRequest,

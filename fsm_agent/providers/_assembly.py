@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import JsonValue, ValidationError
 
 from ..errors import MalformedResponseError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     ImagePart,
     Message,
@@ -25,7 +25,7 @@ from ..messages import (
     Usage,
     parse_arguments,
 )
-from ..record import adapter
+from ..values.record import adapter
 
 __all__ = [
     "JSONObject",

@@ -21,7 +21,7 @@ import httpx
 from pydantic import SecretStr
 
 from ..errors import ConfigurationError, ModelError
-from ..messages import (
+from ..values.messages import (
     ModelRequest,
     ModelResponse,
     Part,

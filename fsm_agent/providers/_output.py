@@ -12,7 +12,8 @@ text, so no tool call is left without a result.
 
 from __future__ import annotations
 
-from ..messages import (
+from ..run.output import ANSWER_TOOL
+from ..values.messages import (
     FinishReason,
     ModelRequest,
     OutputSchema,
@@ -24,7 +25,6 @@ from ..messages import (
     ToolCallDelta,
     ToolDefinition,
 )
-from ..output import ANSWER_TOOL
 
 __all__ = ["ANSWER_TOOL", "AnswerDeltas", "answer_parts", "answer_tool", "answers_by_tool"]
 

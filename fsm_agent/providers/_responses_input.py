@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from ..messages import (
+from ..values.messages import (
     ImagePart,
     Message,
     ModelRequest,

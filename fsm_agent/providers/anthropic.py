@@ -16,7 +16,7 @@ from contextlib import aclosing
 from typing import ClassVar, Unpack
 
 from ..errors import ConfigurationError, InvalidRequestError, MalformedResponseError, ModelError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     ModelRequest,
     ModelResponse,

@@ -20,8 +20,8 @@ from ..errors import (
     ProviderServerError,
     RateLimitError,
 )
-from ..messages import ModelRequest, ModelResponse, StreamDelta
 from ..models import Model
+from ..values.messages import ModelRequest, ModelResponse, StreamDelta
 from ._base import deltas_of
 
 __all__ = ["DEFAULT_FALLBACK_ON", "FallbackModel"]

@@ -20,7 +20,7 @@ from typing import Unpack
 from pydantic import JsonValue
 
 from ..errors import MalformedResponseError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     ImagePart,
     Message,

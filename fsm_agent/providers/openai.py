@@ -18,7 +18,7 @@ import httpx
 from pydantic import JsonValue
 
 from ..errors import MalformedResponseError, ProviderServerError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     ImagePart,
     Message,

@@ -6,7 +6,8 @@ turn becomes, in its own order, the ``reasoning`` items it received, one ``messa
 and one ``function_call`` item per tool call; a tool result is a ``function_call_output`` item
 linked by ``call_id``. The answer is a list of *output items* of the same kinds.
 
-Reasoning items are kept across turns: each one becomes a :class:`~fsm_agent.messages.ReasoningPart`
+Reasoning items are kept across turns: each one becomes a
+:class:`~fsm_agent.values.messages.ReasoningPart`
 whose ``provider_data`` holds the item as received (its id, its summary and, when the store is
 off, its ``encrypted_content``), and is sent back verbatim before the calls it led to. A stream is
 a sequence of typed events (``response.created``, ``response.output_item.added``,
@@ -29,7 +30,7 @@ from typing import Literal, Unpack
 from pydantic import JsonValue
 
 from ..errors import MalformedResponseError, ProviderServerError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     ModelRequest,
     ModelResponse,

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import load
+from .._lazy import facade
 
 if TYPE_CHECKING:
-    from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
-    from .fuzz import fuzz_agent
-    from .scripted import (
+    from ..models.scripted import (
         DEFAULT_USAGE,
         Failure,
         ScriptedModel,
@@ -43,29 +41,10 @@ if TYPE_CHECKING:
         tool_call,
         tool_calls,
     )
+    from .crash import CrashingCheckpointer, SimulatedCrash, crash_and_resume, resume_differences
+    from .fuzz import fuzz_agent
     from .strategies import cases, hook_plans, policies, scripts, verifiers
 
-# Where each public name lives; a name is imported with its module on first use (PEP 562).
-_LAZY: dict[str, tuple[str, ...]] = {
-    "crash": ("CrashingCheckpointer", "SimulatedCrash", "crash_and_resume", "resume_differences"),
-    "fuzz": ("fuzz_agent",),
-    "scripted": (
-        "DEFAULT_USAGE",
-        "Failure",
-        "ScriptExhaustedError",
-        "ScriptedModel",
-        "Turn",
-        "VirtualClock",
-        "answer",
-        "fail",
-        "finish",
-        "text",
-        "tool_call",
-        "tool_calls",
-    ),
-    "strategies": ("cases", "hook_plans", "policies", "scripts", "verifiers"),
-}
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -92,13 +71,4 @@ __all__ = [
     "verifiers",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """A public name, imported with its module on first use (PEP 562); a submodule's name
-    imports the submodule, as when this package imported its modules eagerly."""
-    return load(__name__, _MODULE_OF, globals(), name)
-
-
-def __dir__() -> list[str]:
-    """The module's names, the public ones not yet loaded included."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = facade(globals())

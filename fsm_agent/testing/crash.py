@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import RunFinishedError
 from ..kernel.run import RunResult
-from ..messages import ToolResult
 from ..persistence import (
     UNKNOWN_OUTCOME_PREFIX,
     Checkpoint,
@@ -21,7 +20,8 @@ from ..persistence import (
     InMemoryCheckpointer,
     RunSummary,
 )
-from ..run_state import RunState
+from ..run.state import RunState
+from ..values.messages import ToolResult
 
 if TYPE_CHECKING:
     from ..kernel.agent import Agent

@@ -31,9 +31,9 @@ from ..fuzzing.decoding import (
     read_script,
     read_verifier,
 )
-from ..messages import ToolDefinition
+from ..models.scripted import Turn
 from ..policy import Policy
-from .scripted import Turn
+from ..values.messages import ToolDefinition
 
 __all__ = ["cases", "hook_plans", "policies", "scripts", "verifiers"]
 

@@ -14,11 +14,11 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..messages import Message, Role, ToolResult
+from ..values.messages import Message, Role, ToolResult
 from . import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from ..run_state import RunState
+    from ..run.state import RunState
 
 __all__ = ["PAGER_NAME", "cut_result", "pager_tool", "trim_old_outputs"]
 

@@ -22,7 +22,11 @@ from ...errors import (
     MalformedResponseError,
     ModelError,
 )
-from ...events import (
+from ...machine.agent_machine import Move
+from ...machine.table import Outcome, State
+from ...models import Model
+from ...policy import backoff_delay
+from ...run.events import (
     AttemptDiscardedEvent,
     ModelRequestEvent,
     ModelResponseEvent,
@@ -36,9 +40,8 @@ from ...events import (
     ToolCallDeltaEvent,
     UsageEvent,
 )
-from ...machine.agent_machine import Move
-from ...machine.table import Outcome, State
-from ...messages import (
+from ...tools.output import trim_old_outputs
+from ...values.messages import (
     FinishReason,
     Message,
     ModelRequest,
@@ -50,10 +53,7 @@ from ...messages import (
     ToolCallDelta,
     Usage,
 )
-from ...model_settings import settings_request
-from ...models import Model
-from ...policy import backoff_delay
-from ...tools.output import trim_old_outputs
+from ...values.model_settings import settings_request
 from ..context import ONE_REQUEST, Interrupted, RunContext
 from ..limits import usage_fault
 from ..phasing import move_by_budget

@@ -18,10 +18,10 @@ context-window error. Its outcome:
 from __future__ import annotations
 
 from ...compaction import CompactionJob, CompactionResult, ModelCall
-from ...events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
 from ...machine.table import Outcome
-from ...messages import Message, ModelRequest, ModelResponse
 from ...models import Model
+from ...run.events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
+from ...values.messages import Message, ModelRequest, ModelResponse
 from ..context import ONE_REQUEST, Interrupted, RunContext
 from .calling import checked, current_model
 

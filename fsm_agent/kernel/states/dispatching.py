@@ -29,14 +29,14 @@ import dataclasses
 import json
 from typing import Literal
 
-from ...approval import Decision, suspend
 from ...errors import ToolExecutionError
-from ...events import LoopDetectedEvent
 from ...machine.table import Outcome, repeats_spent
-from ...messages import ToolCall, ToolResult
-from ...run_state import HumanRequest
+from ...run.approval import Decision, suspend
+from ...run.events import LoopDetectedEvent
+from ...run.state import HumanRequest
 from ...tools import Tool, ToolContext, ToolExecution
 from ...tools.output import PAGER_NAME, cut_result
+from ...values.messages import ToolCall, ToolResult
 from ..context import Interrupted, RunContext
 from ..handoffs import hand_off
 from ..hooks import MockResult, SkipTool

@@ -22,11 +22,11 @@ summary call can leave the run without a move.
 from __future__ import annotations
 
 from ...errors import ModelError
-from ...events import AttemptDiscardedEvent, ModelResponseEvent, ReasoningEvent, UsageEvent
 from ...log import logger
 from ...machine.table import Outcome, StopReason
-from ...messages import Message, ModelRequest, ToolCall
-from ...model_settings import summary_settings
+from ...run.events import AttemptDiscardedEvent, ModelResponseEvent, ReasoningEvent, UsageEvent
+from ...values.messages import Message, ModelRequest, ToolCall
+from ...values.model_settings import summary_settings
 from ..context import Interrupted, RunContext
 from ..limits import usage_exceeded
 from .calling import Answer, call_model, notify_answered

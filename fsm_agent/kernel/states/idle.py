@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...machine.table import Outcome
-from ...messages import Role
+from ...values.messages import Role
 from ..context import RunContext
 
 __all__ = ["handle_idle"]

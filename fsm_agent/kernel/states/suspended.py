@@ -1,5 +1,5 @@
 """The ``suspended`` state: a run that waits for a human. It is left only by a resume, whose
-decisions :func:`~fsm_agent.approval.apply_decisions` has already recorded for dispatching."""
+decisions :func:`~fsm_agent.run.approval.apply_decisions` has already recorded for dispatching."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ...events import Event, StepCompleteEvent, StepStartEvent, ToolCallEvent, ToolResultEvent
-from ...messages import ToolCall, ToolResult
-from ...run_state import HumanRequest
+from ...run.events import Event, StepCompleteEvent, StepStartEvent, ToolCallEvent, ToolResultEvent
+from ...run.state import HumanRequest
 from ...tools import ToolExecution
+from ...values.messages import ToolCall, ToolResult
 from ..context import RunContext
 from ..progress import Reports
 

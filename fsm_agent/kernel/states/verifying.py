@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from ...errors import HookError, OutputValidationError
-from ...events import HookErrorEvent, TextEvent, VerificationFailedEvent
 from ...log import logger
 from ...machine.table import Outcome
-from ...run_state import explained
+from ...run.events import HookErrorEvent, TextEvent, VerificationFailedEvent
+from ...run.state import explained
 from ..context import Interrupted, RunContext
 
 __all__ = ["DONE_REMINDER", "Verdict", "handle_verifying"]

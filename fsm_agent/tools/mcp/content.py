@@ -5,8 +5,8 @@ is its text. An image becomes an image part and, in its place in the text, the i
 placeholder line: a provider that takes images in tool results sends the image there instead of
 the line, and the others read the line. Audio and binary resources are placeholder lines (a
 binary image resource is an image part too, after its line). A resource link becomes a line with
-its name and URI and a :class:`~fsm_agent.messages.ResourceLinkPart`. Structured content is kept
-as the result's ``structured`` value, and is the text (as JSON, first) when no block is text.
+its name and URI and a :class:`~fsm_agent.values.messages.ResourceLinkPart`. Structured content is
+kept as the result's ``structured`` value, and is the text (as JSON, first) when no block is text.
 
 A block whose ``audience`` leaves out the assistant (``["user"]``) is not the model's: it is kept,
 whole, in the metadata under ``for_user`` (with its index) and nowhere else. The blocks'
@@ -20,7 +20,7 @@ import json
 import mcp_types
 from pydantic import JsonValue
 
-from ...messages import ImagePart, ResourceLinkPart, ToolResultPart
+from ...values.messages import ImagePart, ResourceLinkPart, ToolResultPart
 from .. import ToolReturn
 
 __all__ = ["tool_return"]

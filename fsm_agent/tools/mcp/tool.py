@@ -9,7 +9,7 @@ import mcp_types
 from pydantic import ValidationError
 
 from ...errors import MCPServerError
-from ...messages import ToolDefinition
+from ...values.messages import ToolDefinition
 from .. import Tool, ToolContext, ToolReturn
 
 if TYPE_CHECKING:

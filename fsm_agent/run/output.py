@@ -21,10 +21,10 @@ from typing import Any
 import pydantic_core
 from pydantic import JsonValue, TypeAdapter, ValidationError, create_model
 
-from .errors import ConfigurationError
-from .machine.table import State
-from .messages import OutputSchema
-from .run_state import RunState
+from ..errors import ConfigurationError
+from ..machine.table import State
+from ..values.messages import OutputSchema
+from .state import RunState
 
 __all__ = ["ANSWER_TOOL", "OutputSpec", "output_spec"]
 

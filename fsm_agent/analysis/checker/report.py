@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
 
+from ...machine.agent_machine import AgentMachine, IllegalMoveError, default_machine
+from ...machine.table import Counters, Limits, Outcome, State, StopReason
 from ...policy import Policy
-from ..agent_machine import AgentMachine, IllegalMoveError, default_machine
 from ..bounds import Bounds
-from ..table import Counters, Limits, Outcome, State, StopReason
 
 __all__ = ["CheckReport", "CheckVerdict", "Failure", "FailureKind", "PathMove"]
 

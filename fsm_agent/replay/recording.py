@@ -30,9 +30,16 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .diagrams import TraceError
-from .errors import ContextWindowExceededError, ModelError
-from .events import (
+from ..diagrams import TraceError
+from ..errors import ContextWindowExceededError, ModelError
+from ..kernel.states import Verdict
+from ..machine.table import Outcome, State
+from ..models import Model
+from ..models.scripted import Failure, ScriptPlayer, Turn, VirtualClock
+from ..persistence.run_log import RecordedToolError
+from ..persistence.storable import storable_data
+from ..policy import Policy
+from ..run.events import (
     AbortedEvent,
     Event,
     FinalEvent,
@@ -48,9 +55,8 @@ from .events import (
     VerificationFailedEvent,
     event_adapter,
 )
-from .kernel.states import Verdict
-from .machine.table import Outcome, State
-from .messages import (
+from ..tools import Tool, ToolContext, ToolExecution
+from ..values.messages import (
     FinishReason,
     Message,
     ModelRequest,
@@ -59,18 +65,12 @@ from .messages import (
     ToolDefinition,
     ToolResult,
 )
-from .models import Model
-from .persistence.run_log import RecordedToolError
-from .persistence.storable import storable_data
-from .policy import Policy
-from .replay_children import ChildHeader, child_headers, child_parts
-from .replay_compare import Divergence, first_divergence
-from .testing.scripted import Failure, ScriptPlayer, Turn, VirtualClock
-from .tools import Tool, ToolContext, ToolExecution
+from .children import ChildHeader, child_headers, child_parts
+from .divergence import Divergence, first_divergence
 
 if TYPE_CHECKING:
-    from .kernel.agent import Agent, RunResult
-    from .phases import Phases
+    from ..kernel.agent import Agent, RunResult
+    from ..phases import Phases
 
 __all__ = [
     "Divergence",
@@ -195,7 +195,7 @@ async def record(
     history: Sequence[Message] = (),
 ) -> RunResult:
     """Run ``agent`` on ``prompt``, writing the recording to ``path``; returns the result."""
-    from .kernel.agent import RunHandle
+    from ..kernel.agent import RunHandle
 
     handle = RunHandle()
     with Recorder(path, agent, prompt, history=history) as recorder:
@@ -296,7 +296,7 @@ class _ChainMember:
 def _replay_model(recording: Recording) -> Model:
     """The recording's model: a fallback chain of the models the run moved through (whose
     recorded fallback errors hand the call on), or one :class:`ReplayModel`."""
-    from .providers.fallback import FallbackModel
+    from ..providers.fallback import FallbackModel
 
     shared = ReplayModel(recording)
     switched = [e for e in recording.events if isinstance(e, ModelSwitchedEvent)]
@@ -483,7 +483,7 @@ def _agent(
     run_ids: Sequence[str] = (),
 ) -> Agent[None]:
     """The agent that replays ``recording``; ``run_ids``: a child's, one per recorded run."""
-    from .kernel.agent import Agent, Runtime
+    from ..kernel.agent import Agent, Runtime
 
     header = recording.header
     clock = VirtualClock()
@@ -515,7 +515,7 @@ def _agent(
 
 def _replayed_children(recording: Recording, parents: set[str]) -> list[Tool]:
     """An agent tool for each child of the recorded agent, replaying its part of the run."""
-    from .kernel.composition import AgentTool
+    from ..kernel.composition import AgentTool
 
     tools: list[Tool] = []
     for name, child, events, ids in child_parts(

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import JsonValue, TypeAdapter
 
 from ..errors import ModelError, ProviderServerError
-from ..messages import (
+from ..values.messages import (
     FinishReason,
     Message,
     ModelRequest,

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .events import ChildEvent, Event
-from .messages import ToolDefinition
-from .policy import Policy
+from ..policy import Policy
+from ..run.events import ChildEvent, Event
+from ..values.messages import ToolDefinition
 
 if TYPE_CHECKING:
-    from .kernel.agent import Agent
+    from ..kernel.agent import Agent
 
 __all__ = ["ChildHeader", "child_headers", "child_parts", "innermost"]
 
@@ -41,7 +41,7 @@ class ChildHeader(BaseModel):
 
 def child_headers(agent: Agent[Any, Any]) -> dict[str, ChildHeader]:
     """The header of each agent ``agent`` uses as a tool (and theirs), by tool name."""
-    from .kernel.composition import AgentTool
+    from ..kernel.composition import AgentTool
 
     return {
         tool.name: ChildHeader(

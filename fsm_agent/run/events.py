@@ -9,7 +9,7 @@ Every move of the machine emits ``state_changed``. A run ends with exactly one t
 An event's constructor validates nothing (the kernel builds them at every move of a watched
 run); :data:`event_adapter` validates and serialises them where they cross a boundary (a
 recording, the durable workflow's stream), and each type's ``model_validate`` and
-``model_dump`` (from :class:`~fsm_agent.record.Record`) do the same for one type.
+``model_dump`` (from :class:`~fsm_agent.values.record.Record`) do the same for one type.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
 
-from .machine.table import Outcome, State, StopReason
-from .messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
-from .record import Record
+from ..machine.table import Outcome, State, StopReason
+from ..values.messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
+from ..values.record import Record
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",

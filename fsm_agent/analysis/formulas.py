@@ -4,7 +4,7 @@ Each formula is a small arithmetic expression over a policy's limits (``+``, ``-
 ``min``, ``max`` and ``a >= b``, which reads 1 or 0). A limit of ``None`` is infinite: ``min``
 ignores it, a sum or product with it is infinite (times 0 is 0), and ``None >= x`` holds. So the
 same text covers every policy, and :func:`evaluate` computes a policy's number from the very text
-``fsm-agent check`` prints; a test proves the numbers equal :func:`fsm_agent.machine.bounds.bounds`
+``fsm-agent check`` prints; a test proves the numbers equal :func:`fsm_agent.analysis.bounds.bounds`
 and the explorer's worst runs.
 """
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii as _quote  # json.dumps' own
 from typing import NamedTuple
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 __all__ = ["deep_json", "value_depth"]
 

@@ -1,22 +1,22 @@
 """The explorer's worst case of a composition: a parent whose tools include other agents.
 
-The parent's graph is explored as :func:`~fsm_agent.machine.checker.check` explores it; a
+The parent's graph is explored as :func:`~fsm_agent.analysis.checker.check` explores it; a
 child's run is one step of the parent's ``dispatching``, so the search walks the parent's graph
 with one more bit per node: whether the path has left ``dispatching`` yet (tools ran). A path
 that has can have run up to ``max_tool_calls`` tools, each of them a call of the costliest
 child, so its model calls are its own plus that many times the child's worst case (explored the
 same way). The heaviest path over (node, bit) is the composition's worst case; the parent's
 ``usage_limits.max_requests`` caps it, as the children share it. This is the explorer's side of
-the composed bound that :func:`~fsm_agent.machine.bounds.bounds` computes from formulas.
+the composed bound that :func:`~fsm_agent.analysis.bounds.bounds` computes from formulas.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...machine.agent_machine import AgentMachine, default_machine
+from ...machine.table import State
 from ...policy import Policy
-from ..agent_machine import AgentMachine, default_machine
-from ..table import State
 from . import DEFAULT_MAX_STATES
 from .environment import _env
 from .explore import _explore

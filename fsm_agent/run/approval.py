@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .errors import ResumeError
-from .machine.table import State
-from .run_state import HumanRequest, RunState
+from ..errors import ResumeError
+from ..machine.table import State
+from .state import HumanRequest, RunState
 
 __all__ = ["Approval", "Decision", "HumanDecision", "ResumeHandle", "apply_decisions"]
 

@@ -3,7 +3,7 @@
 A conversation is a list of :class:`Message`. Each message has a :class:`Role` and a tuple of
 parts. Providers map these to and from their wire formats; the kernel never sees a wire format.
 
-Every type here is an immutable slotted dataclass on :class:`~fsm_agent.record.Record`: equal
+Every type here is an immutable slotted dataclass on :class:`~fsm_agent.values.record.Record`: equal
 when its fields are, hashable when they are, and refusing writes. Its constructor validates
 nothing, which makes it as cheap as a plain object: the kernel builds them at every step.
 pydantic validates them where data crosses a boundary (what a provider read from the network,
@@ -13,7 +13,7 @@ a checkpoint, a recording, a tool's return value) through ``Record``'s methods:
 ``model_dump()``, ``model_dump_json()`` and ``model_copy(update=...)`` work as on a pydantic
 model, and the JSON has the same shape as before these types were dataclasses. For a type's
 fields use :func:`dataclasses.fields`; for its JSON schema,
-``fsm_agent.record.adapter(Message).json_schema()``.
+``fsm_agent.values.record.adapter(Message).json_schema()``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Annotated, Literal, TypeAlias
 from pydantic import Field, JsonValue
 from pydantic_core import from_json
 
+from ..errors import InvalidInputError
 from .deep_json import deep_json, value_depth
-from .errors import InvalidInputError
 from .record import Record, field_problem
 
 __all__ = [

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from ..table import TERMINAL, Outcome, State
+from ...machine.table import TERMINAL, Outcome, State
 from .environment import _Key
 from .report import PathMove
 

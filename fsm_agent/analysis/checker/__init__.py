@@ -8,7 +8,7 @@ reason), and proves for one policy:
 
 1. every path ends in ``done``, ``aborted`` or ``suspended`` (no cycle avoids ``suspended``, and
    the kernel never reports an outcome the table has no row for);
-2. no path makes more model calls or tool turns than :func:`fsm_agent.machine.bounds.bounds`
+2. no path makes more model calls or tool turns than :func:`fsm_agent.analysis.bounds.bounds`
    allows (a ``calling`` handler run is one call; finalizing with stop reason ``max_steps`` is
    one more when ``summarize_on_max_steps`` and the usage limit on requests is not reached);
 3. every state is reached and every row is used, unless the policy disables it: a state or row
@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import time
 
+from ...machine.agent_machine import AgentMachine, default_machine
+from ...machine.table import TERMINAL, Outcome, State, StopReason
 from ...policy import Policy
-from ..agent_machine import AgentMachine, default_machine
 from ..bounds import bounds
-from ..table import TERMINAL, Outcome, State, StopReason
 from .environment import DETOURS, _env
 from .explore import (
     _budget_failures,

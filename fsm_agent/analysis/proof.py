@@ -29,12 +29,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import FsmAgentError
+from ..machine.agent_machine import AgentMachine, default_machine
+from ..machine.guards import GUARD_SPECS, Bound, Compare, Counter, Limits, limit_of
+from ..machine.table import TERMINAL, Row, State
 from ..policy import Policy, limits_of
-from .agent_machine import AgentMachine, default_machine
 from .bounds import Bounds, bounds
 from .checker import FailureKind, PathMove, check
-from .guards import GUARD_SPECS, Bound, Compare, Counter, Limits, limit_of
-from .table import TERMINAL, Row, State
 
 __all__ = [
     "BoundsAssertionError",

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from ...machine.agent_machine import AgentMachine, IllegalMoveError, Move, default_machine
+from ...machine.table import TERMINAL, Counters, Limits, Outcome, State, StopReason
 from ...policy import (
     HookFailureMode,
     LoopGuardAction,
@@ -15,9 +17,7 @@ from ...policy import (
     ToolFailureMode,
     UsageLimits,
 )
-from ..agent_machine import AgentMachine, IllegalMoveError, Move, default_machine
 from ..bounds import Bounds
-from ..table import TERMINAL, Counters, Limits, Outcome, State, StopReason
 from .environment import _ZERO, _Env, _env, _Key, kernel_outcomes
 from .graph import _depths, _Graph, _path_within, _sccs, _targets
 from .report import Failure, FailureKind, PathMove, _counters_text

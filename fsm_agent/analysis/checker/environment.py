@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from ...machine.agent_machine import AgentMachine, Move
+from ...machine.guards import clamp_caps
+from ...machine.table import TERMINAL, Counters, Limits, Outcome, State, StopReason
 from ...policy import HookFailureMode, Policy, ToolFailureMode, limits_of
-from ..agent_machine import AgentMachine, Move
-from ..guards import clamp_caps
-from ..table import TERMINAL, Counters, Limits, Outcome, State, StopReason
 
 __all__ = ["DETOURS", "impossible_outcomes", "kernel_outcomes"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from .events import (
+from ..run.events import (
     Event,
     PartialOutputEvent,
     ReasoningDeltaEvent,
@@ -21,7 +21,7 @@ from .events import (
     ToolProgressEvent,
     event_adapter,
 )
-from .replay_children import innermost
+from .children import innermost
 
 __all__ = ["Divergence", "first_divergence"]
 

@@ -1,7 +1,7 @@
 """Worst-case budgets of a run, computed from a :class:`~fsm_agent.Policy` alone.
 
 The numbers follow the built-in table of :mod:`fsm_agent.machine.table` (the checker in
-:mod:`fsm_agent.machine.checker` proves them, and that they are reached, per policy):
+:mod:`fsm_agent.analysis.checker` proves them, and that they are reached, per policy):
 
 - Every successful model turn spends a step, and every way back to ``calling`` needs a step
   left (the forced-compaction row after a ``length`` turn counts that turn's own step), so a

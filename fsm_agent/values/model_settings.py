@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 from .messages import ModelRequest, OutputSchema, ToolChoice, ToolDefinition
 
 __all__ = ["ModelSettings", "merge_settings", "settings_request", "summary_settings"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from .errors import ModelError
-from .messages import ModelRequest, ModelResponse, StreamDelta
+from ..errors import ModelError
+from ..values.messages import ModelRequest, ModelResponse, StreamDelta
 
 __all__ = ["Model", "ModelChain", "StreamingModel", "check_request"]
 

@@ -3,7 +3,7 @@
 It includes the machine's position (``state``), so saving it after a move saves where the run
 is. The kernel mutates one instance in place as the run goes; ``model_copy``
 or ``model_dump_json`` take a snapshot. The types here are slotted dataclasses (see
-:mod:`fsm_agent.record`): built without validation, validated and encoded through their
+:mod:`fsm_agent.values.record`): built without validation, validated and encoded through their
 ``TypeAdapter`` when a checkpoint is written or read.
 """
 
@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer
 
-from .errors import SchemaVersionError
-from .machine.agent_machine import Move
-from .machine.table import Counters, State, StopReason
-from .messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
-from .record import Record, adapter
+from ..errors import SchemaVersionError
+from ..machine.agent_machine import Move
+from ..machine.table import Counters, State, StopReason
+from ..values.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
+from ..values.record import Record, adapter
 
 __all__ = [
     "AgentUsage",
