@@ -15,7 +15,7 @@ from fsm_agent.machine.bounds import ChildBounds, bounds
 from fsm_agent.testing import ScriptedModel, Turn, fail, text, tool_call, tool_calls
 from helpers import make_agent
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NO_RETRY = RetryPolicy(max_retries=0)
 
 

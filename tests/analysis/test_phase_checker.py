@@ -13,7 +13,7 @@ from fsm_agent.diagrams.phases import phases_dot, phases_mermaid
 from fsm_agent.machine.checker.phases import check_phases
 from fsm_agent.phases import Phase, Phases, PhaseView, Transition
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_act_check() -> Phases:

@@ -17,8 +17,8 @@ from fsm_agent.machine.guards import Bound, Counter, Limits
 from fsm_agent.machine.proof import BoundsAssertionError, assert_bounds, counterexample, prove
 from fsm_agent.machine.table import TABLE, Outcome, State, Update
 from fsm_agent.policy import limits_of
+from seeded_bugs import ENDLESS_REJECTION, ENDLESS_RETRY, REENQUEUED_TOOLS
 from strategies import policies
-from test_seeded_bugs import ENDLESS_REJECTION, ENDLESS_RETRY, REENQUEUED_TOOLS
 
 S, On = State, Outcome
 

@@ -19,7 +19,7 @@ from fsm_agent.diagrams import overview_dot, overview_mermaid, to_dot, to_mermai
 from fsm_agent.events import event_adapter
 from provider_server import Reply, Request, Turn, openai_sse, server_in_thread, sse_reply
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fsm_agent(

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli_errors import cli, usage_error
 
 from fsm_agent import Agent
 from fsm_agent.cli import main
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.testing import ScriptedModel, text
-from test_cli_errors import cli, usage_error
 
 ENV = "FSM_AGENT_STORE"
 

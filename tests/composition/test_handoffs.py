@@ -429,7 +429,7 @@ def test_the_chain_bound_counts_the_targets_children_and_model_chain() -> None:
 
 # -- the example and the fuzzer ----------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_triage_example_runs_and_a_scripted_case_reaches_its_bound(

@@ -15,7 +15,7 @@ from fsm_agent import diagrams
 from fsm_agent.cli import main
 from fsm_agent.cli.diagram_agent import agent_drawings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = (
     "cd examples && fsm-agent diagram --agent writer_researcher:writer "
     "-o ../diagrams/composition.svg (and .mmd)"

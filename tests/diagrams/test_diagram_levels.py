@@ -18,7 +18,7 @@ from fsm_agent.events import Event
 from fsm_agent.machine.table import DECLARATIONS, NON_TERMINAL, TABLE, Outcome, State, StopReason
 from fsm_agent.policy import Policy, RetryPolicy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EDGE = re.compile(r"^\s*(\w+) -> (\w+) \[(.*)\];$", re.MULTILINE)
 
 

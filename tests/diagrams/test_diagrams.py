@@ -28,8 +28,8 @@ from fsm_agent.events import Event, FinalEvent, StateChangedEvent, event_adapter
 from fsm_agent.machine.table import GUARDS, TABLE, Limits, Outcome, State, StopReason
 from fsm_agent.policy import Policy, RetryPolicy, ToolFailureMode, UsageLimits
 
-ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "support" / "snapshots"
 UPDATE = os.environ.get("FSM_AGENT_UPDATE_SNAPSHOTS") == "1"
 
 

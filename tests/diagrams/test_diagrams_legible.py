@@ -82,7 +82,7 @@ def test_a_composition_is_legible() -> None:
 
     from fsm_agent.cli.diagram_agent import agent_drawings
 
-    example = Path(__file__).resolve().parent.parent / "examples" / "writer_researcher.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "writer_researcher.py"
     writer = runpy.run_path(str(example))["writer"]
     drawn = agent_drawings(writer, "composition.dot", "dot", "writer")
     assert len(drawn) == 2
@@ -114,9 +114,10 @@ def test_a_composition_with_several_children_is_legible(children: int) -> None:
 def test_a_composed_run_is_legible(tmp_path: Path) -> None:
     """A stored writer run drawn with each research call's child run inside its dispatching,
     and each child's run drawn on its own, pass every measure."""
+    from test_composition_diagrams import stored_writer_run
+
     from fsm_agent.cli.diagram_run import child_runs_of, run_drawings
     from fsm_agent.persistence import SQLiteCheckpointer
-    from test_composition_diagrams import stored_writer_run
 
     db = tmp_path / "runs.db"
     run_id = stored_writer_run(db)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from workload import (
     ANSWER,
@@ -42,7 +42,7 @@ def test_startup_times_the_checkout_it_is_given_from_any_working_directory(
     decoy.mkdir()
     (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
     monkeypatch.chdir(tmp_path)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert startup.timed_import(root, "fsm_agent") > 0
 
 
@@ -60,7 +60,7 @@ def test_kernel_against_measures_the_revision_it_extracts(tmp_path: Path) -> Non
     with pytest.raises(subprocess.CalledProcessError) as failed:
         kernel_against.time_one(str(decoy.parent), 2, 2)
     assert "the decoy was imported" in failed.value.stderr
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         pytest.skip("not a git checkout: nothing to extract a revision from")
     kernel_against.extract("HEAD", tmp_path)

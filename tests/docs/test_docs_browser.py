@@ -1,8 +1,8 @@
 """The docs site in a real browser: the site built by mkdocs, served on loopback, each page that
 shows a generated diagram opened in the distribution's headless Chromium at 1,400 px. Every
 diagram must be shown at a size where its smallest text reads at 9 px or more (the measure
-tests/test_diagrams_legible.py applies at the README's 900 px), and the page must not scroll
-sideways. Opt in with ``pytest -m browser``."""
+tests/diagrams/test_diagrams_legible.py applies at the README's 900 px), and the page must not
+scroll sideways. Opt in with ``pytest -m browser``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.browser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIN_PX = 9.0
 """The smallest text size, in CSS pixels, that a shown diagram may have."""
 

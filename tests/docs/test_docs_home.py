@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_docs_pages import build_site
 
 from docs_blocks import EXAMPLES, ROOT
-from test_docs_pages import build_site
 
 HOME = ROOT / "docs" / "index.md"
 

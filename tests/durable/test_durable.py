@@ -1,7 +1,7 @@
 """Runs on DBOS (fsm_agent.durable) with real components: DBOS on SQLite in this process and in
 worker processes that are SIGKILLed, and on a real PostgreSQL server with two workers draining
-a queue. The worker processes are tests/dbos_worker.py; their model calls and tool effects go
-to a log file that survives the kills."""
+a queue. The worker processes are tests/support/dbos_worker.py; their model calls and tool
+effects go to a log file that survives the kills."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from fsm_agent.events import Event
 from fsm_agent.testing import ScriptedModel, Turn, fail, text, tool_call, tool_calls
 from helpers import add
 
-WORKER = Path(__file__).with_name("dbos_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "dbos_worker.py"
 DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 

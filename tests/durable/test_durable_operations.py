@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_durable_promises import _crashed_before_the_charge
 
 from durable_scenario import PROMPT, RUN_ID, make_agent
 from fsm_agent import Agent, Policy, RunAbandonedError, Runtime, State, StopReason, tool
@@ -32,7 +33,6 @@ from fsm_agent.testing import (
 )
 from fsm_agent.tools.output import PAGER_NAME
 from postgres_store import DSN, postgres_checkpointer
-from test_durable_promises import _crashed_before_the_charge
 
 
 class _CrashAfterTheCharge(CrashingCheckpointer):

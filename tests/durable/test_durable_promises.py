@@ -605,7 +605,7 @@ def test_the_lag_benchmark_still_runs(tmp_path: Path) -> None:
     """``benchmarks/durable_lag.py`` plays a few runs on SQLite (nothing here is timed)."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import durable_lag
 
     store = SQLiteCheckpointer(tmp_path / "lag.db")

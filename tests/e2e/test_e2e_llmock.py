@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_e2e_openai_server import _free_port, _stop, _wait_ready
 
 from conformance import (
     Backend,
@@ -51,7 +52,6 @@ from fsm_agent.errors import (
 from fsm_agent.messages import FinishReason, Message, ModelRequest
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from provider_server import FAST, Turn, run
-from test_e2e_openai_server import _free_port, _stop, _wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -219,7 +219,7 @@ def target(
     template.write_text(CHAT_TEMPLATE, encoding="utf-8")
     log = workdir / "server.log"
     port = _free_port()
-    env = {**os.environ, "OMP_WAIT_POLICY": "passive"}
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, __file__, "serve", str(port), str(template)]
     with log.open("wb") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)

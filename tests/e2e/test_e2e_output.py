@@ -1,5 +1,5 @@
 """End-to-end: typed output against a real OpenAI-compatible server (``pytest -m e2e``; the
-server is the one of ``tests/test_e2e_openai_server.py``). The claims are about the protocol,
+server is the one of ``tests/e2e/test_e2e_openai_server.py``). The claims are about the protocol,
 never about what the model knows: without tools the output type's JSON schema goes over the wire
 as a ``response_format`` a real server accepts, and the answer it sends back validates into the
 type (the bundled llama.cpp server turns the schema into a grammar, so its answer has the
@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel
-
-from fsm_agent import Agent, Policy, RunResult
-from fsm_agent.messages import Message, ModelRequest, ModelResponse
-from fsm_agent.output import OutputSpec
 from test_e2e_openai_server import (  # the shared server fixture and its functions
     WEATHER,
     Target,
@@ -24,6 +20,10 @@ from test_e2e_openai_server import (  # the shared server fixture and its functi
     run,
     target,  # noqa: F401  (the fixture)
 )
+
+from fsm_agent import Agent, Policy, RunResult
+from fsm_agent.messages import Message, ModelRequest, ModelResponse
+from fsm_agent.output import OutputSpec
 
 pytestmark = pytest.mark.e2e
 

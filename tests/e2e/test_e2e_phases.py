@@ -1,5 +1,5 @@
 """End-to-end: an agent under phases against a real OpenAI-compatible server (``pytest -m
-e2e``; the server is the one of ``tests/test_e2e_openai_server.py``). The claims are about the
+e2e``; the server is the one of ``tests/e2e/test_e2e_openai_server.py``). The claims are about the
 protocol and the phases, never about what the model says: the generated ``move_to_phase`` tool
 and its enum of legal targets go over the wire in the shape a real server accepts, the model's
 call moves the task, and the next request offers the next phase's tools."""
@@ -9,12 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from fsm_agent import Agent, Policy, RunHandle, tool
-from fsm_agent.events import PhaseChangedEvent
-from fsm_agent.messages import Message, ModelRequest, Role, ToolCall, ToolResult
-from fsm_agent.phases import MOVE_TOOL, Phase, Phases
-from fsm_agent.run_state import RunState
 from test_e2e_openai_server import (  # the shared server fixture and its functions
     Target,
     connect,
@@ -23,6 +17,12 @@ from test_e2e_openai_server import (  # the shared server fixture and its functi
     text_turn,
     tool_turn,
 )
+
+from fsm_agent import Agent, Policy, RunHandle, tool
+from fsm_agent.events import PhaseChangedEvent
+from fsm_agent.messages import Message, ModelRequest, Role, ToolCall, ToolResult
+from fsm_agent.phases import MOVE_TOOL, Phase, Phases
+from fsm_agent.run_state import RunState
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from fsm_agent.cli import main
 from fsm_agent.fuzzing import InvariantViolation, check_case, fuzz
 from fsm_agent.fuzzing.engine import Engine, example_bytes
 from fsm_agent.fuzzing.shrink import shrink
-from test_seeded_bugs import unlimited_retry_agent
+from seeded_bugs import unlimited_retry_agent
 
 
 def test_the_same_seed_and_index_give_the_same_bytes() -> None:
@@ -90,7 +90,7 @@ def test_cli_jobs_splits_the_examples_and_reports_the_first_failure(
 ) -> None:
     """`--jobs 2` runs the same examples in two processes: the same shrunk counterexample as
     one process, exit code 1; a clean run adds up both processes' examples, exit code 0."""
-    target = "test_seeded_bugs:unlimited_retry_agent"
+    target = "seeded_bugs:unlimited_retry_agent"
     assert main(["fuzz", target, "--seed", "0"]) == 1
     alone = capsys.readouterr().out
     assert main(["fuzz", target, "--seed", "0", "--jobs", "2"]) == 1
@@ -114,7 +114,7 @@ def test_fuzz_runs_without_importing_hypothesis() -> None:
 def test_a_violation_counts_the_example_that_found_it() -> None:
     """A session stopped by a violation at its first example reports one example run, not
     zero: the failing example ran too."""
-    from test_seeded_bugs import always_rejecting_verifier_agent
+    from seeded_bugs import always_rejecting_verifier_agent
 
     report = fuzz(always_rejecting_verifier_agent, examples=300, seed=0)
     assert report.failure is not None

@@ -29,7 +29,7 @@ def test_fuzz_phases_command_attacks_a_table_of_your_own(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fsm-agent fuzz --phases plays stubs of the table's tools and reports no violation."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
     assert main(["fuzz", "--phases", "plan_act_check:PHASES", "--examples", "40"]) == 0
     out = capsys.readouterr().out
     assert "40 cases" in out and "0 violation(s)" in out

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads processes
 
 BOUND_S = 60.0
 """The longest any condition is waited for: far longer than it takes on a loaded machine."""
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 def wait_for(condition: Callable[[], bool], what: str, bound_s: float = BOUND_S) -> None:
@@ -82,7 +82,7 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def run(*args: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), *sys.path])}
         process = subprocess.Popen(
             [sys.executable, "-m", "fsm_agent", *args],
             stdout=subprocess.PIPE,

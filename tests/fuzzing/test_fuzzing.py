@@ -202,7 +202,7 @@ def test_cli_fuzzes_a_target_and_exits_0(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_cli_exits_1_on_a_violation(capsys: pytest.CaptureFixture[str]) -> None:
     """`fsm-agent fuzz` exits 1 and prints the shrunk test when an invariant breaks."""
-    code = main(["fuzz", "test_seeded_bugs:unlimited_retry_agent", "--seed", "0"])
+    code = main(["fuzz", "seeded_bugs:unlimited_retry_agent", "--seed", "0"])
     assert code == 1
     assert "def test_fuzz_counterexample" in capsys.readouterr().out
 

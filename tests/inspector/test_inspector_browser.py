@@ -3,7 +3,7 @@ against an inspector serving a SQLite store filled by scripted runs. Opt in with
 ``pytest -m browser`` (``.ci/run`` does, after installing Chromium).
 
 The test of a store of many runs photographs the pages it checks; with
-``FSM_AGENT_SCREENSHOTS=DIR`` it writes them to ``DIR`` (``tests/inspector_screenshots.py``
+``FSM_AGENT_SCREENSHOTS=DIR`` it writes them to ``DIR`` (``tests/support/inspector_screenshots.py``
 runs it so for ``docs/images``), else to a scratch directory."""
 
 from __future__ import annotations
@@ -411,9 +411,10 @@ def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
     """In the list a child run sits indented right under its parent, naming the call; a run
     that ended on its step limit wears a "gave up" badge, not the clean "done"; an original's
     page lists its fork, whose link opens it."""
+    from test_inspector_compose import after_results, search, shop, writer_with_researcher
+
     from fsm_agent import Agent, Policy, Runtime
     from fsm_agent.testing import ScriptedModel, text, tool_call
-    from test_inspector_compose import after_results, search, shop, writer_with_researcher
 
     parent = run_in_thread(lambda: writer_with_researcher(store).run("Write on tides."))
     original = run_in_thread(lambda: shop(store).run("Find tea."))

@@ -465,7 +465,7 @@ def test_the_checker_and_the_fuzzer_run_an_agent_with_mcp_tools_typed_output_and
     valid and invalid, MCP calls that fail or hang) keep every run invariant."""
     server = MCPServerStdio(
         sys.executable,
-        [str(Path(__file__).parent / "mcp_server.py"), "stdio"],
+        [str(Path(__file__).parents[1] / "support" / "mcp_server.py"), "stdio"],
         include={"add", "fail", "hang"},
         timeout_s=0.05,
     )

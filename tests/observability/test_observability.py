@@ -342,7 +342,7 @@ def test_without_the_otel_extra_the_error_names_it() -> None:
 
 def test_the_collector_example_of_the_docs_runs() -> None:
     """The program of docs/observability.md runs offline as written and its assertions hold."""
-    page = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
     (code,) = re.findall(r"^```python\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
     exec(compile(code, "observability.md", "exec"), {"__name__": "docs_example_observability"})
 

@@ -9,12 +9,14 @@ from pathlib import Path
 
 from conftest import MARKERS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # One test carrying each opt-in marker.
 EXAMPLES = {
-    "slow": "tests/test_compaction.py::test_ten_thousand_steps_with_a_small_window_stay_bounded",
-    "e2e": "tests/test_e2e_output.py",
-    "browser": "tests/test_inspector_browser.py",
+    "slow": (
+        "tests/kernel/test_compaction.py::test_ten_thousand_steps_with_a_small_window_stay_bounded"
+    ),
+    "e2e": "tests/e2e/test_e2e_output.py",
+    "browser": "tests/inspector/test_inspector_browser.py",
 }
 
 SLOW_MARK = re.compile(
@@ -58,11 +60,11 @@ def test_slow_tests_are_selected_by_their_marker() -> None:
 def test_readme_lists_every_module_with_slow_tests() -> None:
     """README.md's test section names each test module that marks a test slow, and no other."""
     marked = {
-        f"tests/{path.name}"
-        for path in (ROOT / "tests").glob("test_*.py")
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "tests").rglob("test_*.py")
         if SLOW_MARK.search(path.read_text(encoding="utf-8"))
     }
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("Run the whole test suite") : readme.index("## In code")]
-    listed = set(re.findall(r"^- `(tests/test_\w+\.py)`", section, re.MULTILINE))
+    listed = set(re.findall(r"^- `(tests/\w+/test_\w+\.py)`", section, re.MULTILINE))
     assert listed == marked

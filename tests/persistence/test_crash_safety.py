@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "crash_worker.py"
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 

@@ -35,7 +35,7 @@ from fsm_agent.testing import (
 )
 from postgres_store import postgres_checkpointer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @tool

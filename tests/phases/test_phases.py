@@ -589,7 +589,7 @@ def test_the_example_runs_on_a_model_over_http(
         offered.append([t["function"]["name"] for t in request.json.get("tools", [])])
         return json_reply(openai_json(script[len(offered) - 1]))
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "plan_act_check.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "plan_act_check.py"
     with server_in_thread(handler) as url:
         monkeypatch.setenv("PLAN_ACT_CHECK_MODEL", "openai:local-model")
         monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")

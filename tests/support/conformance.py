@@ -1,8 +1,8 @@
 """The provider conformance claims, shared by every suite that runs them: a backend's shape
 (:class:`Backend`), readers of each provider's request bodies, and :class:`ConformanceClaims`, the
 tests themselves, which a test class runs by subclassing it and providing a ``backend`` fixture
-(``tests/test_providers_conformance.py`` against the loopback servers and the scripted model,
-``tests/test_e2e_llmock.py`` against llmock).
+(``tests/providers/test_providers_conformance.py`` against the loopback servers and the scripted
+model, ``tests/e2e/test_e2e_llmock.py`` against llmock).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 EXAMPLES = tuple(sorted((ROOT / "examples").glob("*.py")))
 

@@ -1,6 +1,6 @@
-"""Type-checked only (mypy runs on it in CI, and tests/test_user_typing.py checks it as user code
-with and without the pydantic plugin; pytest never imports it): proves the public types read the
-way the docs say (STYLE 12)."""
+"""Type-checked only (mypy runs on it in CI, and tests/package/test_user_typing.py checks it as
+user code with and without the pydantic plugin; pytest never imports it): proves the public types
+read the way the docs say (STYLE 12)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""MCP tools against a real MCP server (tests/mcp_server.py, built with the official SDK): over
-stdio in a subprocess and over streamable HTTP on 127.0.0.1, including a server that dies in
-the middle of a call, one that hangs, one that errs, and one restarted between two calls."""
+"""MCP tools against a real MCP server (tests/support/mcp_server.py, built with the official
+SDK): over stdio in a subprocess and over streamable HTTP on 127.0.0.1, including a server that
+dies in the middle of a call, one that hangs, one that errs, and one restarted between two calls."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from provider_server import (
     openai_json,
 )
 
-SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
+SERVER = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
 
 
 def run(coro: Any) -> Any:

@@ -133,7 +133,9 @@ def test_a_run_state_written_when_messages_were_pydantic_models_loads_and_dumps_
     and dumps back to the very same JSON."""
     from fsm_agent.run_state import RunState
 
-    stored = (Path(__file__).parent / "snapshots" / "run_state_pydantic_messages.json").read_text()
+    stored = (
+        Path(__file__).parents[1] / "support" / "snapshots" / "run_state_pydantic_messages.json"
+    ).read_text()
     state = RunState.model_validate_json(stored)
     call = state.messages[1].tool_calls[0]
     assert call == ToolCall(

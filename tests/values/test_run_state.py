@@ -20,7 +20,7 @@ from fsm_agent.phases import Phase, Phases
 from fsm_agent.run_state import PhaseChange, explained
 from fsm_agent.testing import ScriptedModel, text
 
-SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "support" / "snapshots"
 OLD_STATE = SNAPSHOTS / "checkpoint_before_records.json"
 """A suspended run's checkpoint as fsm_agent wrote it while the run state was a pydantic model
 (an in-memory store's JSON): phases, a human request, a trace, usage."""

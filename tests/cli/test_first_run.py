@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_cli_errors import cli, usage_error
 
 from docs_blocks import ROOT, doc_blocks
 from fsm_agent.errors import ConfigurationError
 from fsm_agent.providers import infer_model
 from provider_server import Reply, Request, Turn, json_reply, openai_json, server_in_thread
-from test_cli_errors import cli, usage_error
 
 PROVIDER_EXAMPLE = ROOT / "examples" / "provider_from_env.py"
 ANSWER = "It is the 29th of November."
