@@ -53,17 +53,17 @@ def _results(messages: object) -> dict[str, ToolResult]:
     return {r.call_id: r for m in messages for r in m.tool_results}  # type: ignore[attr-defined]
 
 
-def test_abandon_keeps_the_recorded_result_of_a_call_that_ran(store: Checkpointer) -> None:
+def test_abandon_keeps_the_recorded_result_of_a_call_that_ran(db_store: Checkpointer) -> None:
     """A call whose result the journal holds keeps that result when the run is abandoned; a
     call that never started reads "not run"; the result carries the reason."""
     with pytest.raises(SimulatedCrash):
-        make_agent(_CrashAfterTheCharge(store), lambda _: None).run_sync(PROMPT)
-    result = asyncio.run(make_agent(store, lambda _: None).abandon(RUN_ID, reason="refunded"))
+        make_agent(_CrashAfterTheCharge(db_store), lambda _: None).run_sync(PROMPT)
+    result = asyncio.run(make_agent(db_store, lambda _: None).abandon(RUN_ID, reason="refunded"))
     results = _results(result.messages)
     assert results["c2"].content == "charged 5" and not results["c2"].is_error
     assert results["c3"].content.startswith("Error: not run: the run was abandoned")
     assert isinstance(result.error, RunAbandonedError) and result.error.reason == "refunded"
-    stored = store.load(RUN_ID).state
+    stored = db_store.load(RUN_ID).state
     assert stored.state is State.ABORTED and stored.stop_reason is StopReason.CANCELLED
     assert _results(stored.messages) == results
     assert stored.error == str(result.error)
@@ -71,30 +71,30 @@ def test_abandon_keeps_the_recorded_result_of_a_call_that_ran(store: Checkpointe
 
 
 def test_abandon_says_outcome_unknown_for_a_call_another_worker_is_running(
-    store: Checkpointer,
+    db_store: Checkpointer,
 ) -> None:
     """A call with an intent and no outcome (running in a worker, or cut short by a crash)
     reads "outcome unknown" when the run is abandoned; that worker's result is then refused."""
     seen: Counter[str] = Counter()
-    _, version, key = _crashed_before_the_charge(store, seen)
-    store.record_intent(RUN_ID, key, "tool", version=version)  # worker A starts the charge
-    result = asyncio.run(make_agent(store, lambda _: None).abandon(RUN_ID, reason="stuck"))
+    _, version, key = _crashed_before_the_charge(db_store, seen)
+    db_store.record_intent(RUN_ID, key, "tool", version=version)  # worker A starts the charge
+    result = asyncio.run(make_agent(db_store, lambda _: None).abandon(RUN_ID, reason="stuck"))
     charge = _results(result.messages)["c2"]
     assert charge.content.startswith("Error: outcome unknown")
     assert "may or may not have taken effect" in charge.content
     with pytest.raises(CheckpointConflictError):
-        store.record_result(RUN_ID, key, '{"result": "charged"}', version=version)
-    validate_history(store.load(RUN_ID).state.messages)
+        db_store.record_result(RUN_ID, key, '{"result": "charged"}', version=version)
+    validate_history(db_store.load(RUN_ID).state.messages)
 
 
 def test_runs_abandon_prints_the_reason(
-    store: Checkpointer, capsys: pytest.CaptureFixture[str]
+    db_store: Checkpointer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``fsm-agent runs abandon`` prints the reason it stored, not ``None``."""
     from fsm_agent.cli import runs
 
-    _crashed_before_the_charge(store, Counter())
-    runs._abandon(store, RUN_ID, "customer left")
+    _crashed_before_the_charge(db_store, Counter())
+    runs._abandon(db_store, RUN_ID, "customer left")
     out = capsys.readouterr().out
     assert out.rstrip().endswith("; the run was abandoned: customer left"), out
 
@@ -238,25 +238,27 @@ def _stored_chars(store: Checkpointer) -> int:
     return total
 
 
-def test_a_cut_tool_output_is_stored_once(store: Checkpointer) -> None:
+def test_a_cut_tool_output_is_stored_once(db_store: Checkpointer) -> None:
     """The journal's record of the tool's result and the run's store of cut outputs share one
     copy of the text; loading the run gives the whole output back."""
-    result = _paging_agent(store).run_sync("dump")
+    result = _paging_agent(db_store).run_sync("dump")
     assert result.ok
-    assert len(BIG) < _stored_chars(store) < 1.5 * len(BIG)
-    loaded = store.load("run_dump").state
+    assert len(BIG) < _stored_chars(db_store) < 1.5 * len(BIG)
+    loaded = db_store.load("run_dump").state
     assert loaded.tool_outputs == {"d1": BIG} == result.run_state.tool_outputs  # type: ignore[union-attr]
 
 
-def test_every_checkpoint_of_a_run_gives_the_output_the_journal_holds(store: Checkpointer) -> None:
+def test_every_checkpoint_of_a_run_gives_the_output_the_journal_holds(
+    db_store: Checkpointer,
+) -> None:
     """``checkpoints()`` (what a fork starts from) reads a cut output kept in the journal as
     ``load()`` does: it used to give the empty placeholder of the outputs row."""
-    assert _paging_agent(store).run_sync("dump").ok
-    last = store.checkpoints("run_dump")[-1].state  # type: ignore[attr-defined]
-    assert last.tool_outputs == {"d1": BIG} == store.load("run_dump").state.tool_outputs
+    assert _paging_agent(db_store).run_sync("dump").ok
+    last = db_store.checkpoints("run_dump")[-1].state  # type: ignore[attr-defined]
+    assert last.tool_outputs == {"d1": BIG} == db_store.load("run_dump").state.tool_outputs
 
 
-def test_an_output_a_hook_changed_is_stored_as_the_run_saw_it(store: Checkpointer) -> None:
+def test_an_output_a_hook_changed_is_stored_as_the_run_saw_it(db_store: Checkpointer) -> None:
     """When an after_tool hook changed the text, the journal does not hold it: the output is
     stored in full, and loading the run gives the changed text."""
 
@@ -264,21 +266,21 @@ def test_an_output_a_hook_changed_is_stored_as_the_run_saw_it(store: Checkpointe
         def after_tool(self, *, result: ToolResult, **_: Any) -> ToolResult:
             return result.model_copy(update={"content": "checked\n" + result.content})
 
-    assert _paging_agent(store, hooks=[Stamp()]).run_sync("dump").ok
-    assert store.load("run_dump").state.tool_outputs["d1"] == "checked\n" + BIG
-    assert _stored_chars(store) > 2 * len(BIG)
+    assert _paging_agent(db_store, hooks=[Stamp()]).run_sync("dump").ok
+    assert db_store.load("run_dump").state.tool_outputs["d1"] == "checked\n" + BIG
+    assert _stored_chars(db_store) > 2 * len(BIG)
 
 
-def test_a_run_resumed_after_any_write_pages_the_stored_output(store: Checkpointer) -> None:
+def test_a_run_resumed_after_any_write_pages_the_stored_output(db_store: Checkpointer) -> None:
     """Crashed right after any write and resumed, the run reads the same page of the cut
     output as the uninterrupted run (the output comes back from wherever it is stored)."""
     expected = asyncio.run(_paging_agent(InMemoryCheckpointer()).run("dump"))
     crash_after, crashed = 1, True
     while crashed:
-        _wipe(store)
+        _wipe(db_store)
         agent = _paging_agent(None)
         actual, crashed = asyncio.run(
-            crash_and_resume(agent, "dump", crash_after=crash_after, at="any", store=store)
+            crash_and_resume(agent, "dump", crash_after=crash_after, at="any", store=db_store)
         )
         assert resume_differences(expected, actual) == [], crash_after
         crash_after += 1

@@ -119,31 +119,33 @@ def _crashed_before_the_charge(store: Checkpointer, seen: Counter[str]) -> tuple
     return agent.model.position, checkpoint.version, key  # type: ignore[attr-defined]
 
 
-def test_a_resume_racing_a_live_worker_never_runs_its_tool_again(store: Checkpointer) -> None:
+def test_a_resume_racing_a_live_worker_never_runs_its_tool_again(db_store: Checkpointer) -> None:
     """Worker B loads the run; worker A, still alive, journals the charge's intent and starts
     it; then B claims the run. B reads the journal after its claim, so it sees A's intent and
     settles the charge as outcome unknown instead of charging again; A's next write fails."""
     seen: Counter[str] = Counter()
-    position, version, key = _crashed_before_the_charge(store, seen)
+    position, version, key = _crashed_before_the_charge(db_store, seen)
 
     def worker_a_charges() -> None:
-        store.record_intent(RUN_ID, key, "tool", version=version)
+        db_store.record_intent(RUN_ID, key, "tool", version=version)
         seen.update(["charge"])  # A's charge is under way
 
-    b = make_agent(Hooked(store, worker_a_charges), lambda w: seen.update([w]), position=position)  # type: ignore[arg-type]
+    b = make_agent(
+        Hooked(db_store, worker_a_charges), lambda w: seen.update([w]), position=position
+    )  # type: ignore[arg-type]
     result = asyncio.run(b.resume(RUN_ID))
     assert seen["charge"] == 1  # A's only
     [charge] = [r for m in result.messages for r in m.tool_results if r.call_id == "c2"]
     assert charge.content.startswith("Error: outcome unknown")
     with pytest.raises(CheckpointConflictError):  # A lost the run: its result is refused
-        store.record_result(RUN_ID, key, '{"result": "charged"}', version=version)
+        db_store.record_result(RUN_ID, key, '{"result": "charged"}', version=version)
 
 
-def test_the_losing_resume_runs_nothing(store: Checkpointer) -> None:
+def test_the_losing_resume_runs_nothing(db_store: Checkpointer) -> None:
     """Two workers resume one run: the second claim fails before anything runs."""
     seen: Counter[str] = Counter()
-    position, _, _ = _crashed_before_the_charge(store, seen)
-    winner = make_agent(store, lambda w: seen.update([w]), position=position)
+    position, _, _ = _crashed_before_the_charge(db_store, seen)
+    winner = make_agent(db_store, lambda w: seen.update([w]), position=position)
     after_winner: list[Counter[str]] = []
 
     def winner_resumes() -> None:  # between the loser's load and its claim
@@ -153,21 +155,25 @@ def test_the_losing_resume_runs_nothing(store: Checkpointer) -> None:
             other.submit(asyncio.run, winner.resume(RUN_ID)).result()
         after_winner.append(Counter(seen))
 
-    loser = make_agent(Hooked(store, winner_resumes), lambda w: seen.update([w]), position=position)  # type: ignore[arg-type]
+    loser = make_agent(
+        Hooked(db_store, winner_resumes), lambda w: seen.update([w]), position=position
+    )  # type: ignore[arg-type]
     with pytest.raises(CheckpointConflictError):
         asyncio.run(loser.resume(RUN_ID))
     assert after_winner == [seen]  # the loser called no model and ran no tool
     assert seen["charge"] == 1  # the winner's
-    assert store.load(RUN_ID).state.state is State.DONE
+    assert db_store.load(RUN_ID).state.state is State.DONE
 
 
-def test_a_deleted_newest_checkpoint_is_damage_not_another_worker(store: Checkpointer) -> None:
+def test_a_deleted_newest_checkpoint_is_damage_not_another_worker(db_store: Checkpointer) -> None:
     """A store missing its newest checkpoint row says so, instead of blaming another worker."""
     seen: Counter[str] = Counter()
-    position, version, _ = _crashed_before_the_charge(store, seen)
-    _raw(store, f"DELETE FROM {{t}}checkpoints WHERE run_id = '{RUN_ID}' AND version = {version}")
+    position, version, _ = _crashed_before_the_charge(db_store, seen)
+    _raw(
+        db_store, f"DELETE FROM {{t}}checkpoints WHERE run_id = '{RUN_ID}' AND version = {version}"
+    )
     with pytest.raises(CorruptCheckpointError, match="checkpoint row was deleted"):
-        asyncio.run(make_agent(store, lambda _: None, position=position).resume(RUN_ID))
+        asyncio.run(make_agent(db_store, lambda _: None, position=position).resume(RUN_ID))
 
 
 # -- cancellation is an interruption --------------------------------------------------------------
@@ -193,30 +199,30 @@ def _cancellable(
     )
 
 
-def test_a_cancelled_durable_run_stays_resumable_until_abandoned(store: Checkpointer) -> None:
+def test_a_cancelled_durable_run_stays_resumable_until_abandoned(db_store: Checkpointer) -> None:
     """task.cancel() leaves the run resumable from its latest checkpoint; resuming finishes
     it; abandon() ends a run for good."""
     seen: Counter[str] = Counter()
 
     async def cancel_mid_tool() -> None:
         started = asyncio.Event()
-        task = asyncio.create_task(_cancellable(store, started, seen).run("serve"))
+        task = asyncio.create_task(_cancellable(db_store, started, seen).run("serve"))
         await started.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_mid_tool())
-    stored = store.load("run_cancel").state
+    stored = db_store.load("run_cancel").state
     assert stored.state not in (State.DONE, State.ABORTED)
-    result = asyncio.run(_cancellable(store, None, seen).resume("run_cancel"))
+    result = asyncio.run(_cancellable(db_store, None, seen).resume("run_cancel"))
     assert result.ok and result.output == "Served."
 
-    asyncio.run(cancel_mid_tool_again(store, seen))
-    abandoned = asyncio.run(_cancellable(store, None, seen).abandon("run_cancel"))
+    asyncio.run(cancel_mid_tool_again(db_store, seen))
+    abandoned = asyncio.run(_cancellable(db_store, None, seen).abandon("run_cancel"))
     assert abandoned.state is State.ABORTED and abandoned.stop_reason is StopReason.CANCELLED
     with pytest.raises(RunFinishedError):
-        asyncio.run(_cancellable(store, None, seen).resume("run_cancel"))
+        asyncio.run(_cancellable(db_store, None, seen).resume("run_cancel"))
 
 
 async def cancel_mid_tool_again(store: Checkpointer, seen: Counter[str]) -> None:
@@ -249,11 +255,13 @@ async def cancel_mid_tool_again(store: Checkpointer, seen: Counter[str]) -> None
 # -- the agent's definition -----------------------------------------------------------------------
 
 
-def test_resuming_under_another_definition_is_refused_unless_allowed(store: Checkpointer) -> None:
+def test_resuming_under_another_definition_is_refused_unless_allowed(
+    db_store: Checkpointer,
+) -> None:
     """A run started under one system prompt is not resumed under another without consent."""
     seen: Counter[str] = Counter()
-    position, _, _ = _crashed_before_the_charge(store, seen)
-    other = make_agent(store, lambda w: seen.update([w]), position=position)
+    position, _, _ = _crashed_before_the_charge(db_store, seen)
+    other = make_agent(db_store, lambda w: seen.update([w]), position=position)
     other.system_prompt = "Spend freely."
     before = Counter(seen)
     with pytest.raises(DefinitionChangedError, match="system_prompt") as caught:
@@ -315,7 +323,7 @@ def test_an_outcome_unknown_result_is_not_a_failed_tool_turn() -> None:
 # -- text JSON cannot carry -----------------------------------------------------------------------
 
 
-def test_lone_surrogates_are_replaced_and_the_history_says_so(store: Checkpointer) -> None:
+def test_lone_surrogates_are_replaced_and_the_history_says_so(db_store: Checkpointer) -> None:
     """A tool output and a model answer with lone surrogates checkpoint and resume."""
     name = os.fsdecode(b"report-\xff.txt")  # a lone surrogate, as the file system gives it
 
@@ -327,7 +335,7 @@ def test_lone_surrogates_are_replaced_and_the_history_says_so(store: Checkpointe
     agent = Agent(
         ScriptedModel([tool_call("listing", {}, id="l1"), text(f"The file is {name}.")]),
         tools=[listing],
-        checkpointer=store,
+        checkpointer=db_store,
         runtime=Runtime(new_id=lambda: "run_text"),
     )
     result = agent.run_sync("list")
@@ -335,7 +343,7 @@ def test_lone_surrogates_are_replaced_and_the_history_says_so(store: Checkpointe
     assert "\ufffd" in result.output and "replaced with U+FFFD" in result.output
     [found] = [r for m in result.messages for r in m.tool_results]
     assert found.content.startswith("found report-\ufffd.txt") and "1 character" in found.content
-    assert tuple(store.load("run_text").state.messages) == tuple(result.messages)
+    assert tuple(db_store.load("run_text").state.messages) == tuple(result.messages)
 
 
 # -- what a checkpoint costs ----------------------------------------------------------------------
@@ -450,21 +458,21 @@ class Watched:
         return watched
 
 
-def test_store_calls_never_run_on_the_event_loop_thread(store: Checkpointer) -> None:
+def test_store_calls_never_run_on_the_event_loop_thread(db_store: Checkpointer) -> None:
     """Every checkpoint, journal write and load of a run and of its resume runs on the store's
     threads; the loop's thread only waits for them."""
-    watched = Watched(store)
+    watched = Watched(db_store)
     seen: Counter[str] = Counter()
     loop_threads: set[int] = set()
 
-    position, _, _ = _crashed_before_the_charge(store, seen)  # the crash, simulated in place
+    position, _, _ = _crashed_before_the_charge(db_store, seen)  # the crash, simulated in place
 
     async def main() -> None:
         loop_threads.add(threading.get_ident())
         resumed = make_agent(watched, seen.update, position=position)  # type: ignore[arg-type]
         assert (await resumed.resume(RUN_ID)).ok
         for table in ("checkpoints", "runs", "effects"):  # the same run again, from the start
-            _raw(store, f"DELETE FROM {{t}}{table}")
+            _raw(db_store, f"DELETE FROM {{t}}{table}")
         assert (await make_agent(watched, seen.update).run(PROMPT)).ok  # type: ignore[arg-type]
 
     asyncio.run(main())
@@ -530,21 +538,23 @@ def test_a_lane_keeps_order_and_fails_after_a_failed_write() -> None:
     assert made == ["gated", "first", "second", "elsewhere"]
 
 
-def test_a_prompt_and_an_error_text_with_lone_surrogates_are_storable(store: Checkpointer) -> None:
+def test_a_prompt_and_an_error_text_with_lone_surrogates_are_storable(
+    db_store: Checkpointer,
+) -> None:
     """A durable run's prompt gets the same replacement; any other text in the state (an
     error kept as text) is replaced in what the store writes, so the checkpoint is made."""
     agent = Agent(
         ScriptedModel([text("Read it.")]),
-        checkpointer=store,
+        checkpointer=db_store,
         runtime=Runtime(new_id=lambda: "run_prompt"),
     )
     result = agent.run_sync("read " + os.fsdecode(b"notes-\xfe.md"))
     assert result.ok
     prompt = result.messages[0]
     assert "notes-\ufffd.md" in prompt.text and "replaced with U+FFFD" in prompt.text
-    assert tuple(store.load("run_prompt").state.messages) == tuple(result.messages)
+    assert tuple(db_store.load("run_prompt").state.messages) == tuple(result.messages)
 
-    for memory_or_sql in (InMemoryCheckpointer(), store):
+    for memory_or_sql in (InMemoryCheckpointer(), db_store):
         state = RunState(run_id="run_error")
         state.error = "open failed: " + os.fsdecode(b"\xff")
         memory_or_sql.save(state, version=1)
@@ -642,29 +652,29 @@ class _Inspecting:
 
 @pytest.mark.parametrize("listened", [False, True], ids=["unheard", "listened"])
 def test_sync_mode_stores_every_write_before_the_next_call(
-    store: Checkpointer, listened: bool
+    db_store: Checkpointer, listened: bool
 ) -> None:
     """Durability ``sync``: when the model is called, the checkpoint of the move into
     ``calling`` and every tool outcome before it are stored; when a tool runs, the move into
     ``dispatching`` is. A run nobody follows waits once per call for them rather than for each
     write, and must keep this promise all the same."""
-    model = _Inspecting(store, turns=3)
+    model = _Inspecting(db_store, turns=3)
     at_tool: list[State] = []
 
     @tool
     def note(n: int) -> str:
         """Note a number."""
-        at_tool.append(store.load(model.run_id).state.state)
+        at_tool.append(db_store.load(model.run_id).state.state)
         return f"noted {n}"
 
-    agent = Agent(model, tools=[note], checkpointer=store, runtime=Runtime(new_id=lambda: "r1"))
+    agent = Agent(model, tools=[note], checkpointer=db_store, runtime=Runtime(new_id=lambda: "r1"))
     model.run_id = "r1"
     if listened:
 
         async def follow() -> None:
             async for event in agent.run_stream("go"):
                 if event.type == "state_changed":  # stored before it is heard of
-                    assert store.load("r1").state.state is event.dest
+                    assert db_store.load("r1").state.state is event.dest
 
         asyncio.run(follow())
     else:
@@ -672,7 +682,7 @@ def test_sync_mode_stores_every_write_before_the_next_call(
         assert result.ok and result.output == "done"
     assert at_tool == [State.DISPATCHING] * 3
     assert model.seen == [(State.CALLING, [])] * 4
-    assert store.load("r1").state.state is State.DONE
+    assert db_store.load("r1").state.state is State.DONE
 
 
 def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> None:

@@ -31,12 +31,6 @@ TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SQLiteCheckpointer:
-    """An empty SQLite store."""
-    return SQLiteCheckpointer(tmp_path / "runs.db")
-
-
 def client(inspector: Inspector) -> httpx.AsyncClient:
     """An HTTP client speaking to the inspector's application in this process."""
     return httpx.AsyncClient(
@@ -62,7 +56,7 @@ def run(store: Checkpointer, test: Any, *, answer: bool = False) -> None:
     asyncio.run(main())
 
 
-def test_every_api_request_needs_the_token(store: SQLiteCheckpointer) -> None:
+def test_every_api_request_needs_the_token(sqlite_store: SQLiteCheckpointer) -> None:
     """Without the token, or with a wrong one, the API answers 401 and shows nothing."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -77,10 +71,12 @@ def test_every_api_request_needs_the_token(store: SQLiteCheckpointer) -> None:
         )
         assert posted.status_code == 401
 
-    run(store, test, answer=True)
+    run(sqlite_store, test, answer=True)
 
 
-def test_the_run_list_shows_state_stop_reason_steps_and_usage(store: SQLiteCheckpointer) -> None:
+def test_the_run_list_shows_state_stop_reason_steps_and_usage(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """Both runs are listed with their position, steps and usage; filters narrow the list."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -100,16 +96,18 @@ def test_the_run_list_shows_state_stop_reason_steps_and_usage(store: SQLiteCheck
         found = (await http.get(f"/api/runs?q={part}", headers=AUTH)).json()["runs"]
         assert [row["run_id"] for row in found] == [filled.suspended]
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
-def test_a_run_shows_its_moves_messages_tool_calls_and_path(store: SQLiteCheckpointer) -> None:
+def test_a_run_shows_its_moves_messages_tool_calls_and_path(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """The detail holds every stored move with counters, the thread, the tool call with its
     (hostile) result as plain data, and visit counts that agree with the moves."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
         detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
-        stored = store.load(filled.finished).state
+        stored = sqlite_store.load(filled.finished).state
         assert len(detail["moves"]) == len(stored.trace)
         assert [m["dest"] for m in detail["moves"]] == [m.dest.value for m in stored.trace]
         assert detail["moves"][-1]["dest"] == "done"
@@ -122,10 +120,10 @@ def test_a_run_shows_its_moves_messages_tool_calls_and_path(store: SQLiteCheckpo
         assert roles[0] in ("system", "user") and roles[-1] == "assistant"
         assert detail["output"] == "The page is hostile." and detail["questions"] == []
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
-def test_the_diagram_draws_the_run_path_with_counts(store: SQLiteCheckpointer) -> None:
+def test_the_diagram_draws_the_run_path_with_counts(sqlite_store: SQLiteCheckpointer) -> None:
     """The SVG names every state and carries the run's counts (calling was entered twice)."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -136,20 +134,20 @@ def test_the_diagram_draws_the_run_path_with_counts(store: SQLiteCheckpointer) -
             assert f"<title>{state.value}</title>" in svg
         assert "×2" in svg and "ended: completed" in svg
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
-def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointer) -> None:
+def test_a_run_in_flight_is_drawn_without_a_final_state(sqlite_store: SQLiteCheckpointer) -> None:
     """While the run waits in ``dispatching`` its path is drawn but no state reads "ended"."""
     gate = Gate()
-    agent = gated_agent(store, gate)
+    agent = gated_agent(sqlite_store, gate)
 
     async def main() -> None:
         task = asyncio.create_task(agent.run("Build."))
         await gate.reached()
-        (summary,) = store.runs()
+        (summary,) = sqlite_store.runs()
         assert summary.state is State.DISPATCHING
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             svg = (await http.get(f"/api/runs/{summary.run_id}/diagram.svg", headers=AUTH)).text
             assert "<title>dispatching</title>" in svg and "×1" in svg
@@ -164,7 +162,7 @@ def test_a_run_in_flight_is_drawn_without_a_final_state(store: SQLiteCheckpointe
 
 
 def test_the_path_read_from_a_checkpoint_equals_the_one_read_from_events(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """``run_path`` over the stored moves is what the event stream of the same run gives."""
     from fsm_agent import Agent
@@ -174,19 +172,19 @@ def test_the_path_read_from_a_checkpoint_equals_the_one_read_from_events(
     agent = Agent(
         ScriptedModel([tool_call("fetch_page", {"url": "u"}), text("ok")]),
         tools=[fetch_page],
-        checkpointer=store,
+        checkpointer=sqlite_store,
     )
 
     async def main() -> list[Any]:
         return [event async for event in agent.run_stream("go")]
 
     events = asyncio.run(main())
-    stored = store.load(events[-1].run_id).state
+    stored = sqlite_store.load(events[-1].run_id).state
     assert run_path(stored) == RunPath.from_events(events)
 
 
 def test_without_an_agent_answering_is_refused_and_changes_nothing(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """A read-only inspector answers 409 with what to do, and the run stays suspended."""
 
@@ -197,9 +195,9 @@ def test_without_an_agent_answering_is_refused_and_changes_nothing(
         body = {"decisions": {question["call_id"]: {"decision": "allow"}}}
         posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
         assert posted.status_code == 409 and "--agent" in posted.json()["error"]
-        assert store.load(filled.suspended).state.state is State.SUSPENDED
+        assert sqlite_store.load(filled.suspended).state.state is State.SUSPENDED
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
 async def _wait_for(http: httpx.AsyncClient, run_id: str, state: str) -> dict[str, Any]:
@@ -211,7 +209,7 @@ async def _wait_for(http: httpx.AsyncClient, run_id: str, state: str) -> dict[st
     raise AssertionError(f"run {run_id} never reached {state}")
 
 
-def test_approving_resumes_the_run_through_the_agent(store: SQLiteCheckpointer) -> None:
+def test_approving_resumes_the_run_through_the_agent(sqlite_store: SQLiteCheckpointer) -> None:
     """Approve → the agent resumes the run, the tool runs, the run finishes."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -227,10 +225,10 @@ def test_approving_resumes_the_run_through_the_agent(store: SQLiteCheckpointer) 
         again = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
         assert again.status_code == 409  # the run is no longer suspended
 
-    run(store, test, answer=True)
+    run(sqlite_store, test, answer=True)
 
 
-def test_denying_sends_the_reason_to_the_model(store: SQLiteCheckpointer) -> None:
+def test_denying_sends_the_reason_to_the_model(sqlite_store: SQLiteCheckpointer) -> None:
     """Deny with a reason → the call gets the reason as an error result; the run goes on."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -243,7 +241,7 @@ def test_denying_sends_the_reason_to_the_model(store: SQLiteCheckpointer) -> Non
         (call,) = done["tool_calls"]
         assert call["is_error"] is True and "keep the logs" in call["result"]
 
-    run(store, test, answer=True)
+    run(sqlite_store, test, answer=True)
 
 
 @pytest.mark.parametrize(
@@ -256,40 +254,40 @@ def test_denying_sends_the_reason_to_the_model(store: SQLiteCheckpointer) -> Non
     ],
 )
 def test_malformed_decisions_are_refused_before_anything_runs(
-    store: SQLiteCheckpointer, body: dict[str, Any]
+    sqlite_store: SQLiteCheckpointer, body: dict[str, Any]
 ) -> None:
     """Bad shapes answer 400; the run stays suspended."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
         posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
         assert posted.status_code == 400
-        assert store.load(filled.suspended).state.state is State.SUSPENDED
+        assert sqlite_store.load(filled.suspended).state.state is State.SUSPENDED
 
-    run(store, test, answer=True)
+    run(sqlite_store, test, answer=True)
 
 
-def test_decisions_for_the_wrong_calls_are_refused(store: SQLiteCheckpointer) -> None:
+def test_decisions_for_the_wrong_calls_are_refused(sqlite_store: SQLiteCheckpointer) -> None:
     """Decisions that do not fit the pending calls answer 409 with the resume error."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
         body = {"decisions": {"no-such-call": {"decision": "allow"}}}
         posted = await http.post(f"/api/runs/{filled.suspended}/decisions", json=body, headers=AUTH)
         assert posted.status_code == 409 and "no-such-call" in posted.json()["error"]
-        assert store.load(filled.suspended).state.state is State.SUSPENDED
+        assert sqlite_store.load(filled.suspended).state.state is State.SUSPENDED
         missing = await http.get("/api/runs/run_missing", headers=AUTH)
         assert missing.status_code == 404
 
-    run(store, test, answer=True)
+    run(sqlite_store, test, answer=True)
 
 
-def test_a_second_answer_while_the_run_resumes_is_refused(store: SQLiteCheckpointer) -> None:
+def test_a_second_answer_while_the_run_resumes_is_refused(sqlite_store: SQLiteCheckpointer) -> None:
     """While a resume is under way a second answer gets 409 and starts nothing."""
     gate = Gate()
-    agent = gated_approver(store, gate)
+    agent = gated_approver(sqlite_store, gate)
 
     async def main() -> None:
         first = await agent.run("Deploy.")
-        inspector = build(store, agent=agent, token=TOKEN)
+        inspector = build(sqlite_store, agent=agent, token=TOKEN)
         url = f"/api/runs/{first.run_id}"
         async with client(inspector) as http:
             call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
@@ -309,7 +307,7 @@ def test_a_second_answer_while_the_run_resumes_is_refused(store: SQLiteCheckpoin
 
 
 def test_the_list_is_cut_at_the_limit_and_a_broken_store_answers_503(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """``?limit=1`` lists the newest run only; a store that fails to read answers 503."""
 
@@ -317,14 +315,16 @@ def test_the_list_is_cut_at_the_limit_and_a_broken_store_answers_503(
         limited = (await http.get("/api/runs?limit=1", headers=AUTH)).json()["runs"]
         assert [row["run_id"] for row in limited] == [filled.suspended]
         assert (await http.get("/api/runs?limit=x", headers=AUTH)).status_code == 400
-        store.close()
+        sqlite_store.close()
         broken = await http.get("/api/runs", headers=AUTH)
         assert broken.status_code == 503 and "cannot be read" in broken.json()["error"]
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
-def test_pages_are_static_shells_with_a_strict_security_policy(store: SQLiteCheckpointer) -> None:
+def test_pages_are_static_shells_with_a_strict_security_policy(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """The pages and script load without the token, carry the CSP, and hold no run data."""
 
     async def test(filled: FilledStore, http: httpx.AsyncClient) -> None:
@@ -337,11 +337,11 @@ def test_pages_are_static_shells_with_a_strict_security_policy(store: SQLiteChec
         assert (await http.get("/static/../views.py")).status_code == 404
         assert (await http.get("/static/views.py")).status_code == 404
 
-    run(store, test)
+    run(sqlite_store, test)
 
 
 def test_secrets_are_redacted_from_everything_shown(
-    store: SQLiteCheckpointer, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: SQLiteCheckpointer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An API key from the environment, and key-shaped text, never reach the page."""
     monkeypatch.setenv("ACME_API_KEY", "acme-secret-value-42")
@@ -361,16 +361,16 @@ def test_secrets_are_redacted_from_everything_shown(
         agent = Agent(
             ScriptedModel([tool_call("whoami", {}), text(leaked)]),
             tools=[whoami],
-            checkpointer=store,
+            checkpointer=sqlite_store,
         )
         result = await agent.run("who?")
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             shown = (await http.get(f"/api/runs/{result.run_id}", headers=AUTH)).text
         inspector.close()
         assert "acme-secret-value-42" not in shown and "sk-abcdefghijklmnop1234" not in shown
         assert "abc.def.ghi123" not in shown and REDACTED in shown
-        named = Inspector(store, token=TOKEN, store_name="postgresql://me:hunter22@db/runs")
+        named = Inspector(sqlite_store, token=TOKEN, store_name="postgresql://me:hunter22@db/runs")
         async with client(named) as http:
             listed = (await http.get("/api/runs", headers=AUTH)).json()
         named.close()
@@ -379,7 +379,9 @@ def test_secrets_are_redacted_from_everything_shown(
     asyncio.run(main())
 
 
-def test_secret_named_arguments_are_redacted_with_their_values(store: SQLiteCheckpointer) -> None:
+def test_secret_named_arguments_are_redacted_with_their_values(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """A tool call's arguments named like secrets (``api_key``, ``password``, ``token``, …) are
     shown masked, in the run's JSON and its pending question, as is such a pair in a tool's
     text; the other arguments are shown as they are."""
@@ -415,11 +417,11 @@ def test_secret_named_arguments_are_redacted_with_their_values(store: SQLiteChec
                 ]
             ),
             tools=[log_in, pay],
-            checkpointer=store,
+            checkpointer=sqlite_store,
         )
         result = await agent.run("log in and pay")
         assert result.state is State.SUSPENDED
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             response = await http.get(f"/api/runs/{result.run_id}", headers=AUTH)
             listed = (await http.get("/api/runs", headers=AUTH)).text
@@ -536,12 +538,12 @@ class _Served:
 
 
 def test_the_command_serves_the_store_on_loopback_and_prints_the_token(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """``fsm-agent inspect STORE`` listens on 127.0.0.1 and prints the address with a fresh
     token, which the API then requires; without --agent it is read-only."""
-    filled = asyncio.run(fill(store))
-    served = _Served(store.path)
+    filled = asyncio.run(fill(sqlite_store))
+    served = _Served(sqlite_store.path)
     try:
         listed = served.get("/api/runs")
         assert {row["run_id"] for row in listed["runs"]} == {filled.finished, filled.suspended}
@@ -568,13 +570,13 @@ def make() -> Agent:
 
 
 def test_the_command_answers_through_the_agent_its_factory_builds(
-    store: SQLiteCheckpointer, tmp_path: Path
+    sqlite_store: SQLiteCheckpointer, tmp_path: Path
 ) -> None:
     """``--agent module:factory``: the factory's agent (given the store, as it has none)
     resumes the approved run to the end."""
-    filled = asyncio.run(fill(store))
+    filled = asyncio.run(fill(sqlite_store))
     (tmp_path / "inspector_factory.py").write_text(FACTORY, encoding="utf-8")
-    served = _Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path)
+    served = _Served(sqlite_store.path, "--agent", "inspector_factory:make", cwd=tmp_path)
     try:
         url = f"/api/runs/{filled.suspended}"
         call_id = served.get(url)["questions"][0]["call_id"]
@@ -667,16 +669,16 @@ def _race(inspectors: tuple[_Served, _Served], run_id: str) -> None:
 
 
 def test_two_inspector_processes_over_one_store_take_one_answer(
-    store: SQLiteCheckpointer, tmp_path: Path
+    sqlite_store: SQLiteCheckpointer, tmp_path: Path
 ) -> None:
     """Two ``fsm-agent inspect`` processes over one SQLite store, one answering allow and the
     other deny at the same moment: one answer is taken (202), the other gets 409 saying what
     was decided, and the run goes on as the taken answer said."""
-    runs = asyncio.run(_waiting(store, 3))
+    runs = asyncio.run(_waiting(sqlite_store, 3))
     (tmp_path / "inspector_factory.py").write_text(RACING_FACTORY, encoding="utf-8")
-    served = [_Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path)]
+    served = [_Served(sqlite_store.path, "--agent", "inspector_factory:make", cwd=tmp_path)]
     try:
-        served.append(_Served(store.path, "--agent", "inspector_factory:make", cwd=tmp_path))
+        served.append(_Served(sqlite_store.path, "--agent", "inspector_factory:make", cwd=tmp_path))
         for run_id in runs:
             _race((served[0], served[1]), run_id)
     finally:

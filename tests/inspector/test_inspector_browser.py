@@ -66,24 +66,16 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteCheckpointer]:
-    """A SQLite store for one test."""
-    opened = SQLiteCheckpointer(tmp_path / "runs.db")
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def filled(store: SQLiteCheckpointer) -> FilledStore:
+def filled(sqlite_store: SQLiteCheckpointer) -> FilledStore:
     """The store holding a finished and a suspended run."""
-    return run_in_thread(lambda: fill(store))
+    return run_in_thread(lambda: fill(sqlite_store))
 
 
 def test_the_run_list_shows_the_runs_and_filters_them(
-    store: SQLiteCheckpointer, filled: FilledStore, page: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, page: Any
 ) -> None:
     """Both runs are listed with state and stop reason; the state filter and search narrow it."""
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.url)
         rows = page.locator("#runs tbody tr")
         expect(rows).to_have_count(2)
@@ -103,10 +95,10 @@ def test_the_run_list_shows_the_runs_and_filters_them(
 
 
 def test_a_finished_run_shows_its_path_and_counts_on_the_machine(
-    store: SQLiteCheckpointer, filled: FilledStore, page: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, page: Any
 ) -> None:
     """The diagram lights the final state; the states the run entered carry their counts."""
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.page(f"/runs/{filled.finished}"))
         expect(page.locator("#current-state")).to_have_text("done")
         node = page.locator("#diagram g.node", has=page.locator("title", has_text="calling"))
@@ -115,16 +107,16 @@ def test_a_finished_run_shows_its_path_and_counts_on_the_machine(
         expect(done).to_have_count(1)
         expect(done.locator("title")).to_have_text("done")
         expect(done).to_contain_text("ended: completed")
-        moves = len(store.load(filled.finished).state.trace)
+        moves = len(sqlite_store.load(filled.finished).state.trace)
         expect(page.locator("#moves tbody tr")).to_have_count(moves)
         expect(page.locator("#usage")).to_contain_text("2 requests, 20 in / 10 out")
 
 
 def test_a_tool_output_with_markup_is_shown_as_text(
-    store: SQLiteCheckpointer, filled: FilledStore, page: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, page: Any
 ) -> None:
     """The hostile tool result reads as its characters; no script ran, no element was made."""
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.page(f"/runs/{filled.finished}"))
         expect(page.locator("#tool-calls tbody tr td").nth(3)).to_contain_text(HOSTILE)
         expect(page.locator(".part-tool_result pre")).to_contain_text(HOSTILE)
@@ -133,16 +125,16 @@ def test_a_tool_output_with_markup_is_shown_as_text(
         assert page.title() != "pwned"
 
 
-def test_an_in_flight_run_is_followed_live(store: SQLiteCheckpointer, page: Any) -> None:
+def test_an_in_flight_run_is_followed_live(sqlite_store: SQLiteCheckpointer, page: Any) -> None:
     """While its tool runs the page lights ``dispatching``; when it ends, ``done``."""
     gate = Gate()
-    agent = gated_agent(store, gate)
+    agent = gated_agent(sqlite_store, gate)
     outcome: list[Any] = []
     worker = threading.Thread(target=lambda: outcome.append(asyncio.run(agent.run("Build."))))
     worker.start()
     try:
-        run_id = _wait_for_state(store, State.DISPATCHING)
-        with LiveInspector(store) as live:
+        run_id = _wait_for_state(sqlite_store, State.DISPATCHING)
+        with LiveInspector(sqlite_store) as live:
             page.goto(live.page(f"/runs/{run_id}"))
             expect(page.locator("#current-state")).to_have_text("dispatching")
             current = page.locator("#diagram g.node.current title")
@@ -172,10 +164,10 @@ def _wait_for_state(store: SQLiteCheckpointer, state: State) -> str:
 
 
 def test_approving_a_suspended_run_resumes_it_to_the_end(
-    store: SQLiteCheckpointer, filled: FilledStore, page: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, page: Any
 ) -> None:
     """Approve on the page → the agent resumes the run; the page follows it to ``done``."""
-    with LiveInspector(store, agent=filled.approver) as live:
+    with LiveInspector(sqlite_store, agent=filled.approver) as live:
         page.goto(live.page(f"/runs/{filled.suspended}"))
         expect(page.locator("#current-state")).to_have_text("suspended")
         question = page.locator(".question")
@@ -188,14 +180,14 @@ def test_approving_a_suspended_run_resumes_it_to_the_end(
         expect(page.locator("#notice")).to_be_hidden()
         expect(page.locator("#questions-section")).to_be_hidden()
         expect(page.locator("#diagram g.node.current title")).to_have_text("done")
-    assert store.load(filled.suspended).state.output == "Deleted the old log."
+    assert sqlite_store.load(filled.suspended).state.output == "Deleted the old log."
 
 
 def test_without_an_agent_the_questions_are_read_only(
-    store: SQLiteCheckpointer, filled: FilledStore, page: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, page: Any
 ) -> None:
     """The page shows the question, says why it cannot answer, and disables the buttons."""
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.page(f"/runs/{filled.suspended}"))
         expect(page.locator(".question")).to_contain_text("delete_file")
         expect(page.locator("#read-only")).to_be_visible()
@@ -334,13 +326,13 @@ def _explain_many_runs(store: SQLiteCheckpointer, page: Any, folder: Path) -> No
 
 
 def test_a_shared_run_link_opens_once_the_token_is_given(
-    store: SQLiteCheckpointer, filled: FilledStore, browser: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, browser: Any
 ) -> None:
     """A run's address without the token asks for it and then shows that run; another link
     in the same browser opens straight away; a wrong token is asked for again."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(f"{live.base}/runs/{filled.finished}")
         form = page.locator("#token-form")
         expect(form).to_be_visible()
@@ -360,13 +352,13 @@ def test_a_shared_run_link_opens_once_the_token_is_given(
 
 
 def test_public_reading_shows_runs_without_the_token_and_asks_for_it_to_answer(
-    store: SQLiteCheckpointer, filled: FilledStore, browser: Any
+    sqlite_store: SQLiteCheckpointer, filled: FilledStore, browser: Any
 ) -> None:
     """With public reading the list and a run open with no token; approving asks for the token
     and then resumes the run."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
-    with LiveInspector(store, agent=filled.approver, public_read=True) as live:
+    with LiveInspector(sqlite_store, agent=filled.approver, public_read=True) as live:
         page.goto(f"{live.base}/")
         expect(page.locator("#runs tbody tr")).to_have_count(2)
         expect(page.locator("#token-form")).to_be_hidden()
@@ -382,15 +374,15 @@ def test_public_reading_shows_runs_without_the_token_and_asks_for_it_to_answer(
 
 
 def test_a_child_run_is_one_click_away_and_a_fork_from_here_opens_the_new_run(
-    store: SQLiteCheckpointer, page: Any
+    sqlite_store: SQLiteCheckpointer, page: Any
 ) -> None:
     """The parent's agent-tool call links to the child's page, which links back; "Fork from
     here" on a move links to the fork, which the inspector's agent runs to its end."""
     from test_inspector_compose import after_results, shop, writer_with_researcher
 
-    parent = run_in_thread(lambda: writer_with_researcher(store).run("Write on tides."))
-    original = run_in_thread(lambda: shop(store).run("Find tea."))
-    with LiveInspector(store, agent=shop(store, "Tea, again.")) as live:
+    parent = run_in_thread(lambda: writer_with_researcher(sqlite_store).run("Write on tides."))
+    original = run_in_thread(lambda: shop(sqlite_store).run("Find tea."))
+    with LiveInspector(sqlite_store, agent=shop(sqlite_store, "Tea, again.")) as live:
         page.goto(live.page(f"/runs/{parent.run_id}"))
         page.locator("#tool-calls a.run-link").click()
         expect(page.locator("#task")).to_have_text("Why are there tides?")
@@ -406,7 +398,7 @@ def test_a_child_run_is_one_click_away_and_a_fork_from_here_opens_the_new_run(
 
 
 def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
-    store: SQLiteCheckpointer, page: Any
+    sqlite_store: SQLiteCheckpointer, page: Any
 ) -> None:
     """In the list a child run sits indented right under its parent, naming the call; a run
     that ended on its step limit wears a "gave up" badge, not the clean "done"; an original's
@@ -416,19 +408,19 @@ def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
     from fsm_agent import Agent, Policy, Runtime
     from fsm_agent.testing import ScriptedModel, text, tool_call
 
-    parent = run_in_thread(lambda: writer_with_researcher(store).run("Write on tides."))
-    original = run_in_thread(lambda: shop(store).run("Find tea."))
+    parent = run_in_thread(lambda: writer_with_researcher(sqlite_store).run("Write on tides."))
+    original = run_in_thread(lambda: shop(sqlite_store).run("Find tea."))
     at = after_results(original.trace)
-    fork = run_in_thread(lambda: shop(store, "Tea, again.").fork(original.run_id, at=at))
+    fork = run_in_thread(lambda: shop(sqlite_store, "Tea, again.").fork(original.run_id, at=at))
     limited = Agent(
         ScriptedModel([tool_call("search", {"query": "tea"}), text("Tea: a summary.")]),
         tools=[search],
-        checkpointer=store,
+        checkpointer=sqlite_store,
         policy=Policy(max_steps=1),
         runtime=Runtime(),
     )
     gave_up = run_in_thread(lambda: limited.run("Find tea, briefly."))
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.page("/"))
         rows = page.locator("#runs tbody tr")
         expect(rows).to_have_count(5)
@@ -451,7 +443,7 @@ def test_the_list_shows_children_and_forks_under_their_runs_and_a_give_up_apart(
 
 
 def test_long_unbroken_texts_keep_the_run_list_inside_the_window(
-    store: SQLiteCheckpointer, page: Any
+    sqlite_store: SQLiteCheckpointer, page: Any
 ) -> None:
     """A run whose task, model name and answer are each 300 characters without a space: the run
     list stays within the 1,400 px window, and each cut cell shows its whole text on hover."""
@@ -461,11 +453,11 @@ def test_long_unbroken_texts_keep_the_run_list_inside_the_window(
     task, model, answer = "T" * 300, "m" * 300, "A" * 300
 
     async def one_run() -> str:
-        agent = Agent(ScriptedModel([text(answer)], name=model), checkpointer=store)
+        agent = Agent(ScriptedModel([text(answer)], name=model), checkpointer=sqlite_store)
         return (await agent.run(task)).run_id
 
     run_id = run_in_thread(one_run)
-    with LiveInspector(store) as live:
+    with LiveInspector(sqlite_store) as live:
         page.goto(live.url)
         row = page.locator(f'tr[data-run-id="{run_id}"]')
         expect(row).to_have_count(1)

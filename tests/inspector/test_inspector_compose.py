@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from fsm_agent import Agent, Policy, Runtime, State, StopReason, tool
 from fsm_agent.inspector import build
@@ -26,12 +24,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def search(query: str) -> str:
     """Search the archive."""
     return f"3 articles about {query}"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> SQLiteCheckpointer:
-    """An empty SQLite store."""
-    return SQLiteCheckpointer(tmp_path / "runs.db")
 
 
 def serve(
@@ -67,10 +59,12 @@ def writer_with_researcher(store: SQLiteCheckpointer) -> Agent[Any, Any]:
     )
 
 
-def test_an_agent_tool_call_links_to_the_child_run_and_back(store: SQLiteCheckpointer) -> None:
+def test_an_agent_tool_call_links_to_the_child_run_and_back(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """The parent's call of an agent tool names the child's run, whose page names the parent's
     run and call, and the child's run is drawn on its own machine."""
-    parent = asyncio.run(writer_with_researcher(store).run("Write on tides."))
+    parent = asyncio.run(writer_with_researcher(sqlite_store).run("Write on tides."))
 
     async def test(http: httpx.AsyncClient) -> None:
         detail = (await http.get(f"/api/runs/{parent.run_id}", headers=AUTH)).json()
@@ -85,7 +79,7 @@ def test_an_agent_tool_call_links_to_the_child_run_and_back(store: SQLiteCheckpo
         drawn = await http.get(f"/api/runs/{child_id}/diagram.svg", headers=AUTH)
         assert drawn.status_code in (200, 501)  # 501: Graphviz is not installed
 
-    serve(store, None, test)
+    serve(sqlite_store, None, test)
 
 
 def shop(store: SQLiteCheckpointer, *answers: str) -> Agent[Any, Any]:
@@ -104,11 +98,11 @@ def after_results(trace: Any) -> int:
 
 
 def test_forking_is_refused_without_token_read_only_or_for_a_bad_move(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """A fork needs the token (401) and an inspector with an agent (409); a malformed move is
     400, an unknown run 404, a move that ended the run or was not saved 409: none stores a run."""
-    original = asyncio.run(shop(store).run("Find tea."))
+    original = asyncio.run(shop(sqlite_store).run("Find tea."))
     at = after_results(original.trace)
     path = f"/api/runs/{original.run_id}/fork"
 
@@ -128,18 +122,18 @@ def test_forking_is_refused_without_token_read_only_or_for_a_bad_move(
             refused = await http.post(path, json={"at": move}, headers=AUTH)
             assert refused.status_code == 409, refused.text
 
-    serve(store, None, read_only)
-    serve(store, shop(store), answering)
-    assert [r.run_id for r in store.runs()] == [original.run_id]
+    serve(sqlite_store, None, read_only)
+    serve(sqlite_store, shop(sqlite_store), answering)
+    assert [r.run_id for r in sqlite_store.runs()] == [original.run_id]
 
 
 def test_fork_from_here_creates_a_fork_that_continues_and_links_back(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """Forking from a move stores a new run from the state after it, which the inspector's
     agent continues; its page names the original and the move, the original is unchanged."""
-    original = asyncio.run(shop(store).run("Find tea."))
-    before = store.load(original.run_id)
+    original = asyncio.run(shop(sqlite_store).run("Find tea."))
+    before = sqlite_store.load(original.run_id)
     at = after_results(original.trace)
 
     async def test(http: httpx.AsyncClient) -> None:
@@ -159,19 +153,19 @@ def test_fork_from_here_creates_a_fork_that_continues_and_links_back(
         assert detail["forked_from"] == {"run_id": original.run_id, "move": at}
         assert detail["output"] == "Tea, again." and len(detail["moves"]) > at
 
-    serve(store, shop(store, "Tea, again."), test)
-    assert store.load(original.run_id) == before
+    serve(sqlite_store, shop(sqlite_store, "Tea, again."), test)
+    assert sqlite_store.load(original.run_id) == before
 
 
 def test_fork_from_here_by_a_changed_agent_is_refused_and_stores_nothing(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """An inspector whose agent is not the one that started the run (another system prompt)
     refuses "fork from here" with 409 naming the change, and stores no run that would wait
     for an agent that can continue it."""
-    original = asyncio.run(shop(store).run("Find tea."))
+    original = asyncio.run(shop(sqlite_store).run("Find tea."))
     at = after_results(original.trace)
-    changed = shop(store, "Tea, again.")
+    changed = shop(sqlite_store, "Tea, again.")
     changed.system_prompt = "Answer in French."
 
     async def test(http: httpx.AsyncClient) -> None:
@@ -182,23 +176,25 @@ def test_fork_from_here_by_a_changed_agent_is_refused_and_stores_nothing(
         listed = (await http.get("/api/runs", headers=AUTH)).json()["runs"]
         assert [row["run_id"] for row in listed] == [original.run_id]
 
-    serve(store, changed, test)
-    assert [r.run_id for r in store.runs()] == [original.run_id]
+    serve(sqlite_store, changed, test)
+    assert [r.run_id for r in sqlite_store.runs()] == [original.run_id]
 
 
-def test_the_list_groups_children_and_forks_and_marks_a_give_up(store: SQLiteCheckpointer) -> None:
+def test_the_list_groups_children_and_forks_and_marks_a_give_up(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """The run list puts a child run right under its parent and a fork right under its
     original, one level down, each saying where it came from; the original's page lists its
     forks; a run that ended on its step limit is marked as given up, a clean one is not."""
-    parent = asyncio.run(writer_with_researcher(store).run("Write on tides."))
-    original = asyncio.run(shop(store).run("Find tea."))
+    parent = asyncio.run(writer_with_researcher(sqlite_store).run("Write on tides."))
+    original = asyncio.run(shop(sqlite_store).run("Find tea."))
     fork = asyncio.run(
-        shop(store, "Tea, again.").fork(original.run_id, at=after_results(original.trace))
+        shop(sqlite_store, "Tea, again.").fork(original.run_id, at=after_results(original.trace))
     )
     limited = Agent(
         ScriptedModel([tool_call("search", {"query": "tea"}), text("Tea: a summary.")]),
         tools=[search],
-        checkpointer=store,
+        checkpointer=sqlite_store,
         policy=Policy(max_steps=1),
         runtime=Runtime(),
     )
@@ -226,7 +222,7 @@ def test_the_list_groups_children_and_forks_and_marks_a_give_up(store: SQLiteChe
         shown = (await http.get(f"/api/runs/{gave_up.run_id}", headers=AUTH)).json()
         assert shown["gave_up"] is True
 
-    serve(store, None, test)
+    serve(sqlite_store, None, test)
 
 
 def test_a_long_chain_of_forks_and_a_loop_of_origins_are_listed_once_each() -> None:

@@ -31,12 +31,6 @@ TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SQLiteCheckpointer:
-    """An empty SQLite store."""
-    return SQLiteCheckpointer(tmp_path / "runs.db")
-
-
 def client(inspector: Inspector) -> httpx.AsyncClient:
     """An HTTP client speaking to the inspector's application in this process."""
     return httpx.AsyncClient(
@@ -66,13 +60,15 @@ async def _wait_for(http: httpx.AsyncClient, run_id: str, state: str) -> dict[st
     raise AssertionError(f"run {run_id} never reached {state}")
 
 
-def test_the_list_shows_task_model_start_duration_and_ending(store: SQLiteCheckpointer) -> None:
+def test_the_list_shows_task_model_start_duration_and_ending(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """Each row carries the prompt's first line, the model's name, when the run started, how
     long it ran and a preview of its answer; the search box finds a run by its task."""
 
     async def main() -> None:
-        filled = await fill(store)
-        inspector = build(store, token=TOKEN)
+        filled = await fill(sqlite_store)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             rows = {
                 r["run_id"]: r for r in (await http.get("/api/runs", headers=AUTH)).json()["runs"]
@@ -82,7 +78,7 @@ def test_the_list_shows_task_model_start_duration_and_ending(store: SQLiteCheckp
         done = rows[filled.finished]
         assert (done["task"], done["model"]) == ("Read the page.", "scripted")
         assert done["ending"] == "The page is hostile."
-        loaded = store.load(filled.finished)
+        loaded = sqlite_store.load(filled.finished)
         assert done["started_at"] == loaded.move_times[0]
         assert done["duration_s"] == pytest.approx(loaded.move_times[-1] - loaded.move_times[0])
         assert rows[filled.suspended]["task"] == "Clean up the build directory."
@@ -91,13 +87,13 @@ def test_the_list_shows_task_model_start_duration_and_ending(store: SQLiteCheckp
     asyncio.run(main())
 
 
-def test_every_move_has_a_time_and_a_duration(store: SQLiteCheckpointer) -> None:
+def test_every_move_has_a_time_and_a_duration(sqlite_store: SQLiteCheckpointer) -> None:
     """A run saved move by move has a time per move, in order; each move after the first
     says how long after the previous one it was saved."""
 
     async def main() -> None:
-        filled = await fill(store)
-        inspector = build(store, token=TOKEN)
+        filled = await fill(sqlite_store)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             detail = (await http.get(f"/api/runs/{filled.finished}", headers=AUTH)).json()
         inspector.close()
@@ -124,7 +120,9 @@ def test_moves_saved_together_have_only_the_last_time(tmp_path: Path, make: Any)
     store.close()
 
 
-def test_a_checkpoint_stored_before_moves_had_times_still_shows(store: SQLiteCheckpointer) -> None:
+def test_a_checkpoint_stored_before_moves_had_times_still_shows(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """A checkpoint whose moves carry no time (another store, or an older one) loads and is
     shown with its moves untimed."""
 
@@ -154,12 +152,14 @@ def test_a_checkpoint_stored_before_moves_had_times_still_shows(store: SQLiteChe
     assert detail["output"] == "ok"
 
 
-def test_a_question_shows_the_model_message_that_led_to_the_call(store: SQLiteCheckpointer) -> None:
+def test_a_question_shows_the_model_message_that_led_to_the_call(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """Beside the approval, the page gets the text the model wrote with the call."""
 
     async def main() -> None:
-        first = await _approver(store).run("Clean up.")
-        inspector = build(store, token=TOKEN)
+        first = await _approver(sqlite_store).run("Clean up.")
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             detail = (await http.get(f"/api/runs/{first.run_id}", headers=AUTH)).json()
         inspector.close()
@@ -169,12 +169,14 @@ def test_a_question_shows_the_model_message_that_led_to_the_call(store: SQLiteCh
     asyncio.run(main())
 
 
-def test_concurrent_answers_resume_a_suspended_run_exactly_once(store: SQLiteCheckpointer) -> None:
+def test_concurrent_answers_resume_a_suspended_run_exactly_once(
+    sqlite_store: SQLiteCheckpointer,
+) -> None:
     """Twenty approvals posted at once, ten times over: each time exactly one is accepted
     (202), the others are refused (409), the tool runs once and the run ends with no failure."""
 
     async def one_round(http: httpx.AsyncClient, inspector: Inspector) -> None:
-        inspector.agent = agent = _approver(store)
+        inspector.agent = agent = _approver(sqlite_store)
         first = await agent.run("Clean up.")
         url = f"/api/runs/{first.run_id}"
         call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
@@ -187,7 +189,7 @@ def test_concurrent_answers_resume_a_suspended_run_exactly_once(store: SQLiteChe
         assert done["tool_executions"] == 1
 
     async def main() -> None:
-        inspector = build(store, agent=_approver(store), token=TOKEN)
+        inspector = build(sqlite_store, agent=_approver(sqlite_store), token=TOKEN)
         async with client(inspector) as http:
             for _ in range(10):
                 await one_round(http, inspector)
@@ -197,7 +199,7 @@ def test_concurrent_answers_resume_a_suspended_run_exactly_once(store: SQLiteChe
 
 
 def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """An answer the inspector's agent cannot resume (another definition) is refused at once
     (409, nothing stored); one whose resume then fails (its model raises) is reported on the
@@ -209,23 +211,23 @@ def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
         return path
 
     async def main() -> None:
-        first = await _approver(store).run("Clean up.")
-        stranger = Agent(ScriptedModel([text("no")]), tools=[other_tool], checkpointer=store)
+        first = await _approver(sqlite_store).run("Clean up.")
+        stranger = Agent(ScriptedModel([text("no")]), tools=[other_tool], checkpointer=sqlite_store)
         broken = Agent(
             ScriptedModel([fail(RuntimeError("the adapter broke"))]),
             tools=[delete_file],
-            checkpointer=store,
+            checkpointer=sqlite_store,
         )
         url = f"/api/runs/{first.run_id}"
-        refusing = build(store, agent=stranger, token=TOKEN)
+        refusing = build(sqlite_store, agent=stranger, token=TOKEN)
         async with client(refusing) as http:
             call_id = (await http.get(url, headers=AUTH)).json()["questions"][0]["call_id"]
             body = {"decisions": {call_id: {"decision": "allow"}}}
             refused = await http.post(f"{url}/decisions", json=body, headers=AUTH)
             assert refused.status_code == 409 and "other tools" in refused.json()["error"]
         refusing.close()
-        assert store.load(first.run_id).state.state is State.SUSPENDED
-        inspector = build(store, agent=broken, token=TOKEN)
+        assert sqlite_store.load(first.run_id).state.state is State.SUSPENDED
+        inspector = build(sqlite_store, agent=broken, token=TOKEN)
         async with client(inspector) as http:
             assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
             for _ in range(500):
@@ -237,7 +239,7 @@ def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
             finisher = Agent(
                 ScriptedModel([text("Deleted the old log.")]),
                 tools=[delete_file],
-                checkpointer=store,
+                checkpointer=sqlite_store,
             )
             await finisher.resume(first.run_id)
             done = (await http.get(url, headers=AUTH)).json()
@@ -253,19 +255,19 @@ def _plant_unknown_state(path: str, run_id: str) -> None:
 
 
 def test_a_run_with_an_unknown_state_is_flagged_and_the_others_listed(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """A runs row holding a state this version does not know: the store lists it with the
     problem, the inspector shows every run (200, not 503) and can filter the flagged one."""
 
     async def main() -> None:
-        filled = await fill(store)
-        _plant_unknown_state(store.path, filled.finished)
-        summaries = {s.run_id: s for s in store.runs()}
+        filled = await fill(sqlite_store)
+        _plant_unknown_state(sqlite_store.path, filled.finished)
+        summaries = {s.run_id: s for s in sqlite_store.runs()}
         odd = summaries[filled.finished]
         assert odd.state is None and odd.problem is not None and "'reviewing'" in odd.problem
         assert summaries[filled.suspended].problem is None
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             listed = await http.get("/api/runs", headers=AUTH)
             unknown = await http.get("/api/runs?state=unknown", headers=AUTH)
@@ -281,14 +283,14 @@ def test_a_run_with_an_unknown_state_is_flagged_and_the_others_listed(
 
 
 def test_runs_list_flags_a_run_it_cannot_read_and_lists_the_rest(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """``fsm-agent runs list`` prints every run, marks the unreadable one with ``?`` and what
     it could not read, warns once on stderr, and exits 0."""
-    filled = asyncio.run(fill(store))
-    _plant_unknown_state(store.path, filled.finished)
+    filled = asyncio.run(fill(sqlite_store))
+    _plant_unknown_state(sqlite_store.path, filled.finished)
     done = subprocess.run(
-        [sys.executable, "-m", "fsm_agent", "runs", "list", "--db", store.path],
+        [sys.executable, "-m", "fsm_agent", "runs", "list", "--db", sqlite_store.path],
         capture_output=True,
         text=True,
         timeout=60,
@@ -303,15 +305,15 @@ def test_runs_list_flags_a_run_it_cannot_read_and_lists_the_rest(
     assert "1 run(s) marked ?" in done.stderr
 
 
-def test_public_reading_needs_no_token_but_answering_does(store: SQLiteCheckpointer) -> None:
+def test_public_reading_needs_no_token_but_answering_does(sqlite_store: SQLiteCheckpointer) -> None:
     """With ``public_read`` the list, a run and its picture answer without the token (the SVG
     stands alone); an answer without the token is refused and changes nothing. Without it,
     reading needs the token."""
 
     async def main() -> None:
-        filled = await fill(store)
-        open_one = build(store, agent=filled.approver, token=TOKEN, public_read=True)
-        closed = build(store, token=TOKEN)
+        filled = await fill(sqlite_store)
+        open_one = build(sqlite_store, agent=filled.approver, token=TOKEN, public_read=True)
+        closed = build(sqlite_store, token=TOKEN)
         async with client(open_one) as http, client(closed) as guarded:
             listed = await http.get("/api/runs")
             assert listed.status_code == 200 and listed.json()["public_read"] is True
@@ -327,18 +329,18 @@ def test_public_reading_needs_no_token_but_answering_does(store: SQLiteCheckpoin
                 assert (await guarded.get(path)).status_code == 401
         open_one.close()
         closed.close()
-        assert store.load(filled.suspended).state.state is State.SUSPENDED
+        assert sqlite_store.load(filled.suspended).state.state is State.SUSPENDED
 
     asyncio.run(main())
 
 
-def test_each_state_has_a_detail_picture_and_page(store: SQLiteCheckpointer) -> None:
+def test_each_state_has_a_detail_picture_and_page(sqlite_store: SQLiteCheckpointer) -> None:
     """``/api/states/NAME.svg`` draws the state's rows; ``/states/NAME`` is its page; an
     unknown state answers 404 with the states' names, a terminal one 404 saying no row
     leaves it."""
 
     async def main() -> None:
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             svg = await http.get("/api/states/calling.svg", headers=AUTH)
             page = await http.get("/states/calling")
@@ -353,12 +355,12 @@ def test_each_state_has_a_detail_picture_and_page(store: SQLiteCheckpointer) -> 
     asyncio.run(main())
 
 
-def test_a_suspended_run_is_not_drawn_as_ended(store: SQLiteCheckpointer) -> None:
+def test_a_suspended_run_is_not_drawn_as_ended(sqlite_store: SQLiteCheckpointer) -> None:
     """The picture of a run waiting for a human marks no state as where it ended."""
 
     async def main() -> None:
-        filled = await fill(store)
-        inspector = build(store, token=TOKEN)
+        filled = await fill(sqlite_store)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             svg = (await http.get(f"/api/runs/{filled.suspended}/diagram.svg", headers=AUTH)).text
         inspector.close()
@@ -368,22 +370,22 @@ def test_a_suspended_run_is_not_drawn_as_ended(store: SQLiteCheckpointer) -> Non
 
 
 def test_a_run_whose_checkpoint_a_newer_version_wrote_is_flagged_not_fatal(
-    store: SQLiteCheckpointer,
+    sqlite_store: SQLiteCheckpointer,
 ) -> None:
     """When the checkpoint itself holds an unknown state, the list still answers (the run
     flagged with why), and the run's own page says this run cannot be read (422, not 503)."""
 
     async def main() -> None:
-        filled = await fill(store)
-        _plant_unknown_state(store.path, filled.finished)
-        with sqlite3.connect(store.path) as db:
+        filled = await fill(sqlite_store)
+        _plant_unknown_state(sqlite_store.path, filled.finished)
+        with sqlite3.connect(sqlite_store.path) as db:
             db.execute(
                 'UPDATE checkpoints SET body = replace(body, \'"state":"done"\', '
                 '\'"state":"reviewing"\') WHERE run_id = ?',
                 (filled.finished,),
             )
             db.execute("UPDATE runs SET state = 'done' WHERE run_id = ?", (filled.finished,))
-        inspector = build(store, token=TOKEN)
+        inspector = build(sqlite_store, token=TOKEN)
         async with client(inspector) as http:
             listed = await http.get("/api/runs", headers=AUTH)
             shown = await http.get(f"/api/runs/{filled.finished}", headers=AUTH)
@@ -397,13 +399,13 @@ def test_a_run_whose_checkpoint_a_newer_version_wrote_is_flagged_not_fatal(
     asyncio.run(main())
 
 
-def test_the_command_serves_public_reading_when_asked(store: SQLiteCheckpointer) -> None:
+def test_the_command_serves_public_reading_when_asked(sqlite_store: SQLiteCheckpointer) -> None:
     """``fsm-agent inspect STORE --public-read``: the list answers without the token."""
-    filled = asyncio.run(fill(store))
+    filled = asyncio.run(fill(sqlite_store))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = ["inspect", store.path, "--public-read", "--port", str(port)]
+    command = ["inspect", sqlite_store.path, "--public-read", "--port", str(port)]
     process = subprocess.Popen(
         [sys.executable, "-m", "fsm_agent", *command],
         stderr=subprocess.PIPE,

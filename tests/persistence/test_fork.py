@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.messages import Message, Role, ToolResult
-from fsm_agent.persistence import Checkpointer, InMemoryCheckpointer
+from fsm_agent.persistence import Checkpointer
 from fsm_agent.run_state import RunState
 from fsm_agent.testing import (
     CrashingCheckpointer,
@@ -33,7 +32,6 @@ from fsm_agent.testing import (
     text,
     tool_call,
 )
-from postgres_store import postgres_checkpointer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,120 +75,108 @@ def change_result(content: str) -> Any:
     return edit
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
-    """Each kind of store: in memory, SQLite, and a fresh schema on PostgreSQL."""
-    if request.param == "memory":
-        yield InMemoryCheckpointer()
-    elif request.param == "sqlite":
-        yield SQLiteCheckpointer(str(tmp_path / "runs.db"))
-    else:
-        with postgres_checkpointer() as pg_store:
-            yield pg_store
-
-
 def test_fork_continues_from_the_edited_state_and_leaves_the_original(
-    store: Checkpointer,
+    any_store: Checkpointer,
 ) -> None:
     """The fork's model sees the edited tool result and answers from it; the original's
     checkpoints are unchanged; the fork records where it came from."""
-    original = original_run(store)
-    before = [c.state.model_dump() for c in store.checkpoints(original.run_id)]  # type: ignore[attr-defined]
+    original = original_run(any_store)
+    before = [c.state.model_dump() for c in any_store.checkpoints(original.run_id)]  # type: ignore[attr-defined]
     at = move_after_results(original)
-    forker, model = durable([text("answer: found b")], store)
+    forker, model = durable([text("answer: found b")], any_store)
     fork = asyncio.run(forker.fork(original.run_id, at=at, edit=change_result("found b")))
     assert fork.ok and fork.output == "answer: found b"
     assert fork.run_id != original.run_id
     assert model.requests[0].messages[-1].parts[0].content == "found b"  # type: ignore[union-attr]
-    after = [c.state.model_dump() for c in store.checkpoints(original.run_id)]  # type: ignore[attr-defined]
+    after = [c.state.model_dump() for c in any_store.checkpoints(original.run_id)]  # type: ignore[attr-defined]
     assert after == before
-    assert store.load(original.run_id).state.output == "answer: found a"
+    assert any_store.load(original.run_id).state.output == "answer: found a"
     assert fork.run_state is not None
     assert (fork.run_state.forked_from, fork.run_state.forked_at) == (original.run_id, at)
     assert fork.trace[:at] == original.trace[:at]
 
 
-def test_fork_of_a_durable_run_is_durable(store: Checkpointer) -> None:
+def test_fork_of_a_durable_run_is_durable(any_store: Checkpointer) -> None:
     """The fork is checkpointed as a run of its own: cut short by a crash, it resumes by its
     id from its own checkpoints and finishes, its model called once per turn."""
-    original = original_run(store)
+    original = original_run(any_store)
     at = move_after_results(original)
-    crashing = CrashingCheckpointer(store, crash_after=3)
+    crashing = CrashingCheckpointer(any_store, crash_after=3)
     model = ScriptedModel([text("answer: found b")])
     forker = Agent(model, tools=[lookup], checkpointer=crashing, runtime=Runtime())
     with pytest.raises(SimulatedCrash):
         asyncio.run(forker.fork(original.run_id, at=at, edit=change_result("found b")))
-    (fork_id,) = {r.run_id for r in store.runs()} - {original.run_id}
-    assert store.load(fork_id).version >= 2
-    resumer = Agent(model, tools=[lookup], checkpointer=store, runtime=Runtime())
+    (fork_id,) = {r.run_id for r in any_store.runs()} - {original.run_id}
+    assert any_store.load(fork_id).version >= 2
+    resumer = Agent(model, tools=[lookup], checkpointer=any_store, runtime=Runtime())
     result = asyncio.run(resumer.resume(fork_id))
     assert result.ok and result.output == "answer: found b"
     assert model.calls == 1
-    assert store.load(fork_id).state.forked_from == original.run_id
+    assert any_store.load(fork_id).state.forked_from == original.run_id
 
 
-def test_fork_of_an_unsaved_move_is_refused(store: Checkpointer) -> None:
+def test_fork_of_an_unsaved_move_is_refused(any_store: Checkpointer) -> None:
     """A move the store holds no checkpoint of is refused, naming the moves it holds."""
-    original = original_run(store)
-    forker, _ = durable([], store)
+    original = original_run(any_store)
+    forker, _ = durable([], any_store)
     with pytest.raises(InvalidInputError, match="no checkpoint after move 99"):
         asyncio.run(forker.fork(original.run_id, at=99))
-    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert {r.run_id for r in any_store.runs()} == {original.run_id}
 
 
-def test_fork_of_the_move_that_ended_the_run_is_refused(store: Checkpointer) -> None:
+def test_fork_of_the_move_that_ended_the_run_is_refused(any_store: Checkpointer) -> None:
     """The last move of a finished run leaves nothing to do: refused, nothing stored."""
-    original = original_run(store)
-    forker, _ = durable([], store)
+    original = original_run(any_store)
+    forker, _ = durable([], any_store)
     with pytest.raises(InvalidInputError, match="had ended"):
         asyncio.run(forker.fork(original.run_id))
-    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert {r.run_id for r in any_store.runs()} == {original.run_id}
 
 
-def test_an_edit_that_breaks_the_history_is_refused(store: Checkpointer) -> None:
+def test_an_edit_that_breaks_the_history_is_refused(any_store: Checkpointer) -> None:
     """An edit that drops a tool call's result leaves an invalid history: refused with the
     problem named, nothing stored, the original intact."""
-    original = original_run(store)
+    original = original_run(any_store)
     at = move_after_results(original)
 
     def drop_result(state: RunState) -> None:
         state.messages.pop()
 
-    forker, _ = durable([], store)
+    forker, _ = durable([], any_store)
     with pytest.raises(InvalidInputError, match="no result"):
         asyncio.run(forker.fork(original.run_id, at=at, edit=drop_result))
-    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert {r.run_id for r in any_store.runs()} == {original.run_id}
 
 
-def test_an_edit_that_writes_garbage_is_refused(store: Checkpointer) -> None:
+def test_an_edit_that_writes_garbage_is_refused(any_store: Checkpointer) -> None:
     """An edit that sets a field to a value of the wrong type is refused before anything is
     stored."""
-    original = original_run(store)
+    original = original_run(any_store)
 
     def garbage(state: RunState) -> None:
         state.model_calls = "many"  # type: ignore[assignment]
 
-    forker, _ = durable([], store)
+    forker, _ = durable([], any_store)
     with pytest.raises(InvalidInputError, match="not a valid run state"):
         asyncio.run(forker.fork(original.run_id, at=move_after_results(original), edit=garbage))
-    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert {r.run_id for r in any_store.runs()} == {original.run_id}
 
 
 def test_a_fork_by_a_changed_agent_is_refused_before_anything_is_stored(
-    store: Checkpointer,
+    any_store: Checkpointer,
 ) -> None:
     """A fork run by an agent with another definition (here another system prompt) is refused
     with DefinitionChangedError and nothing is stored: no run is left waiting that nothing
     will run; allow_changed_definition=True forks and runs it."""
-    original = original_run(store)
+    original = original_run(any_store)
     at = move_after_results(original)
     model = ScriptedModel([text("answer: found a")])
     other = Agent(
-        model, tools=[lookup], checkpointer=store, runtime=Runtime(), system_prompt="Be terse."
+        model, tools=[lookup], checkpointer=any_store, runtime=Runtime(), system_prompt="Be terse."
     )
     with pytest.raises(DefinitionChangedError, match="nothing was stored"):
         asyncio.run(other.fork(original.run_id, at=at))
-    assert {r.run_id for r in store.runs()} == {original.run_id}
+    assert {r.run_id for r in any_store.runs()} == {original.run_id}
     assert model.calls == 0
     result = asyncio.run(other.fork(original.run_id, at=at, allow_changed_definition=True))
     assert result.ok and result.output == "answer: found a"
@@ -203,12 +189,12 @@ def test_fork_needs_a_checkpointer() -> None:
         asyncio.run(agent.fork("run_x", at=1))
 
 
-def test_checkpoints_end_with_the_latest(store: Checkpointer) -> None:
+def test_checkpoints_end_with_the_latest(any_store: Checkpointer) -> None:
     """A store's checkpoints, oldest first, end with the one ``load`` gives."""
-    original = original_run(store)
-    saved = store.checkpoints(original.run_id)  # type: ignore[attr-defined]
+    original = original_run(any_store)
+    saved = any_store.checkpoints(original.run_id)  # type: ignore[attr-defined]
     assert [c.version for c in saved] == list(range(1, len(saved) + 1))
-    assert saved[-1].state == store.load(original.run_id).state
+    assert saved[-1].state == any_store.load(original.run_id).state
     assert [len(c.state.trace) for c in saved] == list(range(1, len(original.trace) + 1))
 
 
@@ -233,7 +219,7 @@ def test_runs_fork_on_the_command_line(tmp_path: Path) -> None:
     assert store.load(fork_id).state.forked_at == at
 
 
-def test_fork_of_a_suspended_move_waits_for_its_own_decisions(store: Checkpointer) -> None:
+def test_fork_of_a_suspended_move_waits_for_its_own_decisions(any_store: Checkpointer) -> None:
     """Forked at a move that waits for a human, the fork comes back suspended with a resume
     handle of its own; resumed with the decisions, it runs the approved call."""
 
@@ -243,7 +229,9 @@ def test_fork_of_a_suspended_move_waits_for_its_own_decisions(store: Checkpointe
         return f"refunded {amount}"
 
     def agent(turns: list[Turn]) -> Agent[Any, Any]:
-        return Agent(ScriptedModel(turns), tools=[refund], checkpointer=store, runtime=Runtime())
+        return Agent(
+            ScriptedModel(turns), tools=[refund], checkpointer=any_store, runtime=Runtime()
+        )
 
     original = asyncio.run(agent([tool_call("refund", {"amount": 5})]).run("Refund 5."))
     assert original.state is State.SUSPENDED
@@ -255,4 +243,4 @@ def test_fork_of_a_suspended_move_waits_for_its_own_decisions(store: Checkpointe
     (call,) = fork.pending
     done = asyncio.run(forker.resume(fork.resume_handle, {call.id: True}))
     assert done.ok and done.output == "Refunded."
-    assert store.load(original.run_id).state.state is State.SUSPENDED
+    assert any_store.load(original.run_id).state.state is State.SUSPENDED

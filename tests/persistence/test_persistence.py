@@ -42,28 +42,25 @@ def _state(run_id: str = "run_1", n: int = 2) -> RunState:
     return rs
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Checkpointer:
-    if request.param == "memory":
-        return InMemoryCheckpointer()
-    return SQLiteCheckpointer(tmp_path / "runs.db")
-
-
-def test_a_run_saves_one_checkpoint_per_move_and_loads_back_equal(store: Checkpointer) -> None:
+def test_a_run_saves_one_checkpoint_per_move_and_loads_back_equal(
+    local_store: Checkpointer,
+) -> None:
     """With sync durability every move is a checkpoint; the last one equals the final state."""
-    result = _agent(store).run_sync("1 + 2?")
-    checkpoint = store.load(result.run_id)
+    result = _agent(local_store).run_sync("1 + 2?")
+    checkpoint = local_store.load(result.run_id)
     assert checkpoint.version == len(result.trace)
     assert result.run_state is not None
     assert checkpoint.state == result.run_state
-    [summary] = store.runs()
+    [summary] = local_store.runs()
     assert (summary.state, summary.steps, summary.version) == (State.DONE, 2, len(result.trace))
 
 
-def test_the_journal_holds_each_model_and_tool_call_with_its_result(store: Checkpointer) -> None:
+def test_the_journal_holds_each_model_and_tool_call_with_its_result(
+    local_store: Checkpointer,
+) -> None:
     """Every model call and tool call is recorded under run/step/call with an outcome."""
-    result = _agent(store).run_sync("1 + 2?")
-    effects = store.effects(result.run_id)
+    result = _agent(local_store).run_sync("1 + 2?")
+    effects = local_store.effects(result.run_id)
     assert sorted(effects) == ["1/model/1", "1/tool/call_0_0", "2/model/2"]
     assert all(record.result is not None for record in effects.values())
     assert effects["1/tool/call_0_0"].kind == "tool"
@@ -86,25 +83,25 @@ def test_a_rewritten_thread_is_stored_from_the_first_changed_message(tmp_path: P
     assert loaded.messages == rs.messages
 
 
-def test_a_stale_version_is_refused_and_writes_nothing(store: Checkpointer) -> None:
+def test_a_stale_version_is_refused_and_writes_nothing(local_store: Checkpointer) -> None:
     """Optimistic concurrency: writing version n needs n - 1 to be the latest."""
     rs = _state()
-    store.save(rs, version=1)
-    store.save(rs, version=2)
+    local_store.save(rs, version=1)
+    local_store.save(rs, version=2)
     with pytest.raises(CheckpointConflictError, match="another worker wrote it first"):
-        store.save(rs, version=2)
+        local_store.save(rs, version=2)
     with pytest.raises(CheckpointConflictError, match="already exists"):
-        store.save(rs, version=1)
+        local_store.save(rs, version=1)
     with pytest.raises(CheckpointConflictError):
-        store.record_intent("run_1", "3/tool/x", "tool", version=1)
-    assert store.load("run_1").version == 2
-    assert store.effects("run_1") == {}
+        local_store.record_intent("run_1", "3/tool/x", "tool", version=1)
+    assert local_store.load("run_1").version == 2
+    assert local_store.effects("run_1") == {}
 
 
-def test_an_unknown_run_id_is_a_typed_error(store: Checkpointer) -> None:
+def test_an_unknown_run_id_is_a_typed_error(local_store: Checkpointer) -> None:
     """Loading a run the store never saw raises UnknownRunError naming it."""
     with pytest.raises(UnknownRunError, match="no checkpoint holds run 'nope'"):
-        store.load("nope")
+        local_store.load("nope")
 
 
 def test_an_old_schema_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
@@ -238,13 +235,13 @@ def test_open_checkpointer_understands_urls_and_paths(tmp_path: Path) -> None:
         open_checkpointer("redis://localhost")
 
 
-def test_the_step_limit_summary_call_is_journaled(store: Checkpointer) -> None:
+def test_the_step_limit_summary_call_is_journaled(local_store: Checkpointer) -> None:
     """The tools-off summary call at the step limit is recorded like any model call, so a
     resumed run reuses its answer instead of calling the model again."""
     model = ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("the summary")])
-    agent = Agent(model, tools=[add], checkpointer=store, policy=Policy(max_steps=1))
+    agent = Agent(model, tools=[add], checkpointer=local_store, policy=Policy(max_steps=1))
     result = agent.run_sync("1 + 2?")
     assert result.output == "the summary"
-    effects = store.effects(result.run_id)
+    effects = local_store.effects(result.run_id)
     assert sorted(effects) == ["1/model/1", "1/tool/call_0_0", "2/model/2"]
     assert "the summary" in (effects["2/model/2"].result or "")

@@ -107,20 +107,20 @@ def _state(run_id: str) -> RunState:
     return RunState(run_id=run_id, state=State.CALLING)
 
 
-def test_a_write_that_fails_in_a_batch_leaves_the_others_committed(store: Checkpointer) -> None:
+def test_a_write_that_fails_in_a_batch_leaves_the_others_committed(db_store: Checkpointer) -> None:
     """In one batch, run B's write names a version it does not hold: B gets the conflict, and
     run A's writes before and after it are committed all the same."""
     for run_id in ("A", "B"):
-        store.save(_state(run_id), version=1)
-    threads: StoreThreads = store.io_threads()  # type: ignore[attr-defined]
+        db_store.save(_state(run_id), version=1)
+    threads: StoreThreads = db_store.io_threads()  # type: ignore[attr-defined]
 
     async def main() -> list[Any]:
         a, b = threads.lane(), threads.lane()
         release = await _held(a)
         waits = [
-            a.call(partial(store.record_intent, "A", "1/tool/x", "tool", version=1)),
-            b.call(partial(store.record_intent, "B", "1/tool/y", "tool", version=7)),
-            a.call(partial(store.record_result, "A", "1/tool/x", "done", version=1)),
+            a.call(partial(db_store.record_intent, "A", "1/tool/x", "tool", version=1)),
+            b.call(partial(db_store.record_intent, "B", "1/tool/y", "tool", version=7)),
+            a.call(partial(db_store.record_result, "A", "1/tool/x", "done", version=1)),
         ]
         release()
         return await asyncio.gather(*waits, return_exceptions=True)
@@ -128,8 +128,8 @@ def test_a_write_that_fails_in_a_batch_leaves_the_others_committed(store: Checkp
     outcomes = asyncio.run(main())
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], CheckpointConflictError)
-    assert store.effects("A")["1/tool/x"].result == "done"
-    assert store.effects("B") == {}
+    assert db_store.effects("A")["1/tool/x"].result == "done"
+    assert db_store.effects("B") == {}
 
 
 def test_a_write_that_fails_in_a_batch_is_not_made_again() -> None:

@@ -1,7 +1,7 @@
 """A PostgreSQL checkpointer in a schema of its own, for the tests marked ``postgres``: the
 server is ``FSM_AGENT_PG_DSN`` (default: 127.0.0.1:5432, database ``test``), and a test that
-finds no server or no ``[postgres]`` extra skips, saying why. The ``store`` fixture (shared
-through conftest.py) runs a test on SQLite and on PostgreSQL."""
+finds no server or no ``[postgres]`` extra skips, saying why. The store fixtures built on it are
+in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
-    from fsm_agent.persistence import Checkpointer, PostgresCheckpointer
+    from fsm_agent.persistence import PostgresCheckpointer
 
-__all__ = ["DSN", "postgres_checkpointer", "store"]
+__all__ = ["DSN", "postgres_checkpointer"]
 
 DSN = os.environ.get("FSM_AGENT_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -38,17 +37,3 @@ def postgres_checkpointer(prefix: str = "fsm_test") -> Iterator[PostgresCheckpoi
     finally:
         store.drop_schema()
         store.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
-    """A fresh SQLite file, or a fresh schema on the PostgreSQL server."""
-    if request.param == "sqlite":
-        from fsm_agent.persistence import SQLiteCheckpointer
-
-        sqlite_store = SQLiteCheckpointer(tmp_path / "runs.db")
-        yield sqlite_store
-        sqlite_store.close()
-    else:
-        with postgres_checkpointer() as pg_store:
-            yield pg_store
