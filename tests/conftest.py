@@ -16,15 +16,18 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from conftest_network import no_external_network
+from docs_blocks import ROOT, build_site
 from postgres_store import postgres_checkpointer
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     from fsm_agent.persistence import (
         Checkpointer,
         InMemoryCheckpointer,
@@ -36,7 +39,10 @@ __all__ = [
     "MARKERS",
     "Marker",
     "any_store",
+    "browser",
     "db_store",
+    "docs_site",
+    "exporter",
     "local_store",
     "no_external_network",
     "pg_store",
@@ -161,3 +167,36 @@ def db_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpo
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
     """Each kind of store: in memory, a fresh SQLite file, a fresh schema on PostgreSQL."""
     yield from _open(request.param, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def docs_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The docs site, built once for this module's checks; the build must pass the check."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    site = tmp_path_factory.mktemp("site")
+    assert build_site(ROOT, site) == []
+    return site
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from inspector_server import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """An OpenTelemetry exporter that keeps the finished spans in memory."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.clear()

@@ -53,7 +53,7 @@ def usage_error(result: tuple[int, str, str]) -> str:
 
 
 @pytest.fixture
-def recording(
+def demo_recording(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Path:
     """A recording of the demo run (its policy: max_steps=8, max_retries=2, a verifier)."""
@@ -72,13 +72,13 @@ def recording(
 )
 def test_malformed_policy_json_is_one_line(
     command: list[str],
-    recording: Path,
+    demo_recording: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A --policy file that is not JSON is one line naming the file, exit 2, for each command."""
-    (recording.parent / "bad.json").write_text('{"max_steps": ', encoding="utf-8")
-    result = cli(capsys, monkeypatch, recording.parent, *command, "--policy", "bad.json")
+    (demo_recording.parent / "bad.json").write_text('{"max_steps": ', encoding="utf-8")
+    result = cli(capsys, monkeypatch, demo_recording.parent, *command, "--policy", "bad.json")
     line = usage_error(result)
     assert "bad.json: not a valid policy: Invalid JSON" in line
 
@@ -299,14 +299,14 @@ def test_no_command_names_a_function_in_an_argument_error(
 
 
 def test_diagram_of_a_recording_uses_the_recorded_policy(
-    recording: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    demo_recording: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``diagram --trace`` on a recording fills the guards with the recorded run's policy (the
     demo's 8 steps, its verifier), not the default's; an explicit --policy still wins."""
     code, out, err = cli(
         capsys,
         monkeypatch,
-        recording.parent,
+        demo_recording.parent,
         "diagram",
         "--level",
         "full",
@@ -318,11 +318,11 @@ def test_diagram_of_a_recording_uses_the_recorded_policy(
     assert code == 0, err
     assert "steps < 8" in out and "steps < 200" not in out
     assert "class verifying unreachable" not in out
-    (recording.parent / "p.json").write_text('{"max_steps": 50}', encoding="utf-8")
+    (demo_recording.parent / "p.json").write_text('{"max_steps": 50}', encoding="utf-8")
     code, out, err = cli(
         capsys,
         monkeypatch,
-        recording.parent,
+        demo_recording.parent,
         *("diagram", "--level", "full", "--trace", "r.jsonl", "--format", "mermaid"),
         *("--policy", "p.json"),
     )

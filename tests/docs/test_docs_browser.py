@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 
-from inspector_server import CHROMIUM, CHROMIUM_ARGS
-
 pytestmark = pytest.mark.browser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -41,7 +39,7 @@ class _Quiet(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served_docs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The docs site, built into a scratch directory and served on a free loopback port."""
     out = tmp_path_factory.mktemp("site")
     built = subprocess.run(
@@ -63,17 +61,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     thread.join()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
-    with playwright_api.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
-
-
 def _measure(svg: Path) -> tuple[float, float]:
     """The width of ``svg``'s view box and its smallest font size, both in its own units."""
     text = svg.read_text(encoding="utf-8")
@@ -84,12 +71,12 @@ def _measure(svg: Path) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_each_diagram_is_shown_at_a_legible_size(site: str, browser: Any, path: str) -> None:
+def test_each_diagram_is_shown_at_a_legible_size(served_docs: str, browser: Any, path: str) -> None:
     """In a 1,400 px window each diagram of the page is shown large enough that its smallest
     text is at least 9 px, and the page itself does not scroll sideways."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(f"{site}/{path}", wait_until="load")
+        page.goto(f"{served_docs}/{path}", wait_until="load")
         images = page.locator('article img[src$=".svg"]')
         assert images.count() > 0
         too_small = []

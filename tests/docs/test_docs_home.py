@@ -12,20 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_docs_pages import build_site
 
 from docs_blocks import EXAMPLES, ROOT
 
 HOME = ROOT / "docs" / "index.md"
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The docs site, built once for this module's checks; the build must pass the check."""
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
-    site = tmp_path_factory.mktemp("site")
-    assert build_site(ROOT, site) == []
-    return site
 
 
 def _header_commands(path: Path) -> list[str]:
@@ -57,16 +47,16 @@ def test_the_home_page_lists_every_example() -> None:
     assert [p.name for p in EXAMPLES if f"`{p.name}`" not in home] == []
 
 
-def test_the_home_page_shows_the_machine_and_code(site: Path) -> None:
+def test_the_home_page_shows_the_machine_and_code(docs_site: Path) -> None:
     """The built home page shows the overview picture and a highlighted Python sample."""
-    home = (site / "index.html").read_text(encoding="utf-8")
+    home = (docs_site / "index.html").read_text(encoding="utf-8")
     picture = re.search(r'<img [^>]*src="diagrams/agent\.svg"', home)
-    assert picture is not None and (site / "diagrams" / "agent.svg").is_file()
+    assert picture is not None and (docs_site / "diagrams" / "agent.svg").is_file()
     assert re.search(r'<span class="kn">(from|import)</span>', home)
 
 
-def test_the_errors_page_shows_no_raw_markup(site: Path) -> None:
+def test_the_errors_page_shows_no_raw_markup(docs_site: Path) -> None:
     """The exception tree on the errors reference page shows names, not ````literal```` markup."""
-    page = (site / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
+    page = (docs_site / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
     assert "FsmAgentError" in page and "RateLimitError" in page
     assert "``" not in page

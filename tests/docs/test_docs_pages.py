@@ -3,7 +3,6 @@ measured figure once (on docs/performance.md), and are all in the docs site's na
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from docs_blocks import PAGES, ROOT
+from docs_blocks import PAGES, ROOT, build_site
 
 # A measured ratio, rate or per-step time, in prose (code blocks hold sample output).
 FIGURE = re.compile(r"\d[\d,.]*\s?×|\d[\d,.]*/s\b|\d[\d,.]*\s?µs\b|examples per second")
@@ -66,42 +65,15 @@ RAW_ROLE = re.compile(r":(?:class|func|mod|meth|data|attr|exc|obj):")
 CITATION = re.compile(r"DESIGN\.md|\bDESIGN §|\bS00\d\b")
 
 
-def build_site(root: Path, site: Path) -> list[str]:
-    """Build the docs of ``root`` as ``.ci/run`` does (``--strict``, not ``--quiet``); return
-    what fails the check: the warning lines, or the exit status when the build fails without one
-    (some plugins log warnings that ``--strict`` does not count, so the lines are read too)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    output = done.stdout + done.stderr
-    problems = [line for line in output.splitlines() if "WARNING" in line]
-    if done.returncode != 0 and not problems:
-        problems.append(f"mkdocs build exited {done.returncode}:\n{output}")
-    return problems
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The docs site, built once for this module's checks; the build must pass the check."""
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
-    site = tmp_path_factory.mktemp("site")
-    assert build_site(ROOT, site) == []
-    return site
-
-
 def _texts(site: Path) -> dict[str, str]:
     return {str(p.relative_to(site)): p.read_text(encoding="utf-8") for p in site.rglob("*.html")}
 
 
-def test_site_builds_strictly_without_a_warning(site: Path) -> None:
+def test_site_builds_strictly_without_a_warning(docs_site: Path) -> None:
     """``mkdocs build --strict`` without ``--quiet`` passes with no WARNING line, and builds
     every page of docs/ (the guide and the API reference)."""
     sources = [p.relative_to(ROOT / "docs").with_suffix("") for p in (ROOT / "docs").rglob("*.md")]
-    built = [site / ("" if s.name == "index" else s) / "index.html" for s in sources]
+    built = [docs_site / ("" if s.name == "index" else s) / "index.html" for s in sources]
     assert len(built) > 30
     assert [page for page in built if not page.is_file()] == []
 
@@ -133,44 +105,44 @@ def test_a_broken_link_fails_the_docs_check(tmp_path: Path) -> None:
     assert any("no-such-page.md" in line for line in problems)
 
 
-def test_no_page_shows_a_raw_sphinx_role(site: Path) -> None:
+def test_no_page_shows_a_raw_sphinx_role(docs_site: Path) -> None:
     """The docstrings' roles (``:class:`X```) are rendered, never shown as text."""
-    raw = {name: RAW_ROLE.findall(text) for name, text in _texts(site).items()}
+    raw = {name: RAW_ROLE.findall(text) for name, text in _texts(docs_site).items()}
     assert {name: found for name, found in raw.items() if found} == {}
 
 
-def test_roles_become_links_to_the_reference(site: Path) -> None:
+def test_roles_become_links_to_the_reference(docs_site: Path) -> None:
     """A role naming a documented object links to its entry (the compaction module's
     ``:class:`TrimToolOutputs```), on another reference page too."""
-    persistence = (site / "reference/persistence/index.html").read_text(encoding="utf-8")
+    persistence = (docs_site / "reference/persistence/index.html").read_text(encoding="utf-8")
     assert re.search(r'<a [^>]*href="#fsm_agent\.compaction\.TrimToolOutputs"', persistence)
-    pages = _texts(site)
+    pages = _texts(docs_site)
     cross_page = re.compile(r'<a [^>]*href="\.\./[a-z_]+/#fsm_agent\.[\w.]+"')
     assert sum(len(cross_page.findall(text)) for text in pages.values()) > 20
 
 
-def test_no_page_cites_an_internal_document(site: Path) -> None:
+def test_no_page_cites_an_internal_document(docs_site: Path) -> None:
     """No page of the site, the API reference included, cites DESIGN.md or a seed document."""
-    found = {name: CITATION.findall(text) for name, text in _texts(site).items()}
+    found = {name: CITATION.findall(text) for name, text in _texts(docs_site).items()}
     assert {name: cited for name, cited in found.items() if cited} == {}
 
 
-def test_no_page_shows_a_private_base(site: Path) -> None:
+def test_no_page_shows_a_private_base(docs_site: Path) -> None:
     """A class's bases never show a private class (``Bases: _PolicyModel``)."""
     bases = re.compile(r"Bases: (.*?)</p>", re.DOTALL)
-    shown = [b for text in _texts(site).values() for b in bases.findall(text)]
+    shown = [b for text in _texts(docs_site).values() for b in bases.findall(text)]
     assert len(shown) > 20
     private = re.compile(r">_\w+<|title=\"[\w.]*\._")
     assert [b for b in shown if private.search(b)] == []
 
 
-def test_code_is_highlighted_with_no_network(site: Path) -> None:
+def test_code_is_highlighted_with_no_network(docs_site: Path) -> None:
     """Code blocks are highlighted when the site is built (Pygments' token classes are in the
     page), and no page loads a script, style or font from another host."""
-    quickstart = (site / "quickstart/index.html").read_text(encoding="utf-8")
+    quickstart = (docs_site / "quickstart/index.html").read_text(encoding="utf-8")
     assert re.search(r'<span class="kn">(from|import)</span>', quickstart)
     remote = re.compile(r'<(?:script|link)\b[^>]*(?:src|href)="(?:https?:)?//', re.IGNORECASE)
-    loaded = {name: remote.findall(text) for name, text in _texts(site).items()}
+    loaded = {name: remote.findall(text) for name, text in _texts(docs_site).items()}
     assert {name: found for name, found in loaded.items() if found} == {}
 
 

@@ -31,23 +31,12 @@ from inspector_runs import (
     model_of,
     task_line,
 )
-from inspector_server import CHROMIUM, CHROMIUM_ARGS, LiveInspector, run_in_thread
+from inspector_server import LiveInspector, run_in_thread
 
 pytestmark = pytest.mark.browser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
-    with playwright_api.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def delete(path: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _forget_approval_tools_ran() -> None:
     RAN.clear()
 
 

@@ -55,7 +55,7 @@ RAN: list[str] = []
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _forget_seam_tools_ran() -> None:
     RAN.clear()
 
 

@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +33,6 @@ from fsm_agent.testing import (
     tool_calls,
 )
 from helpers import add
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    yield exporter
-    exporter.clear()
 
 
 def _hooks(exporter: InMemorySpanExporter, **options: Any) -> OpenTelemetryHooks:

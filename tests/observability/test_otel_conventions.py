@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -64,13 +63,6 @@ CHAT = GenAiOperationNameValues.CHAT.value
 INVOKE_AGENT = GenAiOperationNameValues.INVOKE_AGENT.value
 EXECUTE_TOOL = GenAiOperationNameValues.EXECUTE_TOOL.value
 NO_RETRY_WAIT = Policy(retry=RetryPolicy(base_delay_s=0.0, max_delay_s=0.0))
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    yield exporter
-    exporter.clear()
 
 
 def _hooks(exporter: InMemorySpanExporter, **options: Any) -> OpenTelemetryHooks:

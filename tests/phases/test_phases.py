@@ -91,7 +91,7 @@ async def events_of(agent: Agent[None], prompt: str = "go") -> list[Event]:
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _forget_phase_tools_ran() -> None:
     RAN.clear()
 
 
