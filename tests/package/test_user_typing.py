@@ -33,7 +33,7 @@ def test_user_code_passes_mypy_strict(plugin: bool, tmp_path: Path) -> None:
     """Every docs block, every example and tests/support/typing_usage.py pass mypy --strict."""
     config = tmp_path / "mypy.ini"
     config.write_text(_COMMON.format(plugins="plugins = pydantic.mypy" if plugin else ""))
-    files = [str(ROOT / "tests" / "typing_usage.py")]
+    files = [str(ROOT / "tests" / "support" / "typing_usage.py")]
     for program in doc_blocks() + examples():
         path = tmp_path / f"{program.module}.py"
         path.write_text(program.code)
