@@ -3,7 +3,7 @@
 ``run.py`` measures each target as a figure (a same-round ratio to the target's reference, or a
 time) and writes the table "fsm_agent against the targets" in ``docs/performance.md``'s results
 block, then, from that table alone, the sentences below it (:func:`sentences`). The docs test
-(``tests/test_performance_claims.py``) reads the block back with :func:`parse` and checks that
+(``tests/docs/test_performance_claims.py``) reads the block back with :func:`parse` and checks that
 every row's verdict follows from its figure (:func:`verdict`) and that the sentences are the ones
 the table gives, so prose about the latest round cannot drift from it. This module imports
 nothing but the standard library: the test reads it without the benchmark's dependencies.

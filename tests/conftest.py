@@ -1,5 +1,11 @@
 """Shared test configuration: hypothesis profiles and the loopback-only network switch.
 
+The checkpoint stores, one fixture per meaning (each name is defined once in the suite):
+``sqlite_store`` (one SQLite file), ``pg_store`` (one PostgreSQL schema), ``local_store`` (in
+memory, then SQLite: the stores that need no server), ``db_store`` (SQLite, then PostgreSQL: the
+stores on a database) and ``any_store`` (all three). A PostgreSQL case is marked ``postgres``
+and skips, saying why, when no server answers.
+
 Profiles: ``dev`` (fast, the default), ``ci`` (thorough and derandomized; hypothesis loads it
 by itself when ``CI=true``), ``fuzz`` (long). Choose one with ``--hypothesis-profile=NAME``.
 """
@@ -7,15 +13,41 @@ by itself when ``CI=true``), ``fuzz`` (long). Choose one with ``--hypothesis-pro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from conftest_network import no_external_network
-from postgres_store import store
+from docs_blocks import ROOT, build_site
+from postgres_store import postgres_checkpointer
 
-__all__ = ["MARKERS", "Marker", "no_external_network", "store"]
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fsm_agent.persistence import (
+        Checkpointer,
+        InMemoryCheckpointer,
+        PostgresCheckpointer,
+        SQLiteCheckpointer,
+    )
+
+__all__ = [
+    "MARKERS",
+    "Marker",
+    "any_store",
+    "browser",
+    "db_store",
+    "docs_site",
+    "exporter",
+    "local_store",
+    "no_external_network",
+    "pg_store",
+    "sqlite_store",
+]
 
 # The driver asserts that every outcome a handler reports is declared for its state.
 os.environ.setdefault("FSM_AGENT_CHECK_DECLARATIONS", "1")
@@ -80,3 +112,91 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker(name) is not None:
                 item.add_marker(skip)
+
+
+def _open(kind: str, tmp_path: Path) -> Iterator[Checkpointer]:
+    """A fresh store of ``kind`` (``memory``, ``sqlite`` or ``postgres``), closed afterwards."""
+    from fsm_agent.persistence import InMemoryCheckpointer, SQLiteCheckpointer
+
+    if kind == "memory":
+        yield InMemoryCheckpointer()
+    elif kind == "sqlite":
+        opened = SQLiteCheckpointer(tmp_path / "runs.db")
+        yield opened
+        opened.close()
+    else:
+        with postgres_checkpointer() as schema_store:
+            yield schema_store
+
+
+_POSTGRES = pytest.param("postgres", marks=pytest.mark.postgres)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteCheckpointer]:
+    """An empty SQLite store in a fresh file, closed after the test."""
+    from fsm_agent.persistence import SQLiteCheckpointer
+
+    opened = SQLiteCheckpointer(tmp_path / "runs.db")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def pg_store() -> Iterator[PostgresCheckpointer]:
+    """A PostgreSQL store in a fresh schema, dropped after the test."""
+    with postgres_checkpointer() as schema_store:
+        yield schema_store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def local_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[InMemoryCheckpointer | SQLiteCheckpointer]:
+    """Each store that needs no server: in memory, then a fresh SQLite file."""
+    yield from _open(request.param, tmp_path)  # type: ignore[misc]
+
+
+@pytest.fixture(params=["sqlite", _POSTGRES])
+def db_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
+    """Each store on a database: a fresh SQLite file, then a fresh schema on PostgreSQL."""
+    yield from _open(request.param, tmp_path)
+
+
+@pytest.fixture(params=["memory", "sqlite", _POSTGRES])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
+    """Each kind of store: in memory, a fresh SQLite file, a fresh schema on PostgreSQL."""
+    yield from _open(request.param, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def docs_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The docs site, built once for this module's checks; the build must pass the check."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    site = tmp_path_factory.mktemp("site")
+    assert build_site(ROOT, site) == []
+    return site
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from inspector_server import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """An OpenTelemetry exporter that keeps the finished spans in memory."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.clear()

@@ -4,8 +4,8 @@
 The definition is a ``transitions`` machine built from the rows (callables as conditions, no
 callback names). Its per-trigger cost (about 19 µs, and ``AsyncMachine`` swallows
 ``CancelledError``: transitions issue #704) is too high for the loop, so :class:`AgentMachine`
-compiles a lookup from that machine's own events; ``tests/test_machine.py`` proves the two agree
-on every (state, outcome, guard values) combination. No I/O happens in here.
+compiles a lookup from that machine's own events; ``tests/machine/test_machine.py`` proves the
+two agree on every (state, outcome, guard values) combination. No I/O happens in here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""The benchmark instrument still works: the workload plays on fsm_agent and on the floors.
+
+Nothing here is timed; peers are not needed (they are installed only for benchmarking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from workload import (
+    ANSWER,
+    AsyncioFloorAdapter,
+    FloorAdapter,
+    FsmAgentAdapter,
+    TypedFloorAdapter,
+    add_calls,
+)
+
+
+def test_workload_runs_on_fsm_agent_and_the_floor() -> None:
+    """At N = 2 every adapter calls ``add`` once, then answers."""
+    for adapter in (FsmAgentAdapter(), FloorAdapter(), TypedFloorAdapter(), AsyncioFloorAdapter()):
+        add_calls.value = 0
+        assert asyncio.run(adapter.prepare(2)()) == ANSWER, adapter.name
+        assert add_calls.value == 1, adapter.name
+
+
+def test_startup_times_the_checkout_it_is_given_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``benchmarks/startup.py`` imports the checkout it measures, not a ``fsm_agent`` in the
+    directory it was started from (``-c`` puts the working directory first on the path)."""
+    import startup
+
+    decoy = tmp_path / "fsm_agent"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    assert startup.timed_import(root, "fsm_agent") > 0
+
+
+def test_kernel_against_measures_the_revision_it_extracts(tmp_path: Path) -> None:
+    """``benchmarks/kernel_against.py`` times the ``fsm_agent`` of the folder it is given (a
+    decoy there is what gets imported) and extracts a revision's package with ``git archive``."""
+    import subprocess
+
+    import kernel_against
+
+    assert kernel_against.time_one(None, 2, 2) > 0
+    decoy = tmp_path / "decoy" / "fsm_agent"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        kernel_against.time_one(str(decoy.parent), 2, 2)
+    assert "the decoy was imported" in failed.value.stderr
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: nothing to extract a revision from")
+    kernel_against.extract("HEAD", tmp_path)
+    assert (tmp_path / "fsm_agent" / "kernel" / "driver.py").is_file()
