@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fsm_agent.machine.bounds import bounds
 
 from fsm_agent import Policy, RetryPolicy, UsageLimits
+from fsm_agent.machine.bounds import bounds
 
 
 def test_default_policy_model_calls() -> None:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fsm_agent.machine.bounds import bounds
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from fsm_agent import (
     UsageLimits,
 )
 from fsm_agent.cli import main
+from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.checker import (
     CheckReport,
     CheckVerdict,

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fsm_agent.machine.bounds import ChildBounds, bounds
 
 from fsm_agent import Agent, Policy, ProviderServerError, RetryPolicy, UsageLimits, tool
+from fsm_agent.machine.bounds import ChildBounds, bounds
 from fsm_agent.testing import ScriptedModel, Turn, fail, text, tool_call, tool_calls
 from helpers import make_agent
 

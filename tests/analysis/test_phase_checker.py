@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fsm_agent.machine.checker.phases import check_phases
 
 from fsm_agent.cli import main
 from fsm_agent.diagrams.phases import phases_dot, phases_mermaid
+from fsm_agent.machine.checker.phases import check_phases
 from fsm_agent.phases import Phase, Phases, PhaseView, Transition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +152,6 @@ def test_diagram_phases_command_draws_a_recorded_path(
     monkeypatch.setitem(example.FILES, "greet.py", "def greet(name):\n    return name\n")
 
     from fsm_agent.events import event_adapter
-
     from fsm_agent.testing import ScriptedModel
 
     async def events() -> list[str]:

@@ -6,15 +6,15 @@ import dataclasses
 import math
 
 import pytest
-from fsm_agent.machine.bounds import bounds
-from fsm_agent.machine.formulas import FORMULAS, FormulaError, evaluate, evaluate_all
-from fsm_agent.machine.proof import BoundsAssertionError, assert_bounds, counterexample, prove
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsm_agent import AgentMachine, Policy, RetryPolicy, UsageLimits
+from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.checker import CheckVerdict, FailureKind, check
+from fsm_agent.machine.formulas import FORMULAS, FormulaError, evaluate, evaluate_all
 from fsm_agent.machine.guards import Bound, Counter, Limits
+from fsm_agent.machine.proof import BoundsAssertionError, assert_bounds, counterexample, prove
 from fsm_agent.machine.table import TABLE, Outcome, State, Update
 from fsm_agent.policy import limits_of
 from seeded_bugs import ENDLESS_REJECTION, ENDLESS_RETRY, REENQUEUED_TOOLS

@@ -9,17 +9,6 @@ import logging
 from typing import Any
 
 import pytest
-from fsm_agent.events import (
-    AbortedEvent,
-    Event,
-    FinalEvent,
-    HookErrorEvent,
-    ModelRequestEvent,
-    TextEvent,
-)
-from fsm_agent.machine.bounds import bounds
-from fsm_agent.machine.formulas import evaluate_all
-from fsm_agent.messages import FinishReason
 
 from fsm_agent import (
     Agent,
@@ -35,10 +24,21 @@ from fsm_agent import (
     UsageLimits,
     tool,
 )
+from fsm_agent.events import (
+    AbortedEvent,
+    Event,
+    FinalEvent,
+    HookErrorEvent,
+    ModelRequestEvent,
+    TextEvent,
+)
 from fsm_agent.kernel import driver
 from fsm_agent.kernel.states import HANDLERS, SUMMARY_FALLBACK, Verdict
 from fsm_agent.machine.agent_machine import MEMO_LIMITS, AgentMachine
+from fsm_agent.machine.bounds import bounds
+from fsm_agent.machine.formulas import evaluate_all
 from fsm_agent.machine.table import TABLE, Outcome
+from fsm_agent.messages import FinishReason
 from fsm_agent.testing import ScriptedModel, fail, finish, text, tool_call
 from helpers import look, make_agent, stream
 

@@ -13,9 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
-from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
-from fsm_agent.output import OutputSpec
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
@@ -33,10 +30,13 @@ from fsm_agent import (
     Verdict,
     tool,
 )
+from fsm_agent.events import FinalEvent, PartialOutputEvent, VerificationFailedEvent
 from fsm_agent.fuzzing.engine import Engine
 from fsm_agent.fuzzing.primary import FailingPrimary
 from fsm_agent.machine.checker import check
 from fsm_agent.machine.table import Outcome
+from fsm_agent.messages import FinishReason, Message, ModelRequest, Role, ToolDefinition
+from fsm_agent.output import OutputSpec
 from fsm_agent.persistence import InMemoryCheckpointer
 from fsm_agent.providers import AnthropicModel, GeminiModel, OpenAIChatModel
 from fsm_agent.testing import (

@@ -19,7 +19,9 @@ import fsm_agent
 from fsm_agent._lazy import MOVED
 
 PATHS: dict[str, list[str]] = json.loads(
-    (Path(__file__).parents[1] / "support" / "data" / "public_import_paths.json").read_text(encoding="utf-8")
+    (Path(__file__).parents[1] / "support" / "data" / "public_import_paths.json").read_text(
+        encoding="utf-8"
+    )
 )
 
 REMOVED = {("fsm_agent.tools.mcp.content", "result_text")}

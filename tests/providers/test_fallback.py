@@ -11,9 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fsm_agent.events import ModelSwitchedEvent, StateChangedEvent
-from fsm_agent.machine.bounds import bounds
-from fsm_agent.messages import Message, ModelRequest
 
 from fsm_agent import (
     Agent,
@@ -37,9 +34,12 @@ from fsm_agent import (
     tool,
 )
 from fsm_agent.diagrams import Scope, plan
+from fsm_agent.events import ModelSwitchedEvent, StateChangedEvent
 from fsm_agent.fuzzing import FuzzCase, check_case
 from fsm_agent.fuzzing.decoding import Choices, read_case
+from fsm_agent.machine.bounds import bounds
 from fsm_agent.machine.table import TABLE, Counter
+from fsm_agent.messages import Message, ModelRequest
 from fsm_agent.replay import record, replay
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock, fail, text, tool_call
 from helpers import stream

@@ -15,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fsm_agent.events import ModelRequestEvent, ToolProgressEvent
-from fsm_agent.machine.bounds import bounds
-from fsm_agent.messages import ImagePart, ResourceLinkPart, ToolResult
 
 from fsm_agent import (
     Agent,
@@ -28,7 +25,10 @@ from fsm_agent import (
     StopReason,
     ToolFailureMode,
 )
+from fsm_agent.events import ModelRequestEvent, ToolProgressEvent
 from fsm_agent.fuzzing.engine import Engine
+from fsm_agent.machine.bounds import bounds
+from fsm_agent.messages import ImagePart, ResourceLinkPart, ToolResult
 from fsm_agent.persistence.sqlite import SQLiteCheckpointer
 from fsm_agent.policy import ToolOutputSettings
 from fsm_agent.providers import AnthropicModel, OpenAIChatModel
@@ -431,7 +431,6 @@ def test_the_short_path_names_the_same_classes() -> None:
     """``fsm_agent.mcp``, the path the guides used before MCP moved under ``fsm_agent.tools``,
     exports every public name of ``fsm_agent.tools.mcp``, as the same objects."""
     import fsm_agent.mcp as short
-
     import fsm_agent.tools.mcp as home
 
     assert short.__all__ == home.__all__

@@ -10,6 +10,8 @@ import pickle
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from fsm_agent.messages import (
     ImagePart,
     Message,
@@ -22,7 +24,6 @@ from fsm_agent.messages import (
     Usage,
 )
 from fsm_agent.record import Record, adapter
-from pydantic import ValidationError
 
 
 def _response() -> ModelResponse:
