@@ -35,6 +35,7 @@ import httpx
 from . import _genai_names as n
 from .errors import MissingExtraError
 from .kernel.composition import parent_call
+from .kernel.plan import plan_of
 from .machine.table import Counters, State
 from .messages import TextPart, ToolCall, ToolResult
 
@@ -186,7 +187,7 @@ class OpenTelemetryHooks:
         self, invocation: _Invocation, agent: Agent[Any, Any], run_state: RunState
     ) -> dict[str, Any]:
         """The agent's attributes of the invocation span; keeps its tools' descriptions."""
-        plan = agent._plan
+        plan = plan_of(agent)
         tools = plan.tool_definitions
         if plan.pager is not None:
             tools = (*tools, plan.pager.definition)

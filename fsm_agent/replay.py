@@ -48,6 +48,7 @@ from .events import (
     VerificationFailedEvent,
     event_adapter,
 )
+from .kernel.plan import plan_of
 from .kernel.states import Verdict
 from .machine.table import Outcome, State
 from .messages import (
@@ -141,7 +142,7 @@ class Recorder:
             input=Message.user(prompt) if isinstance(prompt, str) else prompt,
             history=list(history),
             policy=agent.policy,
-            tools=list(agent._plan.tool_definitions),
+            tools=list(plan_of(agent).tool_definitions),
             verifier=agent.verifier is not None,
             children=child_headers(agent),
         )

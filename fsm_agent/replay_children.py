@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from .events import ChildEvent, Event
+from .kernel.plan import plan_of
 from .messages import ToolDefinition
 from .policy import Policy
 
@@ -48,7 +49,7 @@ def child_headers(agent: Agent[Any, Any]) -> dict[str, ChildHeader]:
             description=tool.description,
             system_prompt=tool.agent.system_prompt,
             policy=tool.agent.policy,
-            tools=list(tool.agent._plan.tool_definitions),
+            tools=list(plan_of(tool.agent).tool_definitions),
             verifier=tool.agent.verifier is not None,
             children=child_headers(tool.agent),
         )

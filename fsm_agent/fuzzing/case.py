@@ -24,6 +24,7 @@ from ..events import Event, StateChangedEvent
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
 from ..kernel.composition import agent_bounds
+from ..kernel.plan import plan_of
 from ..kernel.states import Verdict
 from ..machine.table import TERMINAL, State
 from ..messages import (
@@ -477,7 +478,7 @@ def _run_once(
         events=control.events,
         model=model,
         policy=agent.policy,
-        limits=agent._plan.limits,
+        limits=plan_of(agent).limits,
         cancelled_at=control.cancelled_at,
         invocations=control.invocations,
         machine=agent.machine,

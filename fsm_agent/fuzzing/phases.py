@@ -23,6 +23,7 @@ from typing import Any
 
 from ..events import PhaseChangedEvent, StateChangedEvent, StepStartEvent
 from ..kernel.agent import Agent
+from ..kernel.plan import plan_of
 from ..kernel.run import RunHandle
 from ..messages import Role
 from ..phases.table import MOVE_TOOL, MovePhase, Phase, Phases
@@ -139,7 +140,7 @@ async def _play(
 ) -> list[tuple[str, str]]:
     handle = RunHandle()
     events = [e async for e in agent.run_stream("go", handle=handle)]
-    compiled = agent._plan.phases
+    compiled = plan_of(agent).phases
     assert compiled is not None
     assert handle.result is not None
     rs = handle.result.run_state

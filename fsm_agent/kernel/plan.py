@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from ..compaction import Compactor
 from ..errors import ConfigurationError, ModelError
@@ -36,7 +36,7 @@ from .hooks import HookSet
 from .limits import usage_limited
 from .phasing import compile_phases, phase_stop_conditions
 
-__all__ = ["Plan", "compile_plan"]
+__all__ = ["Plan", "Planned", "compile_plan", "plan_of"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,6 +77,25 @@ class Plan:
         """The fingerprint of the agent's definition (tools, system prompt, policy, phases,
         output), checked when a stored run is resumed; computed once per plan."""
         return definition_fingerprint(self)
+
+
+class Planned(Protocol):
+    """What has a compiled plan: an :class:`~fsm_agent.Agent` (read it with :func:`plan_of`)."""
+
+    @property
+    def _plan(self) -> Plan:
+        """The plan the agent's next run follows."""
+        ...
+
+
+def plan_of(agent: Planned) -> Plan:
+    """The plan ``agent``'s next run follows: the one way for the package's layers outside the
+    kernel (the CLI, the fuzzer, observability, replay, the testing tools, the inspector) to
+    read what an agent compiled. Not for users: :class:`Plan` and its fields are internal and
+    change between releases; users read the agent's public attributes. A plan is frozen, but
+    the agent compiles a new one when its policy, system prompt or handoffs are assigned: read
+    it again rather than keep it across such a change."""
+    return agent._plan
 
 
 def compile_plan(
