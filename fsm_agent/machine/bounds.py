@@ -277,13 +277,13 @@ class _Work:
     tool_turns_text: str
 
 
-def _step_bounded(policy: Policy, verification: bool, models: int, turns_why: str | None) -> _Work:
-    """The work of a run whose turns ``max_steps`` bounds: each turn, the failed calls retried
-    and the switches down a chain of ``models``, the step-limit summary call and compaction
-    summaries; a lower request limit cuts it."""
-    assert policy.max_steps is not None
+def _step_bounded(
+    policy: Policy, turns: int, verification: bool, models: int, turns_why: str | None
+) -> _Work:
+    """The work of a run whose ``turns`` (``max_steps``) bound it: each turn, the failed calls
+    retried and the switches down a chain of ``models``, the step-limit summary call and
+    compaction summaries; a lower request limit cuts it."""
     retry, errors, switches = policy.retry, policy.max_total_errors, max(0, models - 1)
-    turns = policy.max_steps
     failed = (turns + switches) * retry.max_retries + switches
     retried = failed if errors is None else min(failed, errors - 1)
     summary = 1 if policy.summarize_on_max_steps else 0
