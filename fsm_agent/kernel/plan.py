@@ -117,16 +117,12 @@ def compile_plan(
 ) -> Plan:
     """The plan of an agent built from these parts (raises
     :class:`~fsm_agent.ConfigurationError` for parts that do not fit together)."""
-    if not isinstance(policy, Policy):
-        raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
-    check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
+    _check_policy(policy, verifier, output_spec)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
     registry, pager, done_offered = _tools(
         [*tools, *handoff_tools(handoffs)], policy, output_spec, wrap_tool
     )
     models, falls_back_on = _models(model)
-    if streams is None:
-        streams = all(callable(getattr(m, "stream", None)) for m in models)
     limits = limits_of(
         policy,
         verification=verifier is not None,
@@ -144,7 +140,7 @@ def compile_plan(
         switch_rows=_switch_rows(machine),
         models=models,
         falls_back_on=falls_back_on,
-        streams=streams,
+        streams=_streams(models, streams),
         tools=registry,
         done_offered=done_offered,
         tool_definitions=registry.definitions,
@@ -161,6 +157,24 @@ def compile_plan(
         output_schema=None if output_spec is None else output_spec.schema,
         handoffs=by_tool_name(handoffs),
     )
+
+
+def _check_policy(
+    policy: Policy, verifier: Callable[..., Any] | None, output_spec: OutputSpec | None
+) -> None:
+    """Refuse a policy that is not a :class:`~fsm_agent.Policy`, or whose done-tool settings
+    do not fit the verifier and the output type."""
+    if not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
+    check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
+
+
+def _streams(models: tuple[Model, ...], override: bool | None) -> bool:
+    """Whether listened runs stream the model's answer: as ``override`` says (an adapter's),
+    else when every model of the chain can stream."""
+    if override is not None:
+        return override
+    return all(callable(getattr(m, "stream", None)) for m in models)
 
 
 def _models(model: Model) -> tuple[tuple[Model, ...], Callable[[ModelError], bool] | None]:
