@@ -36,6 +36,7 @@ import httpx
 from . import _genai_names as n
 from .errors import MissingExtraError
 from .kernel.composition import called_as, parent_call
+from .kernel.plan import plan_of
 from .kernel.run import own_usage
 from .machine.table import Counters, State
 from .values.messages import TextPart, ToolCall, ToolResult
@@ -198,7 +199,7 @@ class OpenTelemetryHooks:
         self, invocation: _Invocation, agent: Agent[Any, Any], run_state: RunState
     ) -> dict[str, Any]:
         """The agent's attributes of the invocation span; keeps its tools' descriptions."""
-        plan = agent._plan
+        plan = plan_of(agent)
         tools = plan.tool_definitions
         if plan.pager is not None:
             tools = (*tools, plan.pager.definition)

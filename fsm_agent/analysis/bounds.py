@@ -230,81 +230,28 @@ def _bounds(
     """The worst case of one agent's own run, children left out (``turns_why``: what bounds
     the turns, when not the policy's ``max_steps``), where one tool call takes at most
     ``tool_time`` (seconds and what they are; ``None``: the policy's ``tool_timeout_s``)."""
-    retry = policy.retry
-    errors = policy.max_total_errors
-    switches = max(0, models - 1)
-    turns: int | None
     if policy.max_steps is not None:
-        steps = policy.max_steps
-        turns = steps
-        failed = (turns + switches) * retry.max_retries + switches
-        retried = failed if errors is None else min(failed, errors - 1)
-        summary = 1 if policy.summarize_on_max_steps else 0
-        compaction = turns * _summaries_per_turn(policy)
-        total = turns + retried + summary + compaction
-        calls: int | None = total
-        turns_text = f"{turns} turns ({turns_why or f'max_steps={steps}'})"
-        verifier = "; verifier rejections spend steps" if verification else ""
-        compaction_text = (
-            f" + {turns} × {policy.max_compaction_attempts} compaction summaries"
-            if compaction
-            else ""
-        )
-        calls_text = (
-            f"{turns_text} + {_retried_text(turns, retry.max_retries, errors, switches)} + "
-            f"{summary} summary call{compaction_text} = {calls}{verifier}"
-        )
-        tool_turns: int | None = steps
-        tool_turns_text = (
-            f"one per tool_calls turn, at most {steps} ({turns_why})"
-            if turns_why
-            else f"one per tool_calls turn, at most max_steps={steps}"
-        )
-        requests = policy.usage_limits.max_requests
-        if requests is not None and requests < total:
-            calls_text = (
-                f"usage_limits.max_requests={requests} (the request limit stops turns, "
-                f"retries, compaction summaries and the step-limit summary call before {total})"
-            )
-            calls = requests
-        if requests is not None and requests < steps:
-            tool_turns = requests
-            tool_turns_text = f"one per tool_calls turn, at most one per request ({requests})"
+        work = _step_bounded(policy, policy.max_steps, verification, models, turns_why)
     elif policy.usage_limits.max_requests is not None:
-        requests = policy.usage_limits.max_requests
-        turns = requests
-        retried = requests - 1 if errors is None else min(requests - 1, errors - 1)
-        calls = requests
-        calls_text = (
-            f"usage_limits.max_requests={requests} (max_steps=None; every attempt is a request)"
-        )
-        tool_turns = requests
-        tool_turns_text = f"one per tool_calls turn, at most one per request ({requests})"
+        work = _request_bounded(policy, policy.usage_limits.max_requests)
     else:
-        turns = None
-        retried = 0
-        calls = None
-        calls_text = (
-            "max_steps=None and no usage_limits.max_requests: nothing bounds the turns "
-            "(max_wall_clock_s ends a run in time, not in work)"
+        work = _Work(
+            calls=None,
+            calls_text=(
+                "max_steps=None and no usage_limits.max_requests: nothing bounds the turns "
+                "(max_wall_clock_s ends a run in time, not in work)"
+            ),
+            retried=0,
+            tool_turns=None,
+            tool_turns_text="as many as the model turns: unbounded",
         )
-        tool_turns = None
-        tool_turns_text = "as many as the model turns: unbounded"
-
-    if policy.max_tool_calls is not None:
-        executions: int | None = policy.max_tool_calls
-        executions_text = f"Policy.max_tool_calls={policy.max_tool_calls}"
-    else:
-        executions = None
-        executions_text = (
-            "a response may carry any number of tool calls; set Policy.max_tool_calls "
-            f"(tool turns: {_show(tool_turns)})"
-        )
-
+    calls, calls_text, retried = work.calls, work.calls_text, work.retried
+    tool_turns, tool_turns_text = work.tool_turns, work.tool_turns_text
+    executions, executions_text = _executions(policy, tool_turns)
     if tool_time is None:
         tool_time = (policy.tool_timeout_s, f"{policy.tool_timeout_s:g} s")
     wall, wall_text = _wall_clock(
-        policy, calls, retried, tool_turns, executions, retry, model_timeout_s, tool_time
+        policy, calls, retried, tool_turns, executions, policy.retry, model_timeout_s, tool_time
     )
     return Bounds(
         max_model_calls=calls,
@@ -315,6 +262,92 @@ def _bounds(
         tool_executions_derivation=executions_text,
         max_wall_clock_s=wall,
         wall_clock_derivation=wall_text,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """The model calls and tool turns of one run at worst, with their derivations, and the
+    failed calls among those calls (each may wait a backoff)."""
+
+    calls: int | None
+    calls_text: str
+    retried: int
+    tool_turns: int | None
+    tool_turns_text: str
+
+
+def _step_bounded(
+    policy: Policy, turns: int, verification: bool, models: int, turns_why: str | None
+) -> _Work:
+    """The work of a run whose ``turns`` (``max_steps``) bound it: each turn, the failed calls
+    retried and the switches down a chain of ``models``, the step-limit summary call and
+    compaction summaries; a lower request limit cuts it."""
+    retry, errors, switches = policy.retry, policy.max_total_errors, max(0, models - 1)
+    failed = (turns + switches) * retry.max_retries + switches
+    retried = failed if errors is None else min(failed, errors - 1)
+    summary = 1 if policy.summarize_on_max_steps else 0
+    compaction = turns * _summaries_per_turn(policy)
+    total = turns + retried + summary + compaction
+    turns_text = f"{turns} turns ({turns_why or f'max_steps={turns}'})"
+    verifier = "; verifier rejections spend steps" if verification else ""
+    compaction_text = (
+        f" + {turns} × {policy.max_compaction_attempts} compaction summaries" if compaction else ""
+    )
+    work = _Work(
+        calls=total,
+        calls_text=(
+            f"{turns_text} + {_retried_text(turns, retry.max_retries, errors, switches)} + "
+            f"{summary} summary call{compaction_text} = {total}{verifier}"
+        ),
+        retried=retried,
+        tool_turns=turns,
+        tool_turns_text=(
+            f"one per tool_calls turn, at most {turns} ({turns_why})"
+            if turns_why
+            else f"one per tool_calls turn, at most max_steps={turns}"
+        ),
+    )
+    requests = policy.usage_limits.max_requests
+    if requests is not None and requests < total:
+        work = replace(
+            work,
+            calls=requests,
+            calls_text=(
+                f"usage_limits.max_requests={requests} (the request limit stops turns, "
+                f"retries, compaction summaries and the step-limit summary call before {total})"
+            ),
+        )
+    if requests is not None and requests < turns:
+        work = replace(
+            work,
+            tool_turns=requests,
+            tool_turns_text=f"one per tool_calls turn, at most one per request ({requests})",
+        )
+    return work
+
+
+def _request_bounded(policy: Policy, requests: int) -> _Work:
+    """The work of a run with no step limit whose ``requests`` bound every attempt."""
+    errors = policy.max_total_errors
+    return _Work(
+        calls=requests,
+        calls_text=(
+            f"usage_limits.max_requests={requests} (max_steps=None; every attempt is a request)"
+        ),
+        retried=requests - 1 if errors is None else min(requests - 1, errors - 1),
+        tool_turns=requests,
+        tool_turns_text=f"one per tool_calls turn, at most one per request ({requests})",
+    )
+
+
+def _executions(policy: Policy, tool_turns: int | None) -> tuple[int | None, str]:
+    """The tool executions of one run at worst, and why."""
+    if policy.max_tool_calls is not None:
+        return policy.max_tool_calls, f"Policy.max_tool_calls={policy.max_tool_calls}"
+    return None, (
+        "a response may carry any number of tool calls; set Policy.max_tool_calls "
+        f"(tool turns: {_show(tool_turns)})"
     )
 
 

@@ -15,6 +15,7 @@ from ..analysis.proof import Proof, prove
 from ..kernel.agent import Agent
 from ..kernel.composition import AgentTool
 from ..kernel.handoffs import graph_agents
+from ..kernel.plan import plan_of
 from ..machine.guards import Limits
 from ..phases import Phases
 from ..policy import Policy, limits_of
@@ -116,8 +117,9 @@ def run_check_command(args: argparse.Namespace) -> int:
         policy = agent.policy
         # The agent's own settings stand for the flags that describe an agent.
         args.verifier = args.verifier or agent.verifier is not None
-        args.output_type = args.output_type or agent._plan.output_spec is not None
-        args.models = len(agent._plan.models)
+        plan = plan_of(agent)
+        args.output_type = args.output_type or plan.output_spec is not None
+        args.models = len(plan.models)
     phases = agent.phases if agent is not None else None
     if args.phases is not None:
         if agent is not None:

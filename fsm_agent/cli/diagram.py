@@ -186,6 +186,12 @@ def handle(args: argparse.Namespace) -> int:
             scope = recorded.scope
         title += f": run {Path(recorded.name).name}"
     drawing = diagrams.plan(scope=scope, run=run, title=title)
+    return _deliver(args, _drawn(args, drawing, fmt))
+
+
+def _drawn(args: argparse.Namespace, drawing: diagrams.Plan, fmt: str) -> str | bytes:
+    """``drawing`` in ``fmt``: one state's detail (``--state``), the full machine
+    (``--level full``) or the overview, rendered to SVG or PNG when asked."""
     content: str | bytes
     if args.state is not None:
         if args.level is not None:
@@ -203,7 +209,7 @@ def handle(args: argparse.Namespace) -> int:
         content = diagrams.overview_dot(drawing)
     if fmt in ("svg", "png"):
         content = diagrams.render(str(content), "png" if fmt == "png" else "svg")
-    return _deliver(args, content)
+    return content
 
 
 def _deliver(args: argparse.Namespace, content: str | bytes) -> int:

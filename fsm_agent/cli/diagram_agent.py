@@ -12,6 +12,7 @@ from ..diagrams.handoffs import handoffs_dot, handoffs_mermaid
 from ..kernel.agent import Agent
 from ..kernel.composition import AgentTool, agent_bounds
 from ..kernel.handoffs import declared_graph, handoff_graph
+from ..kernel.plan import plan_of
 
 __all__ = ["agent_drawings"]
 
@@ -36,12 +37,13 @@ def agent_drawings(
             files |= agent_drawings(tool.agent, str(child), fmt, f"agent tool '{tool.name}'")
             link = child.name  # beside the parent's file: a relative link
         boxes.append(AgentBox(tool.name, agent.policy.max_tool_calls, worst, link=link))
+    plan = plan_of(agent)
     scope = diagrams.Scope.of(
         agent.policy,
         verifier=agent.verifier is not None,
         stop_conditions=bool(agent.stop_conditions),
-        models=len(agent._plan.models),
-        output_type=agent._plan.output_spec is not None,
+        models=len(plan.models),
+        output_type=plan.output_spec is not None,
     )
     drawing = diagrams.plan(scope=scope, title=f"fsm_agent: {title}")
     draw = composition_mermaid if fmt == "mermaid" else composition_dot

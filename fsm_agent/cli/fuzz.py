@@ -20,6 +20,8 @@ from ..fuzzing.targets import load_factory
 from .args import UsageError, finite_positive_float, load_phases, positive_int
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..fuzzing import FuzzProfile, FuzzProgress
 
 __all__ = ["add_fuzz_arguments", "load_factory", "run_fuzz_command"]
@@ -141,21 +143,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
             factory = load_factory(args.target)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    last = [0.0]
-
-    def progress(p: FuzzProgress) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 1.0:
-            last[0] = now
-            rate = p.examples / p.elapsed_s if p.elapsed_s else 0.0
-            print(
-                f"fuzz: {p.examples:,} examples ({rate:,.0f}/s), {p.distinct_paths:,} paths, "
-                f"{p.invariants_checked:,} invariants checked, slowest "
-                f"{p.slowest_s * 1000:.1f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
-
+    progress = _progress_printer()
     examples = session_examples(args.examples, args.max_seconds, profile)
     attacks = tuple(args.attack or ATTACK_NAMES)
     seed = args.seed if args.seed is not None else profile.seed
@@ -187,3 +175,24 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot fuzz the target: {type(exc).__name__}: {exc}") from None
     print(report.format())
     return 0 if report.ok else 1
+
+
+def _progress_printer() -> Callable[[FuzzProgress], None]:
+    """A progress callback that prints the session's counts on stderr, at most once a
+    second."""
+    last = [0.0]
+
+    def progress(p: FuzzProgress) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            rate = p.examples / p.elapsed_s if p.elapsed_s else 0.0
+            print(
+                f"fuzz: {p.examples:,} examples ({rate:,.0f}/s), {p.distinct_paths:,} paths, "
+                f"{p.invariants_checked:,} invariants checked, slowest "
+                f"{p.slowest_s * 1000:.1f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return progress

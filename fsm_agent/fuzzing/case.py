@@ -22,6 +22,7 @@ from ..errors import MCPServerError
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
 from ..kernel.composition import agent_bounds
+from ..kernel.plan import plan_of
 from ..kernel.states import Verdict
 from ..machine.table import TERMINAL, State
 from ..models import Model
@@ -477,7 +478,7 @@ def _run_once(
         events=control.events,
         model=model,
         policy=agent.policy,
-        limits=agent._plan.limits,
+        limits=plan_of(agent).limits,
         cancelled_at=control.cancelled_at,
         invocations=control.invocations,
         machine=agent.machine,

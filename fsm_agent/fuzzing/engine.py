@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..errors import ConfigurationError
 from ..kernel.handoffs import graph_agents
+from ..kernel.plan import plan_of
 from ..providers._output import answer_tool
 from ..values.messages import ToolDefinition
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
@@ -112,13 +113,14 @@ def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | No
     if make_agent is None:
         return None
     agent = make_agent(FuzzModel(()))
-    definitions = list(agent._plan.tool_definitions)
+    own = plan_of(agent)
+    definitions = list(own.tool_definitions)
     for other in graph_agents(agent)[1:]:  # the tools of the agents it may hand off to
         known = {d.name for d in definitions}
         plan = agent._handoff_plan(other)
         definitions += [d for d in plan.tool_definitions if d.name not in known]
-    if agent._plan.output_schema is not None:
-        definitions.append(answer_tool(agent._plan.output_schema))
+    if own.output_schema is not None:
+        definitions.append(answer_tool(own.output_schema))
     return definitions
 
 

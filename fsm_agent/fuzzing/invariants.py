@@ -154,25 +154,48 @@ def check_history(messages: Sequence[Message], *, pending: bool = False) -> None
 def check_invariants(record: RunRecord) -> int:
     """Check invariants 1–9 on one run, and 10 when the run has a reference;
     return how many were checked. Raises :class:`InvariantViolation` at the first broken one."""
-    result, events = record.result, record.events
-    requests = record.model.requests
     _check_work(record)
     _check_moves(record)
-    # 1. Termination (a runaway run was stopped by the fuzzer; its other checks ran above).
+    _check_termination(record)
+    _check_endings(record)
+    _check_histories(record)
+    _check_stop_reason(record)
+    _check_usage(record)
+    _check_cancel(record)
+    if record.reference is None:
+        return 9
+    _check_resume(record, record.reference)
+    return 10
+
+
+def _check_termination(record: RunRecord) -> None:
+    """Invariant 1: the run rests (a runaway run was stopped by the fuzzer; its other checks
+    ran before this one)."""
     if record.runaway is not None:
         raise InvariantViolation(1, record.runaway or "")
-    if result.state not in (State.DONE, State.ABORTED, State.SUSPENDED):
+    if record.result.state not in (State.DONE, State.ABORTED, State.SUSPENDED):
         raise InvariantViolation(1, "run not resting")
-    # 4. One ending per invocation, last.
-    for invocation in record.invocations or [events]:
+
+
+def _check_endings(record: RunRecord) -> None:
+    """Invariant 4: one ending per invocation, last."""
+    for invocation in record.invocations or [record.events]:
         ends = [i for i, e in enumerate(invocation) if e.type in TERMINAL_EVENTS]
         if ends != [len(invocation) - 1]:
             raise InvariantViolation(4, f"terminal events at {ends} of {len(invocation)}")
-    # 5. Well-formed history at every model request, and at the end.
-    for request in requests:
+
+
+def _check_histories(record: RunRecord) -> None:
+    """Invariant 5: a well-formed history at every model request, and at the end."""
+    for request in record.model.requests:
         check_history(request.messages)
+    result = record.result
     check_history(result.messages, pending=result.state is State.SUSPENDED)
-    # 6. The stop reason agrees with the last move and the end state.
+
+
+def _check_stop_reason(record: RunRecord) -> None:
+    """Invariant 6: the stop reason agrees with the last move and the end state."""
+    result = record.result
     stops = [m.stop for m in result.trace if m.stop is not None]
     if not (bool(stops) and stops[-1] is result.stop_reason):
         raise InvariantViolation(6, f"stop reason {result.stop_reason}")
@@ -193,28 +216,33 @@ def check_invariants(record: RunRecord) -> int:
     elif result.state is State.ABORTED:
         if result.stop_reason not in ABORT_REASONS:
             raise InvariantViolation(6, f"aborted with {result.stop_reason}")
-    else:
-        if result.stop_reason is not StopReason.SUSPENDED:
-            raise InvariantViolation(6, f"resting with {result.stop_reason}")
-    _check_usage(record)
-    # 8. After cancel no model call or tool starts; the run ends aborted/cancelled.
-    if record.cancelled_at is not None:
-        if result.state is not State.ABORTED:
-            raise InvariantViolation(8, f"cancelled run ended {result.state}")
-        if result.stop_reason is not StopReason.CANCELLED:
-            raise InvariantViolation(8, f"stop {result.stop_reason}")
-        # The run's own executions: a child cut short by the cancel is charged when it ends.
-        after = (len(requests), result.own.tool_executions)
-        if after != record.cancelled_at:
-            raise InvariantViolation(
-                8,
-                f"(model calls, tool executions) went from {record.cancelled_at} at the cancel to "
-                f"{after}",
-            )
-    if record.reference is None:
-        return 9
-    # 10. Checkpoint (pause, JSON, reload) and resume = the uninterrupted run.
-    ref = record.reference
+    elif result.stop_reason is not StopReason.SUSPENDED:
+        raise InvariantViolation(6, f"resting with {result.stop_reason}")
+
+
+def _check_cancel(record: RunRecord) -> None:
+    """Invariant 8: after cancel no model call or tool starts; the run ends aborted/cancelled."""
+    if record.cancelled_at is None:
+        return
+    result = record.result
+    if result.state is not State.ABORTED:
+        raise InvariantViolation(8, f"cancelled run ended {result.state}")
+    if result.stop_reason is not StopReason.CANCELLED:
+        raise InvariantViolation(8, f"stop {result.stop_reason}")
+    # The run's own executions: a child cut short by the cancel is charged when it ends.
+    after = (len(record.model.requests), result.own.tool_executions)
+    if after != record.cancelled_at:
+        raise InvariantViolation(
+            8,
+            f"(model calls, tool executions) went from {record.cancelled_at} at the cancel to "
+            f"{after}",
+        )
+
+
+def _check_resume(record: RunRecord, ref: RunResult[Any]) -> None:
+    """Invariant 10: checkpoint (pause, JSON, reload) and resume = the uninterrupted run
+    ``ref``."""
+    result = record.result
     # Without the pause the two runs should be the same run twice: say so, or the search for the
     # difference starts in the checkpoint.
     where = (
@@ -229,7 +257,6 @@ def check_invariants(record: RunRecord) -> int:
                 f"{name} differs {where}: {getattr(result, name)!r:.200} vs "
                 f"{getattr(ref, name)!r:.200} uninterrupted",
             )
-    return 10
 
 
 def _check_work(record: RunRecord) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel.agent import Agent
+from ..kernel.plan import plan_of
 from ..kernel.run import RunHandle
 from ..models.scripted import ScriptedModel, Turn, text, tool_calls
 from ..phases.table import MOVE_TOOL, MovePhase, Phase, Phases
@@ -139,7 +140,7 @@ async def _play(
 ) -> list[tuple[str, str]]:
     handle = RunHandle()
     events = [e async for e in agent.run_stream("go", handle=handle)]
-    compiled = agent._plan.phases
+    compiled = plan_of(agent).phases
     assert compiled is not None
     assert handle.result is not None
     rs = handle.result.run_state

@@ -419,39 +419,7 @@ def run_seam_case(
 
 async def _play(case: SeamCase, agent: Agent[Any, Any], record: SeamRecord) -> None:
     handle = RunHandle()
-
-    async def consume() -> None:
-        if not case.listen:
-            await agent.run("Do the task.", handle=handle)
-            return
-        stream = cast(
-            "AsyncGenerator[Event, None]", agent.run_stream("Do the task.", handle=handle)
-        )
-        async with contextlib.aclosing(stream) as events:
-            async for event in events:
-                record.events.append(event)
-                if len(record.events) == case.stall_after:
-                    try:
-                        await asyncio.sleep(case.stall_s)
-                    except asyncio.CancelledError:
-                        record.abandoned = True
-                        raise
-
-    async def caller() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if case.timeout_s is None:
-            await consume()
-        else:
-            scope = asyncio.timeout(case.timeout_s)
-            try:
-                async with scope:
-                    await consume()
-            finally:
-                record.timeout_expired = scope.expired()
-        record.cancelling_at_return = task.cancelling()
-
-    task = asyncio.create_task(caller())
+    task = asyncio.create_task(_caller(case, agent, record, handle))
 
     def cancel_from_outside() -> None:
         if not task.done():
@@ -471,16 +439,58 @@ async def _play(case: SeamCase, agent: Agent[Any, Any], record: SeamRecord) -> N
     elif task.cancelled():
         record.ending = "cancelled"
     elif (error := task.exception()) is not None:
-        if isinstance(error, TimeoutError) and record.timeout_expired:
-            record.ending = "timeout"
-            record.cancel_delivered = True
-        elif (
-            isinstance(error, CheckpointError) and record.store is not None and record.store.failed
-        ):
-            record.ending = "store"
-        else:
-            record.ending = f"raised {type(error).__qualname__}: {error}"
+        record.ending = _raised(error, record)
     if record.timeout_expired:
         record.cancel_delivered = True
     record.result = handle.result
     record.run_state = handle._rs
+
+
+async def _caller(
+    case: SeamCase, agent: Agent[Any, Any], record: SeamRecord, handle: RunHandle
+) -> None:
+    """The caller's task: consume the run, under the case's timeout if it has one, and note
+    whether the task is still being cancelled when it returns."""
+    task = asyncio.current_task()
+    assert task is not None
+    if case.timeout_s is None:
+        await _consume(case, agent, record, handle)
+    else:
+        scope = asyncio.timeout(case.timeout_s)
+        try:
+            async with scope:
+                await _consume(case, agent, record, handle)
+        finally:
+            record.timeout_expired = scope.expired()
+    record.cancelling_at_return = task.cancelling()
+
+
+async def _consume(
+    case: SeamCase, agent: Agent[Any, Any], record: SeamRecord, handle: RunHandle
+) -> None:
+    """Run the agent, or listen to its run and stall after the case's event (a consumer that
+    stops reading)."""
+    if not case.listen:
+        await agent.run("Do the task.", handle=handle)
+        return
+    stream = cast("AsyncGenerator[Event, None]", agent.run_stream("Do the task.", handle=handle))
+    async with contextlib.aclosing(stream) as events:
+        async for event in events:
+            record.events.append(event)
+            if len(record.events) == case.stall_after:
+                try:
+                    await asyncio.sleep(case.stall_s)
+                except asyncio.CancelledError:
+                    record.abandoned = True
+                    raise
+
+
+def _raised(error: BaseException, record: SeamRecord) -> str:
+    """How a run whose caller raised ``error`` ended: its timeout, a store failure the case
+    planned, or anything else (named)."""
+    if isinstance(error, TimeoutError) and record.timeout_expired:
+        record.cancel_delivered = True
+        return "timeout"
+    if isinstance(error, CheckpointError) and record.store is not None and record.store.failed:
+        return "store"
+    return f"raised {type(error).__qualname__}: {error}"

@@ -54,6 +54,7 @@ from ..kernel.agent import Agent
 from ..kernel.context import RunContext
 from ..kernel.driver import drive
 from ..kernel.fork import fork_run
+from ..kernel.plan import plan_of
 from ..kernel.resuming import resume_context
 from ..machine.table import TERMINAL, State
 from ..persistence import Checkpoint, Checkpointer
@@ -418,7 +419,7 @@ class Inspector:
                 run_id,
                 self.agent.runtime.new_id(),
                 at=at,
-                definition=self.agent._plan.definition,
+                definition=plan_of(self.agent).definition,
             )
         except (InvalidInputError, ConfigurationError, DefinitionChangedError) as exc:
             return _error(409, str(exc))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from ..compaction import Compactor
 from ..errors import ConfigurationError, ModelError
@@ -36,7 +36,7 @@ from .hooks import HookSet
 from .limits import usage_limited
 from .phasing import compile_phases, phase_stop_conditions
 
-__all__ = ["Plan", "compile_plan"]
+__all__ = ["Plan", "Planned", "compile_plan", "plan_of"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +79,25 @@ class Plan:
         return definition_fingerprint(self)
 
 
+class Planned(Protocol):
+    """What has a compiled plan: an :class:`~fsm_agent.Agent` (read it with :func:`plan_of`)."""
+
+    @property
+    def _plan(self) -> Plan:
+        """The plan the agent's next run follows."""
+        ...
+
+
+def plan_of(agent: Planned) -> Plan:
+    """The plan ``agent``'s next run follows: the one way for the package's layers outside the
+    kernel (the CLI, the fuzzer, observability, replay, the testing tools, the inspector) to
+    read what an agent compiled. Not for users: :class:`Plan` and its fields are internal and
+    change between releases; users read the agent's public attributes. A plan is frozen, but
+    the agent compiles a new one when its policy, system prompt or handoffs are assigned: read
+    it again rather than keep it across such a change."""
+    return agent._plan
+
+
 def compile_plan(
     *,
     model: Model,
@@ -98,9 +117,7 @@ def compile_plan(
 ) -> Plan:
     """The plan of an agent built from these parts (raises
     :class:`~fsm_agent.ConfigurationError` for parts that do not fit together)."""
-    if not isinstance(policy, Policy):
-        raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
-    check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
+    _check_policy(policy, verifier, output_spec)
     stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
     registry, pager, done_offered = _tools(tools, handoffs, policy, output_spec, wrap_tool)
     models, falls_back_on = _models(model)
@@ -121,7 +138,7 @@ def compile_plan(
         switch_rows=_switch_rows(machine),
         models=models,
         falls_back_on=falls_back_on,
-        streams=_streams(models) if streams is None else streams,
+        streams=_streams(models, streams),
         tools=registry,
         done_offered=done_offered,
         tool_definitions=registry.definitions,
@@ -140,16 +157,29 @@ def compile_plan(
     )
 
 
+def _check_policy(
+    policy: Policy, verifier: Callable[..., Any] | None, output_spec: OutputSpec | None
+) -> None:
+    """Refuse a policy that is not a :class:`~fsm_agent.Policy`, or whose done-tool settings
+    do not fit the verifier and the output type."""
+    if not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a fsm_agent.Policy, got {type(policy).__name__}")
+    check_done_tool(policy, verifier=verifier, typed=output_spec is not None)
+
+
+def _streams(models: tuple[Model, ...], override: bool | None) -> bool:
+    """Whether listened runs stream the model's answer: as ``override`` says (an adapter's),
+    else when every model of the chain can stream."""
+    if override is not None:
+        return override
+    return all(callable(getattr(m, "stream", None)) for m in models)
+
+
 def _models(model: Model) -> tuple[tuple[Model, ...], Callable[[ModelError], bool] | None]:
     """The models a call goes down (a chain's, in order) and when it falls back."""
     if isinstance(model, ModelChain):
         return model.models, model.falls_back_on
     return (model,), None
-
-
-def _streams(models: tuple[Model, ...]) -> bool:
-    """Whether every model can stream (a run then streams when it is listened to)."""
-    return all(callable(getattr(m, "stream", None)) for m in models)
 
 
 def _limit_states(machine: AgentMachine) -> frozenset[State]:

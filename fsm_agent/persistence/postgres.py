@@ -23,6 +23,7 @@ from .sql import Cursor, PreparedSave, SQLCheckpointer
 
 if TYPE_CHECKING:
     import psycopg
+    import psycopg_pool
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -62,15 +63,10 @@ class PostgresCheckpointer(SQLCheckpointer):
         timeout_s: float = 5.0,
         pool_size: int = 4,
     ) -> None:
-        if not _NAME.fullmatch(schema):
-            raise ConfigurationError(
-                f"schema {schema!r} must be a lower-case SQL name (letters, digits, '_')"
-            )
-        if pool_size < 1:
-            raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
+        _check_options(schema, pool_size)
         try:
             import psycopg
-            import psycopg_pool
+            import psycopg_pool  # noqa: F401  (checked here; _open_pool uses it)
         except ImportError:
             raise MissingExtraError(
                 "PostgresCheckpointer", extra="postgres", module="psycopg 3 and psycopg_pool"
@@ -81,41 +77,7 @@ class PostgresCheckpointer(SQLCheckpointer):
         self._psycopg = psycopg
         self._timeout_s = timeout_s
         self._local = threading.local()  # .committing, .lost: see _connection
-        lock_ms = int(timeout_s * 1000)
-
-        connect_timeout = max(1, round(timeout_s))
-        try:  # one plain connection first: a wrong URL or a server down fails at once
-            psycopg.connect(dsn, connect_timeout=connect_timeout).close()
-        except psycopg.Error as exc:
-            raise CheckpointError(f"cannot connect to the checkpoint database: {exc}") from None
-
-        def configure(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(f"SET lock_timeout = {lock_ms}")
-
-        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[object, ...]]] = (
-            psycopg_pool.ConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=pool_size,
-                kwargs={
-                    "autocommit": True,
-                    "connect_timeout": connect_timeout,
-                    "application_name": f"fsm_agent:{schema}",  # for pg_stat_activity
-                },
-                configure=configure,
-                timeout=timeout_s,
-                open=False,
-                name=f"fsm-agent-{schema}",
-            )
-        )
-        try:
-            self._pool.open(wait=True, timeout=timeout_s)
-        except psycopg_pool.PoolTimeout as exc:
-            self._pool.close()
-            raise CheckpointError(
-                f"cannot connect to the checkpoint database within {timeout_s} s ({exc}); check "
-                "that the server runs and the URL is right"
-            ) from None
+        self._pool = _open_pool(dsn, schema, timeout_s, pool_size)
         try:
             with self._write() as cur:
                 # One migrating worker at a time: the others wait, then find the schema ready.
@@ -254,6 +216,63 @@ class PostgresCheckpointer(SQLCheckpointer):
         """Wait for the calls handed to the store's threads, then close the pool."""
         self._stop_io()
         self._pool.close()
+
+
+def _check_options(schema: str, pool_size: int) -> None:
+    """Refuse a schema name that is not a plain lower-case SQL name, or an empty pool."""
+    if not _NAME.fullmatch(schema):
+        raise ConfigurationError(
+            f"schema {schema!r} must be a lower-case SQL name (letters, digits, '_')"
+        )
+    if pool_size < 1:
+        raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
+
+
+def _open_pool(
+    dsn: str, schema: str, timeout_s: float, pool_size: int
+) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[object, ...]]]:
+    """The store's open pool of up to ``pool_size`` connections to ``dsn``, each waiting at
+    most ``timeout_s`` for a lock; a wrong URL or a server down raises
+    :class:`~fsm_agent.CheckpointError` at once. The caller checked that both drivers are
+    installed."""
+    import psycopg
+    import psycopg_pool
+
+    lock_ms = int(timeout_s * 1000)
+    connect_timeout = max(1, round(timeout_s))
+    try:  # one plain connection first: a wrong URL or a server down fails at once
+        psycopg.connect(dsn, connect_timeout=connect_timeout).close()
+    except psycopg.Error as exc:
+        raise CheckpointError(f"cannot connect to the checkpoint database: {exc}") from None
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET lock_timeout = {lock_ms}")
+
+    pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[object, ...]]] = (
+        psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": connect_timeout,
+                "application_name": f"fsm_agent:{schema}",  # for pg_stat_activity
+            },
+            configure=configure,
+            timeout=timeout_s,
+            open=False,
+            name=f"fsm-agent-{schema}",
+        )
+    )
+    try:
+        pool.open(wait=True, timeout=timeout_s)
+    except psycopg_pool.PoolTimeout as exc:
+        pool.close()
+        raise CheckpointError(
+            f"cannot connect to the checkpoint database within {timeout_s} s ({exc}); check "
+            "that the server runs and the URL is right"
+        ) from None
+    return pool
 
 
 def _translate(exc: Exception, psycopg: object) -> FsmAgentError:

@@ -224,32 +224,12 @@ def classify_error(
     """
     effective = status if status is not None and status >= 400 else info.code
     kind = (info.kind or "").lower()
-    cls: type[ModelError]
-    if effective is not None and (effective >= 500 or effective in (401, 403, 429)):
-        cls = _class_for_status(effective)
-    elif kind in _KIND_CLASS:
-        cls = _KIND_CLASS[kind]
-    elif effective is not None and effective >= 400:
-        cls = _class_for_status(effective)
-    else:
-        cls = ProviderServerError
     text = clip(info.message or body or "", secret, MESSAGE_LIMIT) or "no error message"
-    if cls is InvalidRequestError and _OVERFLOW.search(f"{kind} {text}"):
-        cls = ContextWindowExceededError
-    # 409 (conflict) is the one status without a class of its own: retryable, plain ModelError.
-    retryable = cls is ModelError or cls.default_retryable
-    if kind in _NEVER_RETRY:
-        retryable = False
-    if info.retryable is not None:
-        retryable = info.retryable
-    should = (headers or {}).get("x-should-retry")
-    if should == "true":
-        retryable = True
-    elif should == "false":
-        retryable = False
+    cls = _error_class(effective, kind, text)
     delay = parse_retry_after(headers) if headers is not None else None
     if delay is None:
         delay = info.retry_after
+    retryable = _retryable(cls, kind, info, headers)
     if delay is not None and delay > max_retry_after:
         retryable = False
     if status is not None and status >= 400:
@@ -260,10 +240,48 @@ def classify_error(
         f"{provider}: {label}: {text}",
         retryable=retryable,
         retry_after=delay,
-        status_code=status if status is not None and status >= 400 else info.code,
+        status_code=effective,
         body=clip(body, secret, BODY_LIMIT) if body else None,
         provider=provider,
     )
+
+
+def _error_class(effective: int | None, kind: str, text: str) -> type[ModelError]:
+    """The class of an error with status (or body code) ``effective``, of the provider's
+    ``kind``, saying ``text``: a status that never depends on the body (5xx, 401, 403, 429),
+    then the kind, then the status; an invalid request that names the context window is an
+    overflow."""
+    cls: type[ModelError]
+    if effective is not None and (effective >= 500 or effective in (401, 403, 429)):
+        cls = _class_for_status(effective)
+    elif kind in _KIND_CLASS:
+        cls = _KIND_CLASS[kind]
+    elif effective is not None and effective >= 400:
+        cls = _class_for_status(effective)
+    else:
+        cls = ProviderServerError
+    if cls is InvalidRequestError and _OVERFLOW.search(f"{kind} {text}"):
+        cls = ContextWindowExceededError
+    return cls
+
+
+def _retryable(
+    cls: type[ModelError], kind: str, info: ErrorInfo, headers: Mapping[str, str] | None
+) -> bool:
+    """Whether an error of ``cls`` may be retried: ``x-should-retry`` first, then the
+    provider's own verdict, then the class (a kind that never succeeds again is not)."""
+    # 409 (conflict) is the one status without a class of its own: retryable, plain ModelError.
+    retryable = cls is ModelError or cls.default_retryable
+    if kind in _NEVER_RETRY:
+        retryable = False
+    if info.retryable is not None:
+        retryable = info.retryable
+    should = (headers or {}).get("x-should-retry")
+    if should == "true":
+        return True
+    if should == "false":
+        return False
+    return retryable
 
 
 def _shown_url(url: str) -> str:

@@ -376,46 +376,10 @@ class OpenAIChatModel(ProviderBase):
             "model": self._model,
             "messages": _wire_messages(request, self._system_role, self._empty_content),
         }
-        tools = request.tools
-        if request.output is not None and tools:
-            tools = (*tools, answer_tool(request.output))
-        if tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                        **({"strict": t.strict} if t.strict is not None else {}),
-                    },
-                }
-                for t in tools
-            ]
-            if request.parallel_tool_calls is not None:
-                body["parallel_tool_calls"] = request.parallel_tool_calls
-            choice = request.tool_choice
-            if choice is None and request.output is not None:
-                choice = "required"  # the answer is a call of the final answer tool
-            if choice is not None:
-                body["tool_choice"] = (
-                    choice
-                    if choice in ("auto", "none", "required")
-                    else {"type": "function", "function": {"name": choice}}
-                )
-        if request.max_tokens is not None:
-            body[self._max_tokens_field] = request.max_tokens
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
-        if request.seed is not None:
-            body["seed"] = request.seed
-        if request.stop_sequences:
-            body["stop"] = list(request.stop_sequences)
-        if request.reasoning_effort is not None:
-            body["reasoning_effort"] = request.reasoning_effort
-        if request.output is not None and not tools:
+        if request.tools:
+            body.update(_tool_fields(request))
+        body.update(self._sampling_fields(request))
+        if request.output is not None and not request.tools:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
@@ -428,6 +392,23 @@ class OpenAIChatModel(ProviderBase):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def _sampling_fields(self, request: ModelRequest) -> JSONObject:
+        """The fields of ``request``'s model settings that it sets, under this API's names."""
+        fields: JSONObject = {}
+        if request.max_tokens is not None:
+            fields[self._max_tokens_field] = request.max_tokens
+        if request.temperature is not None:
+            fields["temperature"] = request.temperature
+        if request.top_p is not None:
+            fields["top_p"] = request.top_p
+        if request.seed is not None:
+            fields["seed"] = request.seed
+        if request.stop_sequences:
+            fields["stop"] = list(request.stop_sequences)
+        if request.reasoning_effort is not None:
+            fields["reasoning_effort"] = request.reasoning_effort
+        return fields
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         call = self._call("/chat/completions")
@@ -509,3 +490,38 @@ class OpenAIChatModel(ProviderBase):
                         elif (mapped := answer.map(delta)) is not None:
                             yield mapped
         yield assembler.response()
+
+
+def _tool_fields(request: ModelRequest) -> JSONObject:
+    """The ``tools`` offered (with the final answer tool for a typed answer) and, with them
+    only, ``parallel_tool_calls`` and ``tool_choice`` ("required" for a typed answer, unless
+    the request sets one)."""
+    tools = request.tools
+    if request.output is not None:
+        tools = (*tools, answer_tool(request.output))
+    fields: JSONObject = {
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                    **({"strict": t.strict} if t.strict is not None else {}),
+                },
+            }
+            for t in tools
+        ]
+    }
+    if request.parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = request.parallel_tool_calls
+    choice = request.tool_choice
+    if choice is None and request.output is not None:
+        choice = "required"  # the answer is a call of the final answer tool
+    if choice is not None:
+        fields["tool_choice"] = (
+            choice
+            if choice in ("auto", "none", "required")
+            else {"type": "function", "function": {"name": choice}}
+        )
+    return fields

@@ -395,36 +395,10 @@ class OpenAIResponsesModel(ProviderBase):
         system = request.system_prompt
         if system is not None:
             body["instructions"] = system
-        tools = request.tools
-        if request.output is not None and tools:
-            tools = (*tools, answer_tool(request.output))
-        if tools:
-            body["tools"] = [function_tool(t) for t in tools]
-            if request.parallel_tool_calls is not None:
-                body["parallel_tool_calls"] = request.parallel_tool_calls
-            choice = request.tool_choice
-            if choice is None and request.output is not None:
-                choice = "required"  # the answer is a call of the final answer tool
-            if choice is not None:
-                body["tool_choice"] = (
-                    choice
-                    if choice in ("auto", "none", "required")
-                    else {"type": "function", "name": choice}
-                )
-        if request.max_tokens is not None:
-            body["max_output_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
-        reasoning: JSONObject = {}
-        if request.reasoning_effort is not None:
-            reasoning["effort"] = request.reasoning_effort
-        if self._reasoning_summary is not None:
-            reasoning["summary"] = self._reasoning_summary
-        if reasoning:
-            body["reasoning"] = reasoning
-        if request.output is not None and not tools:
+        if request.tools:
+            body.update(_tool_fields(request))
+        body.update(self._sampling_fields(request))
+        if request.output is not None and not request.tools:
             body["text"] = {
                 "format": {
                     "type": "json_schema",
@@ -440,6 +414,25 @@ class OpenAIResponsesModel(ProviderBase):
         if stream:
             body["stream"] = True
         return body
+
+    def _sampling_fields(self, request: ModelRequest) -> JSONObject:
+        """The fields of ``request``'s model settings that it sets, under this API's names,
+        with the reasoning summary this provider asks for."""
+        fields: JSONObject = {}
+        if request.max_tokens is not None:
+            fields["max_output_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            fields["temperature"] = request.temperature
+        if request.top_p is not None:
+            fields["top_p"] = request.top_p
+        reasoning: JSONObject = {}
+        if request.reasoning_effort is not None:
+            reasoning["effort"] = request.reasoning_effort
+        if self._reasoning_summary is not None:
+            reasoning["summary"] = self._reasoning_summary
+        if reasoning:
+            fields["reasoning"] = reasoning
+        return fields
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         call = self._call("/responses")
@@ -489,3 +482,25 @@ class OpenAIResponsesModel(ProviderBase):
             f"{_PROVIDER}: stream error: the response failed without saying why",
             provider=_PROVIDER,
         )
+
+
+def _tool_fields(request: ModelRequest) -> JSONObject:
+    """The ``tools`` offered (with the final answer tool for a typed answer) and, with them
+    only, ``parallel_tool_calls`` and ``tool_choice`` ("required" for a typed answer, unless
+    the request sets one)."""
+    tools = request.tools
+    if request.output is not None:
+        tools = (*tools, answer_tool(request.output))
+    fields: JSONObject = {"tools": [function_tool(t) for t in tools]}
+    if request.parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = request.parallel_tool_calls
+    choice = request.tool_choice
+    if choice is None and request.output is not None:
+        choice = "required"  # the answer is a call of the final answer tool
+    if choice is not None:
+        fields["tool_choice"] = (
+            choice
+            if choice in ("auto", "none", "required")
+            else {"type": "function", "name": choice}
+        )
+    return fields

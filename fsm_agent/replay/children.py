@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..kernel.plan import plan_of
 from ..policy import Policy
 from ..run.events import ChildEvent, Event
 from ..values.messages import ToolDefinition
@@ -48,7 +49,7 @@ def child_headers(agent: Agent[Any, Any]) -> dict[str, ChildHeader]:
             description=tool.description,
             system_prompt=tool.agent.system_prompt,
             policy=tool.agent.policy,
-            tools=list(tool.agent._plan.tool_definitions),
+            tools=list(plan_of(tool.agent).tool_definitions),
             verifier=tool.agent.verifier is not None,
             children=child_headers(tool.agent),
         )

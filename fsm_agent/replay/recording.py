@@ -32,6 +32,7 @@ from pydantic_core import PydanticSerializationError
 
 from ..diagrams import TraceError
 from ..errors import ContextWindowExceededError, ModelError
+from ..kernel.plan import plan_of
 from ..kernel.states import Verdict
 from ..machine.table import Outcome, State
 from ..models import Model
@@ -141,7 +142,7 @@ class Recorder:
             input=Message.user(prompt) if isinstance(prompt, str) else prompt,
             history=list(history),
             policy=agent.policy,
-            tools=list(agent._plan.tool_definitions),
+            tools=list(plan_of(agent).tool_definitions),
             verifier=agent.verifier is not None,
             children=child_headers(agent),
         )

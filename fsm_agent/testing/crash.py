@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import RunFinishedError
+from ..kernel.plan import plan_of
 from ..kernel.run import RunResult
 from ..persistence import (
     UNKNOWN_OUTCOME_PREFIX,
@@ -143,7 +144,7 @@ async def crash_and_resume(
         try:
             return await agent.resume(run_id), True
         except RunFinishedError:
-            return RunResult.of(inner.load(run_id).state, None, agent._plan.output_spec), True
+            return RunResult.of(inner.load(run_id).state, None, plan_of(agent).output_spec), True
     finally:
         agent.checkpointer = saved
 

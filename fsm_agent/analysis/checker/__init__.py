@@ -33,10 +33,10 @@ from __future__ import annotations
 import time
 
 from ...machine.agent_machine import AgentMachine, default_machine
-from ...machine.table import TERMINAL, Outcome, State, StopReason
+from ...machine.table import TERMINAL, Outcome, StopReason
 from ...policy import Policy
-from ..bounds import bounds
-from .environment import DETOURS, _env
+from ..bounds import Bounds, bounds
+from .environment import DETOURS, _Env, _env
 from .explore import (
     _budget_failures,
     _coverage,
@@ -46,7 +46,7 @@ from .explore import (
     _totals,
     replay,
 )
-from .graph import _longest, _sccs, _targets
+from .graph import _Graph, _longest, _sccs, _targets
 from .report import CheckReport, CheckVerdict, Failure, FailureKind, PathMove
 
 __all__ = [
@@ -91,7 +91,6 @@ def check(
     started = time.perf_counter()
     policy = policy if policy is not None else Policy()
     env = _env(machine, policy, verification, stop_conditions, models, output_validation)
-    limits = env.limits
     computed = bounds(
         policy,
         verification=verification or output_validation,
@@ -101,63 +100,19 @@ def check(
     graph = _explore(machine, env, track_calls=env.max_requests is not None, max_states=max_states)
     failures = _missing_row_failures(graph)
     if not graph.complete:
-        failures.append(
-            Failure(
-                FailureKind.STATE_LIMIT,
-                f"stopped after {max_states:,} abstract states; the path reaches the search "
-                "frontier (raise max_states, or look for a counter that grows without limit)",
-                tuple(graph.path_to(len(graph.keys) - 1)),
-            )
-        )
-    full = _sccs(_targets(graph, within_run=False))
-    cycle = _cycle(graph, full, computed)
-    longest: tuple[PathMove, ...] = ()
-    longest_calls: int | None = None
-    if cycle is not None:
-        failures.append(cycle)
-    else:
-        component, components = full
-        # most calls; among those, most tool turns, then fewest detours: a readable worst run
-        path = _longest(
-            graph,
-            component,
-            components,
-            lambda e: (e[3] << 40) + ((e[0] is On.TOOL_CALLS) << 20) - (e[0] in DETOURS),
-        )
-        calls = _totals(path, env, machine, tool_turns=False)
-        longest, longest_calls = tuple(path), calls[-1] if calls else 0
-        turns_path = _longest(graph, component, components, lambda e: e[0] is On.TOOL_CALLS)
-        turns = _totals(turns_path, env, machine, tool_turns=True)
-        for name, totals, bound, worst_path in (
-            ("model calls", calls, computed.max_model_calls, path),
-            ("tool turns", turns, computed.max_tool_turns, turns_path),
-        ):
-            if bound is not None and totals and totals[-1] > bound:
-                first = next(i for i, total in enumerate(totals) if total > bound)
-                failures.append(
-                    Failure(
-                        FailureKind.BOUND_EXCEEDED,
-                        f"a run makes {totals[-1]} {name}; the bound is {bound}",
-                        tuple(worst_path[: first + 1]),
-                    )
-                )
-    disabled_states: tuple[State, ...] = ()
-    disabled_rows: tuple[int, ...] = ()
-    if graph.complete:
-        coverage, disabled_states, disabled_rows = _coverage(graph, machine, max_states)
-        failures.extend(coverage)
-    if model_call_budget is not None and (
-        longest_calls is None or longest_calls > model_call_budget
-    ):
+        failures.append(_frontier_failure(graph, max_states))
+    longest, longest_calls, found = _ends_within_bounds(graph, env, machine, computed)
+    failures.extend(found)
+    coverage, disabled_states, disabled_rows = (
+        _coverage(graph, machine, max_states) if graph.complete else ([], (), ())
+    )
+    failures.extend(coverage)
+    if model_call_budget is not None and not _within(longest_calls, model_call_budget):
         failures.extend(_budget_failures(machine, env, model_call_budget, max_states))
-    if any(f.kind is not FailureKind.STATE_LIMIT for f in failures):
-        verdict = CheckVerdict.VIOLATED
-    else:
-        verdict = CheckVerdict.INCONCLUSIVE if failures else CheckVerdict.PROVEN
     return CheckReport(
-        verdict=verdict,
+        verdict=_verdict(failures),
         policy=policy,
-        limits=limits,
+        limits=env.limits,
         bounds=computed,
         states_explored=len(graph.keys),
         moves_explored=sum(map(len, graph.edges)),
@@ -167,9 +122,74 @@ def check(
         failures=tuple(failures),
         disabled_states=disabled_states,
         disabled_rows=disabled_rows,
-        stop_reasons=tuple(
-            r for r in StopReason if any(k[2] is r for k in graph.keys if k[0] in TERMINAL)
-        ),
+        stop_reasons=_stop_reasons(graph),
         elapsed_s=time.perf_counter() - started,
         machine=machine,
     )
+
+
+def _frontier_failure(graph: _Graph, max_states: int) -> Failure:
+    """The failure of a search stopped at ``max_states``: the path to its frontier."""
+    return Failure(
+        FailureKind.STATE_LIMIT,
+        f"stopped after {max_states:,} abstract states; the path reaches the search "
+        "frontier (raise max_states, or look for a counter that grows without limit)",
+        tuple(graph.path_to(len(graph.keys) - 1)),
+    )
+
+
+def _ends_within_bounds(
+    graph: _Graph, env: _Env, machine: AgentMachine, computed: Bounds
+) -> tuple[tuple[PathMove, ...], int | None, list[Failure]]:
+    """Claims 1 and 2: the run with the most model calls, its call count, and the failures
+    found: a cycle that avoids ``suspended`` (then no longest run), else each bound (model
+    calls, tool turns) that the worst run for it exceeds."""
+    full = _sccs(_targets(graph, within_run=False))
+    cycle = _cycle(graph, full, computed)
+    if cycle is not None:
+        return (), None, [cycle]
+    component, components = full
+    # most calls; among those, most tool turns, then fewest detours: a readable worst run
+    path = _longest(
+        graph,
+        component,
+        components,
+        lambda e: (e[3] << 40) + ((e[0] is On.TOOL_CALLS) << 20) - (e[0] in DETOURS),
+    )
+    calls = _totals(path, env, machine, tool_turns=False)
+    turns_path = _longest(graph, component, components, lambda e: e[0] is On.TOOL_CALLS)
+    turns = _totals(turns_path, env, machine, tool_turns=True)
+    failures: list[Failure] = []
+    for name, totals, bound, worst_path in (
+        ("model calls", calls, computed.max_model_calls, path),
+        ("tool turns", turns, computed.max_tool_turns, turns_path),
+    ):
+        if bound is not None and totals and totals[-1] > bound:
+            first = next(i for i, total in enumerate(totals) if total > bound)
+            failures.append(
+                Failure(
+                    FailureKind.BOUND_EXCEEDED,
+                    f"a run makes {totals[-1]} {name}; the bound is {bound}",
+                    tuple(worst_path[: first + 1]),
+                )
+            )
+    return tuple(path), calls[-1] if calls else 0, failures
+
+
+def _within(longest_calls: int | None, budget: int) -> bool:
+    """The budget claim: the run with the most model calls makes at most ``budget`` (unknown
+    when a cycle left no longest run)."""
+    return longest_calls is not None and longest_calls <= budget
+
+
+def _stop_reasons(graph: _Graph) -> tuple[StopReason, ...]:
+    """The stop reasons some run ends with."""
+    ended = {k[2] for k in graph.keys if k[0] in TERMINAL}
+    return tuple(r for r in StopReason if r in ended)
+
+
+def _verdict(failures: list[Failure]) -> CheckVerdict:
+    """Violated by any failure but the search's limit; inconclusive by that one alone."""
+    if any(f.kind is not FailureKind.STATE_LIMIT for f in failures):
+        return CheckVerdict.VIOLATED
+    return CheckVerdict.INCONCLUSIVE if failures else CheckVerdict.PROVEN

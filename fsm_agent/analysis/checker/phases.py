@@ -110,56 +110,13 @@ def check_phases(
 def _explore(
     phases: Phases, max_steps: int, max_states: int, kept: frozenset[str], reads: set[str]
 ) -> PhaseCheck:
-    names = [p.name for p in phases.phases]
-    index = {name: i for i, name in enumerate(names)}
-    track_visits = "visits" in kept
-    track_turns = "phase_steps" in kept
-    caps = {p.name: p.max_steps or 0 for p in phases.phases}  # a visit's turns, untracked
-
-    def entered(visits: tuple[int, ...], phase: str) -> tuple[int, ...]:
-        if not track_visits:
-            return visits
-        bumped = list(visits)
-        bumped[index[phase]] += 1
-        return tuple(bumped)
-
-    def view(steps: int, turns: int, visits: tuple[int, ...]) -> PhaseView:
-        return _Probe(steps, turns, {n: visits[i] for i, n in enumerate(names) if visits[i]}, reads)
-
-    start: _Node = (phases.initial, 0, 0, entered(tuple(0 for _ in names), phases.initial))
+    search = _Search(phases, max_steps, kept, reads)
+    start = search.entered_node(phases.initial, 0, tuple(0 for _ in phases.phases))
     seen = {start}
-    first_entry = dict.fromkeys(names, max_steps)  # the earliest step each phase is entered
-    goals_reachable = dict.fromkeys(sorted(phases.goals), False)
     queue = deque([start])
     complete = True
-    opened: set[int] = set()  # the transitions whose guard held at some reachable view
-    most = 0  # the most turns a run has taken
     while queue:
-        node = queue.popleft()
-        phase, steps, turns, visits = node
-        if turns == 0:
-            first_entry[phase] = min(first_entry[phase], steps)
-        declared = phases.by_name[phase]
-        nexts: list[_Node] = []
-        if declared.max_steps is not None and turns >= declared.max_steps:
-            if declared.on_budget is not None:  # the budget move, before the next turn
-                dest = declared.on_budget
-                nexts.append((dest, steps, 0, entered(visits, dest)))
-            # else: the run stops here (phase_budget), not in a goal
-        elif steps < max_steps:
-            if phase in goals_reachable:
-                goals_reachable[phase] = True  # this turn may be the answer
-            after = steps + 1
-            most = max(most, after)
-            stayed = turns + 1 if track_turns else min(turns + 1, caps[phase])
-            if after < max_steps:
-                nexts.append((phase, after, stayed, visits))  # tools, same phase
-            seen_by_guards = view(after, turns + 1, visits)
-            for i, t in enumerate(phases.transitions):
-                if t.source == phase and _guard_holds(t.guard, seen_by_guards):
-                    opened.add(i)
-                    nexts.append((t.dest, after, 0, entered(visits, t.dest)))
-        for nxt in nexts:
+        for nxt in search.successors(queue.popleft()):
             if nxt not in seen:
                 if len(seen) >= max_states:
                     complete = False
@@ -168,22 +125,89 @@ def _explore(
                 queue.append(nxt)
     per_phase = {
         p.name: 0
-        if first_entry[p.name] >= max_steps
-        else min(p.max_steps or max_steps, max_steps - first_entry[p.name])
+        if search.first_entry[p.name] >= max_steps
+        else min(p.max_steps or max_steps, max_steps - search.first_entry[p.name])
         for p in phases.phases
     }
-    stuck_path, lasso = _cut_off(phases, opened) if complete else ((), ())
+    stuck_path, lasso = _cut_off(phases, search.opened) if complete else ((), ())
     return PhaseCheck(
         max_steps=max_steps,
         states=len(seen),
         complete=complete,
         per_phase=per_phase,
         budgets={p.name: p.max_steps for p in phases.phases},
-        goals_reachable=goals_reachable,
+        goals_reachable=search.goals_reachable,
         stuck_path=stuck_path,
         lasso=lasso,
-        max_turns=most,
+        max_turns=search.most,
     )
+
+
+class _Search:
+    """One search's moves from a node, and what it learns on the way: the earliest step each
+    phase is entered, the goals a run may end in, the transitions whose guard held at some
+    reachable view, the most turns a run has taken."""
+
+    def __init__(
+        self, phases: Phases, max_steps: int, kept: frozenset[str], reads: set[str]
+    ) -> None:
+        self.phases = phases
+        self.max_steps = max_steps
+        self.reads = reads
+        self.names = [p.name for p in phases.phases]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.track_visits = "visits" in kept
+        self.track_turns = "phase_steps" in kept
+        self.caps = {p.name: p.max_steps or 0 for p in phases.phases}  # a visit's turns, untracked
+        self.first_entry = dict.fromkeys(self.names, max_steps)
+        self.goals_reachable = dict.fromkeys(sorted(phases.goals), False)
+        self.opened: set[int] = set()
+        self.most = 0
+
+    def entered_node(self, phase: str, steps: int, visits: tuple[int, ...]) -> _Node:
+        """The node of entering ``phase`` after ``steps`` steps (its visit counted if tracked)."""
+        if self.track_visits:
+            bumped = list(visits)
+            bumped[self.index[phase]] += 1
+            visits = tuple(bumped)
+        return (phase, steps, 0, visits)
+
+    def successors(self, node: _Node) -> list[_Node]:
+        """The nodes one move from ``node``: the budget move when the visit's budget is spent,
+        else (within the step bound) a turn that stays or takes each transition it opens."""
+        phase, steps, turns, visits = node
+        if turns == 0:
+            self.first_entry[phase] = min(self.first_entry[phase], steps)
+        declared = self.phases.by_name[phase]
+        if declared.max_steps is not None and turns >= declared.max_steps:
+            if declared.on_budget is not None:  # the budget move, before the next turn
+                return [self.entered_node(declared.on_budget, steps, visits)]
+            return []  # the run stops here (phase_budget), not in a goal
+        if steps >= self.max_steps:
+            return []
+        return self._turn(phase, steps, turns, visits)
+
+    def _turn(self, phase: str, steps: int, turns: int, visits: tuple[int, ...]) -> list[_Node]:
+        """The nodes after one more model turn in ``phase``."""
+        if phase in self.goals_reachable:
+            self.goals_reachable[phase] = True  # this turn may be the answer
+        after = steps + 1
+        self.most = max(self.most, after)
+        stayed = turns + 1 if self.track_turns else min(turns + 1, self.caps[phase])
+        nexts: list[_Node] = []
+        if after < self.max_steps:
+            nexts.append((phase, after, stayed, visits))  # tools, same phase
+        seen_by_guards = _Probe(
+            after,
+            turns + 1,
+            {n: visits[i] for i, n in enumerate(self.names) if visits[i]},
+            self.reads,
+        )
+        for i, t in enumerate(self.phases.transitions):
+            if t.source == phase and _guard_holds(t.guard, seen_by_guards):
+                self.opened.add(i)
+                nexts.append(self.entered_node(t.dest, after, visits))
+        return nexts
 
 
 def _cut_off(phases: Phases, opened: set[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
