@@ -62,11 +62,13 @@ def _model(client: httpx.AsyncClient, base_url: str = "http://local.test/v1") ->
         '<tool_call>\n{"name": "add", "arguments": {"a": 17, "b": 58}}\n</tool_call>',
         '{"function": {"name": "add", "arguments": "{\\"a\\": 17, \\"b\\": 58}"}}',
         '[{"name": "add", "parameters": {"a": 17, "b": 58}}]',
+        '{{"name": "add", "arguments": {"a": 17, "b": 58}}}}',
     ],
 )
 def test_a_call_written_bare_fenced_or_tagged_is_read(text: str) -> None:
-    """Bare JSON, a code fence, <tool_call> tags, the nested and the string-arguments forms all
-    give one call of the declared tool, and nothing of the call is left as text."""
+    """Bare JSON, a code fence, <tool_call> tags, the nested, string-arguments and list forms,
+    and doubled braces all give one call of the declared tool, and nothing of the call is left
+    as text."""
     calls, rest = read_text_calls(text, ADD)
     assert [(c.name, c.arguments) for c in calls] == [("add", {"a": 17, "b": 58})]
     assert rest == ""

@@ -103,7 +103,9 @@ def read_text_calls(text: str, declared: frozenset[str]) -> tuple[list[ToolCall]
     if not calls:
         return [], text
     kept.append(text[position:])
-    return calls, _WRAPPING.sub("", "".join(kept)).strip()
+    rest = _WRAPPING.sub("", "".join(kept)).strip()
+    # Stray braces around a call (some templates show the format as {{"name": ...}}) are not text.
+    return calls, "" if not rest.strip("{}[] \n") else rest
 
 
 def _recovered(response: ModelResponse, request: ModelRequest) -> ModelResponse:
