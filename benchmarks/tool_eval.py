@@ -42,9 +42,11 @@ import datetime
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -57,6 +59,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tool_eval_report import complete_lines
 from tool_tasks import TASKS, Ledger, Split, Task, answer_matches, tools_for
 
 from fsm_agent import Agent, ModelSettings, Policy, RetryPolicy, RunState, StopReason, Verdict
@@ -68,12 +71,12 @@ from fsm_agent.providers.text_calls import TextToolCalls, is_recovered
 
 SYSTEM_PROMPT = (
     "You answer questions about a made-up company. You know none of its facts: use the tools "
-    "for every fact and every calculation, never guess. Call one tool at a time. Each result "
-    "comes back in <tool_response> tags; never repeat a call. As soon as the results answer the "
-    "question, reply with the answer in one short sentence, without a tool call."
+    "for every fact and every calculation, never guess. Call one tool at a time, and never "
+    "repeat a call. As soon as the tool results answer the question, reply with the answer in "
+    "one short sentence, without a tool call."
 )
-MAX_TOKENS = 128
-MAX_STEPS = 6
+MAX_TOKENS = 96
+MAX_STEPS = 5
 MAX_TOOL_CALLS = 8
 GATHER_STEPS = 4
 SEED = 0
@@ -118,6 +121,7 @@ def build_agent(model: Model, config: Config, ledger: Ledger) -> Agent[None, str
         max_continuations=0,
         max_tool_calls=MAX_TOOL_CALLS,
         retry=RetryPolicy(max_retries=1),
+        summarize_on_max_steps=False,  # a run out of steps failed: no extra call to say so
         require_done_tool=done,
         parallel_tool_calls=False,
     )
@@ -221,9 +225,7 @@ def done_keys(path: Path, model_sha256: str) -> set[tuple[str, str, int]]:
     keys: set[tuple[str, str, int]] = set()
     if not path.exists():
         return keys
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
+    for line in complete_lines(path):
         record = json.loads(line)
         if record.get("kind") == "run" and record.get("model_sha256") == model_sha256:
             keys.add((record["task"], record["config"], record["seed"]))
@@ -233,6 +235,9 @@ def done_keys(path: Path, model_sha256: str) -> set[tuple[str, str, int]]:
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append ``record`` as one JSON line and flush it to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and (text := path.read_bytes()) and not text.endswith(b"\n"):
+        # A line cut off by a killed run is dropped, not continued.
+        path.write_bytes(text[: text.rfind(b"\n") + 1])
     with path.open("a", encoding="utf-8") as sink:
         sink.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
         sink.flush()
@@ -279,6 +284,7 @@ async def evaluate(
             "server_version": server.server_version,
             "chat_template": server.chat_template,
             "chat_template_sha256": _sha256_text(server.chat_template),
+            "system_prompt": SYSTEM_PROMPT,
             "seeds": list(seeds),
             "temperature": 0,
             "max_tokens": MAX_TOKENS,
@@ -342,8 +348,6 @@ def describe_server(base_url: str, model: str, model_file: Path | None) -> Serve
 # -- llama.cpp's server from the xllamacpp wheel ---------------------------------------------
 def serve(port: int, model_file: str, alias: str, threads: int) -> None:
     """Run llama.cpp's server on 127.0.0.1:``port`` with the GGUF's own chat template."""
-    import signal
-
     import xllamacpp
 
     params = xllamacpp.CommonParams()
@@ -352,9 +356,12 @@ def serve(port: int, model_file: str, alias: str, threads: int) -> None:
     params.use_jinja = True  # the template's tool section, and its call parser when it has one
     params.hostnames = ["127.0.0.1"]
     params.port = port
-    params.n_ctx = 4096
+    # Two slots of 4096 tokens: requests go one at a time, and the slot whose cached prompt
+    # shares the longest prefix takes each, so the prompt with the tools and the one without
+    # (a phase without tools) each keep their own cache.
+    params.n_ctx = 8192
     params.n_predict = MAX_TOKENS
-    params.n_parallel = 1
+    params.n_parallel = 2
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     stop = threading.Event()
@@ -403,6 +410,20 @@ def started_server(model_file: Path, alias: str, threads: int, log: Path) -> Ite
             proc.kill()
 
 
+def local_model(
+    base_url: str,
+    name: str,
+    client: httpx.AsyncClient,
+    reader: bool = True,
+    api_key: str | None = None,
+) -> Model:
+    """The model on the server, with :class:`TextToolCalls` unless ``reader`` is false."""
+    provider = OpenAIChatModel(
+        name, base_url=base_url, api_key=api_key, client=client, timeouts=TIMEOUTS, env={}
+    )
+    return TextToolCalls(provider) if reader else provider
+
+
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
@@ -416,7 +437,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", choices=["all", *Split], default="all")
     parser.add_argument("--tasks", default="", help="comma-separated task ids (default: all)")
     parser.add_argument("--seeds", default=str(SEED), help="comma-separated")
-    parser.add_argument("--threads", type=int, default=1, help="server threads (--serve)")
+    parser.add_argument("--threads", type=int, default=2, help="server threads (--serve)")
     parser.add_argument("--no-reader", action="store_true", help="no TextToolCalls wrapper")
     return parser.parse_args(argv)
 
@@ -424,6 +445,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the evaluation; 1 when a run exceeded its proven bound."""
     args = _arguments(argv)
+    # Stopped with SIGTERM, leave through the finally blocks: the server started is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tasks = [t for t in TASKS if args.split in ("all", t.split)]
     if args.tasks:
         wanted = set(args.tasks.split(","))
@@ -435,16 +458,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         base_url = args.base_url
         if args.serve is not None:
             model_file = args.serve
-            log = args.results.with_suffix(".server.log")
+            log = Path(tempfile.gettempdir()) / f"{args.results.stem}.server.log"
+            print(f"server log: {log}", flush=True)
             base_url = stack.enter_context(
                 started_server(args.serve, args.model, args.threads, log)
             )
         server = describe_server(base_url, args.model, model_file)
-        provider = OpenAIChatModel(
-            args.model, base_url=base_url, api_key=args.api_key, timeouts=TIMEOUTS, env={}
-        )
-        model: Model = provider if args.no_reader else TextToolCalls(provider)
-        over = asyncio.run(evaluate(model, server, args.results, tasks, configs, seeds))
+        reader = not args.no_reader
+
+        async def on_server() -> int:
+            async with httpx.AsyncClient() as client:
+                model = local_model(base_url, args.model, client, reader, args.api_key)
+                return await evaluate(model, server, args.results, tasks, configs, seeds)
+
+        over = asyncio.run(on_server())
     if over:
         print(f"FAILED: {over} run(s) exceeded the bound agent.bounds() proves", file=sys.stderr)
     return 1 if over else 0

@@ -36,13 +36,17 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def complete_lines(path: Path) -> list[str]:
+    """The file's non-empty lines that end with a newline: a line being written is left out."""
+    *complete, _partial = path.read_text(encoding="utf-8").split("\n")
+    return [line for line in complete if line.strip()]
+
+
 def load(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The meta records and the runs of a results file (a run recorded twice counts once)."""
     metas: list[dict[str, Any]] = []
     runs: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
+    for line in complete_lines(path):
         record = json.loads(line)
         if record["kind"] == "meta":
             metas.append(record)
@@ -107,6 +111,14 @@ def model_table(metas: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]])
             chosen = [r for r in runs if r["config"] == config and r["split"] == split]
             if chosen:
                 lines.append(_row(config, label, chosen))
+    both = []
+    for config in CONFIGS:
+        chosen = [r for r in runs if r["config"] == config]
+        if chosen:
+            wins = sum(r["success"] for r in chosen)
+            low, high = wilson(wins, len(chosen))
+            both.append(f"{config} {wins}/{len(chosen)} ({low:.0%}–{high:.0%})")
+    lines += ["", f"Both halves together: {'; '.join(both)}."]
     return lines
 
 
@@ -132,9 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the page's block (or, with ``--check``, report whether it is current)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results folder")
     args = parser.parse_args(argv)
     page = PAGE.read_text(encoding="utf-8")
-    wanted = page_with(page, block(RESULTS.glob("tool_eval-*.jsonl")))
+    wanted = page_with(page, block(args.results.glob("tool_eval-*.jsonl")))
     if args.check:
         if wanted != page:
             print("docs/tool-eval.md is not what the results make: run tool_eval_report.py")

@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conftest_network import no_external_network  # noqa: F401
@@ -26,10 +27,8 @@ from conftest_network import no_external_network  # noqa: F401
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import tool_eval_report
-from tool_eval import TIMEOUTS, Config, describe_server, evaluate, started_server
+from tool_eval import Config, describe_server, evaluate, local_model, started_server
 from tool_tasks import TASKS
-
-from fsm_agent.providers import OpenAIChatModel, TextToolCalls
 
 pytestmark = pytest.mark.e2e
 
@@ -65,10 +64,9 @@ def test_a_short_evaluation_records_each_run_once_inside_its_bound(tmp_path: Pat
         assert server.server_version != "unknown" and server.chat_template
 
         async def main() -> int:
-            model = TextToolCalls(
-                OpenAIChatModel("smollm2", base_url=base_url, timeouts=TIMEOUTS, env={})
-            )
-            return await evaluate(model, server, results, tasks, configs, [0])
+            async with httpx.AsyncClient() as client:
+                model = local_model(base_url, "smollm2", client)
+                return await evaluate(model, server, results, tasks, configs, [0])
 
         assert asyncio.run(main()) == 0
         lines = [json.loads(line) for line in results.read_text().splitlines()]

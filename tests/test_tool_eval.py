@@ -93,6 +93,23 @@ def test_runs_are_recorded_once_each_and_a_second_start_skips_them(tmp_path: Pat
     ]
 
 
+def test_a_line_cut_off_by_a_killed_run_is_dropped_and_that_run_made_again(
+    tmp_path: Path,
+) -> None:
+    """A results file ending in half a line (the runner was killed while writing) resumes: the
+    finished run is skipped, the cut one is run again, and every line of the file is JSON."""
+    results = tmp_path / "results.jsonl"
+    finish = [tool_call("lookup", {"name": "Quarnel lab"}), text("It is 7319.")]
+    asyncio.run(evaluate(ScriptedModel(finish), SERVER, results, [DOOR], [Config.PLAIN], [0]))
+    with results.open("a") as sink:
+        sink.write('{"kind": "run", "task": "dev-01", "config": "verif')
+    model = ScriptedModel(finish)
+    asyncio.run(evaluate(model, SERVER, results, [DOOR], [Config.PLAIN, Config.VERIFIER], [0]))
+    runs = [r for r in _records(results) if r["kind"] == "run"]
+    assert [(r["config"], r["success"]) for r in runs] == [("plain", True), ("verifier", True)]
+    assert len(model.requests) == 2  # only the verifier run was made
+
+
 def test_the_right_text_in_an_unverified_ending_is_not_a_success(tmp_path: Path) -> None:
     """The model answers the right number without calling a tool: the verifier rejects it
     until the run ends unverified, which the evaluation counts as a failure."""
