@@ -5,6 +5,7 @@ OpenAI-compatible server."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from fsm_agent import Agent, ConfigurationError, OpenAIChatModel, Policy, StopReason, tool
+from fsm_agent.cli.trace import Trace, labels
 from fsm_agent.events import (
     FinalEvent,
     ModelResponseEvent,
@@ -114,6 +116,14 @@ def test_under_mock_transport_a_run_executes_the_recovered_call_and_marks_it() -
     assert (ran.call_id, ran.tool_name, ran.args) == (call.id, "add", {"a": 17, "b": 58})
     (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
     assert (result.call_id, result.content, result.is_error) == (call.id, "75", False)
+    # The command line's trace says so before the call's line.
+    out = io.StringIO()
+    trace = Trace(out, labels(Policy(max_steps=4), verifier=False), stream_text=False)
+    for event in events:
+        trace.show(event)
+    shown = out.getvalue().splitlines()
+    said = shown.index("      model  wrote 1 tool call(s) as text, read by TextToolCalls")
+    assert said < shown.index("      tool   add(a=17, b=58)")
     # The call went back to the server as a structured call of the history.
     sent = handler.bodies[1]["messages"]
     assert sent[1]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a":17,"b":58}'}
