@@ -72,9 +72,10 @@ from fsm_agent.providers.text_calls import TextToolCalls, is_recovered
 SYSTEM_PROMPT = (
     "You answer questions about a made-up company. You know none of its facts: use the tools "
     "for every fact and every calculation, never guess. Call one tool at a time, and never "
-    "repeat a call. As soon as the tool results answer the question, reply with the answer in "
-    "one short sentence, without a tool call."
+    "repeat a call. As soon as the tool results answer the question, "
 )
+ANSWER_BY_TEXT = "reply with the answer in one short sentence, without a tool call."
+ANSWER_BY_DONE = "call done with the answer in one short sentence."
 MAX_TOKENS = 96
 MAX_STEPS = 5
 MAX_TOOL_CALLS = 8
@@ -133,7 +134,7 @@ def build_agent(model: Model, config: Config, ledger: Ledger) -> Agent[None, str
     return Agent(
         model,
         tools=tools_for(ledger, done=config is Config.ALL),
-        system_prompt=SYSTEM_PROMPT,
+        system_prompt=SYSTEM_PROMPT + (ANSWER_BY_DONE if done else ANSWER_BY_TEXT),
         policy=policy,
         verifier=grounded if config is Config.VERIFIER else None,
         phases=_phases() if config in (Config.PHASES, Config.ALL) else None,
@@ -284,7 +285,7 @@ async def evaluate(
             "server_version": server.server_version,
             "chat_template": server.chat_template,
             "chat_template_sha256": _sha256_text(server.chat_template),
-            "system_prompt": SYSTEM_PROMPT,
+            "system_prompt": [SYSTEM_PROMPT + ANSWER_BY_TEXT, SYSTEM_PROMPT + ANSWER_BY_DONE],
             "seeds": list(seeds),
             "temperature": 0,
             "max_tokens": MAX_TOKENS,
@@ -356,12 +357,12 @@ def serve(port: int, model_file: str, alias: str, threads: int) -> None:
     params.use_jinja = True  # the template's tool section, and its call parser when it has one
     params.hostnames = ["127.0.0.1"]
     params.port = port
-    # Two slots of 4096 tokens: requests go one at a time, and the slot whose cached prompt
-    # shares the longest prefix takes each, so the prompt with the tools and the one without
-    # (a phase without tools) each keep their own cache.
-    params.n_ctx = 8192
+    # Six slots of 4096 tokens: requests go one at a time, and the slot whose cached prompt
+    # shares the longest prefix takes each, so each configuration's system prompt (and each
+    # phase's) keeps its own cache.
+    params.n_ctx = 6 * 4096
     params.n_predict = MAX_TOKENS
-    params.n_parallel = 2
+    params.n_parallel = 6
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     stop = threading.Event()

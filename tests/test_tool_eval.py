@@ -133,3 +133,13 @@ def test_the_docs_table_is_what_the_committed_results_make() -> None:
     """docs/tool-eval.md's generated block equals the report rebuilt from
     benchmarks/results/."""
     assert tool_eval_report.main(["--check"]) == 0
+
+
+def test_the_docs_quote_the_system_prompt_the_program_sends() -> None:
+    """The prompt quoted in docs/tool-eval.md is, word for word, the one of the runs."""
+    from tool_eval import ANSWER_BY_DONE, ANSWER_BY_TEXT, SYSTEM_PROMPT
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tool-eval.md").read_text()
+    quoted = " ".join(line[2:] for line in page.splitlines() if line.startswith("> "))
+    assert quoted == SYSTEM_PROMPT + ANSWER_BY_TEXT
+    assert ANSWER_BY_DONE.removesuffix(".") in " ".join(page.split())
