@@ -38,8 +38,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -254,6 +256,7 @@ class Server:
     model_sha256: str
     server_version: str
     chat_template: str
+    server_package: str = ""  # the package the server came from, when this program started it
 
 
 async def evaluate(
@@ -283,6 +286,7 @@ async def evaluate(
             "model_file": server.model_file,
             "model_sha256": server.model_sha256,
             "server_version": server.server_version,
+            "server_package": server.server_package,
             "chat_template": server.chat_template,
             "chat_template_sha256": _sha256_text(server.chat_template),
             "system_prompt": [SYSTEM_PROMPT + ANSWER_BY_TEXT, SYSTEM_PROMPT + ANSWER_BY_DONE],
@@ -465,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started_server(args.serve, args.model, args.threads, log)
             )
         server = describe_server(base_url, args.model, model_file)
+        if args.serve is not None:
+            package = f"xllamacpp {importlib.metadata.version('xllamacpp')}"
+            server = dataclasses.replace(server, server_package=package)
         reader = not args.no_reader
 
         async def on_server() -> int:

@@ -91,11 +91,14 @@ def model_table(metas: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]])
     over = sum(not r["within_bound"] for r in runs)
     tasks = len({r["task"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
+    packages = sorted({p for m in metas if (p := m.get("server_package"))})
     lines = [
         f"### {first['model_file'] or first['model']}",
         "",
         f"- model file sha256: `{first['model_sha256']}`",
-        f"- server: llama.cpp `{first['server_version']}`; chat template: the model's own "
+        f"- server: llama.cpp `{first['server_version']}`"
+        + "".join(f" from `{p}`" for p in packages)
+        + "; chat template: the model's own "
         f"(sha256 `{first['chat_template_sha256'][:16]}…`)",
         f"- {len(runs)} runs: {tasks} tasks, seeds {', '.join(map(str, seeds))} (temperature 0), "
         f"run {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else ""),
