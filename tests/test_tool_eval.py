@@ -143,3 +143,31 @@ def test_the_docs_quote_the_system_prompt_the_program_sends() -> None:
     quoted = " ".join(line[2:] for line in page.splitlines() if line.startswith("> "))
     assert quoted == SYSTEM_PROMPT + ANSWER_BY_TEXT
     assert ANSWER_BY_DONE.removesuffix(".") in " ".join(page.split())
+
+
+def test_a_run_above_its_proven_bound_fails_the_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Were a run to make more model calls than ``agent.bounds()`` states (here the stated bound
+    is lowered to 1 for a run of 2 calls), its line says so and the evaluation counts it, which
+    makes the program exit 1."""
+    import dataclasses
+
+    import tool_eval
+
+    built = tool_eval.build_agent
+
+    def lowered(*args: object, **kwargs: object) -> object:
+        agent = built(*args, **kwargs)  # type: ignore[arg-type]
+        true_bounds = agent.bounds()
+        monkeypatch.setattr(
+            agent, "bounds", lambda: dataclasses.replace(true_bounds, max_model_calls=1)
+        )
+        return agent
+
+    monkeypatch.setattr(tool_eval, "build_agent", lowered)
+    results = tmp_path / "results.jsonl"
+    model = ScriptedModel([tool_call("lookup", {"name": "Quarnel lab"}), text("It is 7319.")])
+    assert asyncio.run(evaluate(model, SERVER, results, [DOOR], [Config.PLAIN], [0])) == 1
+    run = _records(results)[-1]
+    assert (run["model_calls"], run["bound_model_calls"], run["within_bound"]) == (2, 1, False)
