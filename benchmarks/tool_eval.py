@@ -114,8 +114,9 @@ def _phases() -> Phases:
     )
 
 
-def build_agent(model: Model, config: Config, ledger: Ledger) -> Agent[None, str]:
-    """The agent of one run in ``config``, its tools recording into ``ledger``."""
+def build_agent(model: Model, config: Config, ledger: Ledger, seed: int = SEED) -> Agent[None, str]:
+    """The agent of one run in ``config``, its tools recording into ``ledger``, its requests
+    carrying ``seed``."""
     done = config in (Config.DONE, Config.ALL)
     policy = Policy(
         max_steps=MAX_STEPS,
@@ -140,7 +141,7 @@ def build_agent(model: Model, config: Config, ledger: Ledger) -> Agent[None, str
         policy=policy,
         verifier=grounded if config is Config.VERIFIER else None,
         phases=_phases() if config in (Config.PHASES, Config.ALL) else None,
-        model_settings=ModelSettings(max_tokens=MAX_TOKENS, temperature=0, seed=SEED),
+        model_settings=ModelSettings(max_tokens=MAX_TOKENS, temperature=0, seed=seed),
     )
 
 
@@ -177,7 +178,7 @@ def _call_turns(run_state: RunState | None) -> tuple[int, int]:
 async def run_one(model: Model, task: Task, config: Config, seed: int) -> dict[str, Any]:
     """Run ``task`` in ``config`` once and describe the run as one results record."""
     ledger = Ledger()
-    agent = build_agent(model, config, ledger)
+    agent = build_agent(model, config, ledger, seed)
     bounds = agent.bounds()
     started = time.perf_counter()
     result = await agent.run(task.prompt)

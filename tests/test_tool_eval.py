@@ -85,6 +85,7 @@ def test_runs_are_recorded_once_each_and_a_second_start_skips_them(tmp_path: Pat
         assert run["model_sha256"] == SERVER.model_sha256
     again = ScriptedModel([])
     asyncio.run(evaluate(again, SERVER, results, [DOOR], [Config.PLAIN, Config.DONE], [0]))
+    assert {r.seed for r in model.requests} == {0}
     assert again.requests == [] and [r["kind"] for r in _records(results)] == [
         "meta",
         "run",
@@ -115,7 +116,8 @@ def test_the_right_text_in_an_unverified_ending_is_not_a_success(tmp_path: Path)
     until the run ends unverified, which the evaluation counts as a failure."""
     results = tmp_path / "results.jsonl"
     model = ScriptedModel([text("The door code is 7319.")] * 3)
-    asyncio.run(evaluate(model, SERVER, results, [DOOR], [Config.VERIFIER], [0]))
+    asyncio.run(evaluate(model, SERVER, results, [DOOR], [Config.VERIFIER], [7]))
+    assert {r.seed for r in model.requests} == {7}  # the run's seed goes to the server
     run = _records(results)[-1]
     assert (run["stop_reason"], run["right_answer"], run["success"]) == ("unverified", True, False)
 
