@@ -121,7 +121,24 @@ def model_table(metas: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]])
             wins = sum(r["success"] for r in chosen)
             low, high = wilson(wins, len(chosen))
             both.append(f"{config} {wins}/{len(chosen)} ({low:.0%}–{high:.0%})")
-    lines += ["", f"Both halves together: {'; '.join(both)}."]
+    lines += ["", f"Both halves together: {'; '.join(both)}.", "", *_by_kind(runs)]
+    return lines
+
+
+def _by_kind(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Successes per kind of task (both halves) and configuration."""
+    configs = [c for c in CONFIGS if any(r["config"] == c for r in runs)]
+    kinds = list(dict.fromkeys(r["task_kind"] for r in runs))
+    lines = [
+        "| kind of task | " + " | ".join(configs) + " |",
+        "|---|" + "---|" * len(configs),
+    ]
+    for kind in kinds:
+        cells = []
+        for config in configs:
+            chosen = [r for r in runs if r["task_kind"] == kind and r["config"] == config]
+            cells.append(f"{sum(r['success'] for r in chosen)}/{len(chosen)}" if chosen else "–")
+        lines.append(f"| {kind.replace('_', ' ')} | " + " | ".join(cells) + " |")
     return lines
 
 
