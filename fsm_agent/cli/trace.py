@@ -17,6 +17,7 @@ from ..run.events import (
     FinalEvent,
     HookErrorEvent,
     ModelRequestEvent,
+    ModelResponseEvent,
     ModelSwitchedEvent,
     RetryingEvent,
     StateChangedEvent,
@@ -66,6 +67,13 @@ def _call(event: ToolCallEvent) -> str:
     return f"{event.tool_name}({args})"
 
 
+def _read_from_text(event: ModelResponseEvent) -> int:
+    """The calls of the response that ``TextToolCalls`` read from its text (its mark, checked
+    here without importing the providers into the command line's start)."""
+    calls = event.response.message.tool_calls
+    return sum((c.provider_data or {}).get("recovered_from") == "text" for c in calls)
+
+
 def _short(value: str, limit: int = 100) -> str:
     flat = " ".join(value.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -98,6 +106,9 @@ class Trace:
                 self.out.flush()
             case TextEvent() if not self.streamed:
                 line = f"      model  {_short(event.text)}"
+            case ModelResponseEvent() if read := _read_from_text(event):
+                self._end_stream()
+                line = f"      model  wrote {read} tool call(s) as text, read by TextToolCalls"
             case ToolCallEvent():
                 self._end_stream()
                 line = f"      tool   {_call(event)}"

@@ -10,7 +10,7 @@ boundary), ``_http`` (requests, status and transport error mapping, content-type
 ``_redact`` (the one redaction step), ``_sse`` (the event-stream decoder), ``_assembly`` (wire
 JSON to neutral parts), then one module per wire format: ``openai``, ``openai_responses``,
 ``anthropic``, ``gemini``;
-``fallback`` chains models of any kind.
+``fallback`` chains models of any kind; ``text_calls`` reads tool calls a model wrote as text.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .fallback import DEFAULT_FALLBACK_ON, FallbackModel
 from .gemini import GeminiModel
 from .openai import OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel
+from .text_calls import TextToolCalls
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
@@ -42,6 +43,7 @@ __all__ = [
     "ProviderModel",
     "SSEDecoder",
     "ServerSentEvent",
+    "TextToolCalls",
     "Timeouts",
     "infer_model",
     "parse_retry_after",
