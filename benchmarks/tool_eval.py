@@ -65,11 +65,11 @@ from tool_eval_report import complete_lines
 from tool_tasks import TASKS, Ledger, Split, Task, answer_matches, tools_for
 
 from fsm_agent import Agent, ModelSettings, Policy, RetryPolicy, RunState, StopReason, Verdict
-from fsm_agent.messages import Role
 from fsm_agent.models import Model
 from fsm_agent.phases import Phase, Phases
 from fsm_agent.providers import OpenAIChatModel, Timeouts
 from fsm_agent.providers.text_calls import TextToolCalls, is_recovered
+from fsm_agent.values.messages import Role
 
 SYSTEM_PROMPT = (
     "You answer questions about a made-up company. You know none of its facts: use the tools "

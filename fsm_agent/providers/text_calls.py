@@ -20,7 +20,8 @@ from dataclasses import replace
 from pydantic import JsonValue
 
 from ..errors import ConfigurationError
-from ..messages import (
+from ..models import Model
+from ..values.messages import (
     FinishReason,
     Message,
     ModelRequest,
@@ -30,7 +31,6 @@ from ..messages import (
     TextPart,
     ToolCall,
 )
-from ..models import Model
 from .fallback import stream_of
 
 __all__ = ["RECOVERED_KEY", "TextToolCalls", "is_recovered", "read_text_calls"]

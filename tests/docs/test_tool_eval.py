@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import tool_eval_report
 from tool_eval import Config, Server, evaluate
@@ -141,7 +141,7 @@ def test_the_docs_quote_the_system_prompt_the_program_sends() -> None:
     """The prompt quoted in docs/tool-eval.md is, word for word, the one of the runs."""
     from tool_eval import ANSWER_BY_DONE, ANSWER_BY_TEXT, SYSTEM_PROMPT
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "tool-eval.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tool-eval.md").read_text()
     quoted = " ".join(line[2:] for line in page.splitlines() if line.startswith("> "))
     assert quoted == SYSTEM_PROMPT + ANSWER_BY_TEXT
     assert ANSWER_BY_DONE.removesuffix(".") in " ".join(page.split())

@@ -24,7 +24,7 @@ import pytest
 
 from conftest_network import no_external_network  # noqa: F401
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import tool_eval_report
 from tool_eval import Config, describe_server, evaluate, local_model, started_server
