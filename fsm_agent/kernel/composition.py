@@ -49,7 +49,7 @@ from .handoffs import declared_graph, graph_agents
 from .progress import Handed
 from .run import RunHandle, RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
-from .states.calling import model_name
+from .states.model_call import model_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
