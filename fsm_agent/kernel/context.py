@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Generator, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Interrupted
@@ -26,7 +25,6 @@ from ..messages import (
     ToolResult,
     Usage,
 )
-from ..policy import Policy, ToolFailureMode
 from ..run_state import RunState
 
 if TYPE_CHECKING:
@@ -41,7 +39,6 @@ __all__ = [
     "ONE_REQUEST",
     "Emitted",
     "Interrupted",
-    "LoopSettings",
     "RunContext",
     "maybe_await",
     "tool_message",
@@ -57,43 +54,6 @@ async def maybe_await(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class LoopSettings:
-    """The policy values the loop reads on every step, copied out of the policy once per
-    agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs
-    several times a slot read."""
-
-    parallel_tool_calls: bool
-    max_tool_calls: int | None
-    tool_timeout_s: float
-    fail_fast: bool  # tool_failure_mode is "fail"
-    keep_recent_outputs: int | None  # tool outputs kept whole; older ones are trimmed
-    old_output_max_chars: int
-    max_output_chars: int | None  # a tool result is cut above this
-    compact_above: int | None  # the context size that starts a compaction (tokens)
-    max_messages: int | None  # the message window
-    use_reported_usage: bool  # the provider's input count replaces the estimate
-
-    @classmethod
-    def of(cls, policy: Policy, context_window: int | None) -> LoopSettings:
-        """The settings of ``policy`` for a model with ``context_window`` tokens (``None``:
-        unknown, unless the policy names one)."""
-        compaction = policy.compaction
-        window = compaction.context_window or context_window
-        return cls(
-            parallel_tool_calls=policy.parallel_tool_calls,
-            max_tool_calls=policy.max_tool_calls,
-            tool_timeout_s=policy.tool_timeout_s,
-            fail_fast=policy.tool_failure_mode is ToolFailureMode.FAIL,
-            keep_recent_outputs=policy.tool_output.keep_recent,
-            old_output_max_chars=policy.tool_output.old_max_chars,
-            max_output_chars=policy.tool_output.max_chars,
-            compact_above=None if window is None else int(compaction.threshold * window),
-            max_messages=compaction.max_messages,
-            use_reported_usage=compaction.use_reported_usage,
-        )
 
 
 class Emitted:
