@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Generator, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import Interrupted
-from ..events import Event
+from ..events import ChildEvent, Event, ToolProgressEvent
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
 from ..messages import (
@@ -32,13 +32,14 @@ if TYPE_CHECKING:
     from ..persistence.run_log import RunLog
     from .agent import Agent, RunHandle
     from .plan import Plan
-    from .progress import Reports
     from .run import Runtime
 
 __all__ = [
     "ONE_REQUEST",
     "Emitted",
+    "Handed",
     "Interrupted",
+    "Reports",
     "RunContext",
     "maybe_await",
     "tool_message",
@@ -54,6 +55,18 @@ async def maybe_await(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+class Handed(NamedTuple):
+    """A child's event on its way to the listener; ``taken`` is set once it was handed out
+    (the child waits for it, so that it moves in step with the listener)."""
+
+    event: ChildEvent
+    taken: asyncio.Future[None]
+
+
+Reports = asyncio.Queue[ToolProgressEvent | Handed]
+"""The progress reports of a turn's running calls, and the events of the children they run."""
 
 
 class Emitted:

@@ -16,8 +16,7 @@ from ...events import Event, StepCompleteEvent, StepStartEvent, ToolCallEvent, T
 from ...messages import ToolCall, ToolResult
 from ...run_state import HumanRequest
 from ...tools import ToolExecution
-from ..context import RunContext
-from ..progress import Reports
+from ..context import Reports, RunContext
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
