@@ -3,6 +3,7 @@ machine, and the states' handlers that do the work.
 
 Read in order: :mod:`~fsm_agent.kernel.agent` (what a user builds and calls),
 :mod:`~fsm_agent.kernel.run` (a run's result, handle and runtime),
+:mod:`~fsm_agent.kernel.plan` (what a run reads of its agent, compiled once),
 :mod:`~fsm_agent.kernel.context` (what a run carries while it moves: interrupts, effects,
 emitted events), :mod:`~fsm_agent.kernel.driver` (each move in four layers: next outcome,
 decide, apply, publish; and the finalisation step that always runs),

@@ -42,14 +42,13 @@ from ..run.events import ChildEvent, Event
 from ..run.state import AgentUsage, RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import Message, Role, ToolCall, validate_history
-from .context import Emitted, RunContext
+from .context import Emitted, Handed, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
 from .handoffs import declared_graph, graph_agents
-from .progress import Handed
 from .run import RunHandle, RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
-from .states.calling import model_name
+from .states.model_call import model_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator

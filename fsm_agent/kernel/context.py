@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Generator, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import Interrupted
 from ..machine.agent_machine import Move
 from ..machine.table import Outcome
-from ..policy import Policy, ToolFailureMode
-from ..run.events import Event
+from ..run.events import ChildEvent, Event, ToolProgressEvent
 from ..run.state import RunState
 from ..values.messages import (
     Message,
@@ -34,14 +32,14 @@ if TYPE_CHECKING:
     from ..values.model_settings import ModelSettings
     from .agent import Agent, RunHandle
     from .plan import Plan
-    from .progress import Reports
     from .run import Runtime
 
 __all__ = [
     "ONE_REQUEST",
     "Emitted",
+    "Handed",
     "Interrupted",
-    "LoopSettings",
+    "Reports",
     "RunContext",
     "maybe_await",
     "tool_message",
@@ -59,41 +57,16 @@ async def maybe_await(value: T | Awaitable[T]) -> T:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class LoopSettings:
-    """The policy values the loop reads on every step, copied out of the policy once per
-    agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs
-    several times a slot read."""
+class Handed(NamedTuple):
+    """A child's event on its way to the listener; ``taken`` is set once it was handed out
+    (the child waits for it, so that it moves in step with the listener)."""
 
-    parallel_tool_calls: bool
-    max_tool_calls: int | None
-    tool_timeout_s: float
-    fail_fast: bool  # tool_failure_mode is "fail"
-    keep_recent_outputs: int | None  # tool outputs kept whole; older ones are trimmed
-    old_output_max_chars: int
-    max_output_chars: int | None  # a tool result is cut above this
-    compact_above: int | None  # the context size that starts a compaction (tokens)
-    max_messages: int | None  # the message window
-    use_reported_usage: bool  # the provider's input count replaces the estimate
+    event: ChildEvent
+    taken: asyncio.Future[None]
 
-    @classmethod
-    def of(cls, policy: Policy, context_window: int | None) -> LoopSettings:
-        """The settings of ``policy`` for a model with ``context_window`` tokens (``None``:
-        unknown, unless the policy names one)."""
-        compaction = policy.compaction
-        window = compaction.context_window or context_window
-        return cls(
-            parallel_tool_calls=policy.parallel_tool_calls,
-            max_tool_calls=policy.max_tool_calls,
-            tool_timeout_s=policy.tool_timeout_s,
-            fail_fast=policy.tool_failure_mode is ToolFailureMode.FAIL,
-            keep_recent_outputs=policy.tool_output.keep_recent,
-            old_output_max_chars=policy.tool_output.old_max_chars,
-            max_output_chars=policy.tool_output.max_chars,
-            compact_above=None if window is None else int(compaction.threshold * window),
-            max_messages=compaction.max_messages,
-            use_reported_usage=compaction.use_reported_usage,
-        )
+
+Reports = asyncio.Queue[ToolProgressEvent | Handed]
+"""The progress reports of a turn's running calls, and the events of the children they run."""
 
 
 class Emitted:

@@ -11,15 +11,47 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import DefinitionChangedError
 
 if TYPE_CHECKING:
-    from ..phases import Phase
-    from .plan import Plan
+    from ..phases import CompiledPhases, Phase
+    from ..policy import Policy
+    from ..run.output import OutputSpec
+    from ..tools import ToolRegistry
 
-__all__ = ["check_definition", "definition_fingerprint"]
+__all__ = ["Defined", "check_definition", "definition_fingerprint"]
+
+
+class Defined(Protocol):
+    """The parts of an agent's definition that its fingerprint reads (a compiled plan)."""
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools offered, through any adapter."""
+        ...
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt."""
+        ...
+
+    @property
+    def policy(self) -> Policy:
+        """The policy."""
+        ...
+
+    @property
+    def phases(self) -> CompiledPhases | None:
+        """The compiled phases, if any."""
+        ...
+
+    @property
+    def output_spec(self) -> OutputSpec | None:
+        """How answers are validated (``None``: text output)."""
+        ...
+
 
 PARTS = ("tools", "system_prompt", "policy", "phases", "output")
 """The parts of an agent's definition the fingerprint covers, in its order (``phases`` only
@@ -46,7 +78,7 @@ def _digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def definition_fingerprint(plan: Plan) -> str:
+def definition_fingerprint(plan: Defined) -> str:
     """``tools=…;system_prompt=…;policy=…``: a digest of each part of an agent's definition,
     read from its compiled plan."""
     tools = sorted(
@@ -84,7 +116,7 @@ def definition_fingerprint(plan: Plan) -> str:
     return ";".join(f"{name}={parts[name]}" for name in PARTS if name in parts)
 
 
-def _policy(plan: Plan) -> dict[str, object]:
+def _policy(plan: Defined) -> dict[str, object]:
     """The policy as the fingerprint sees it: ``max_handoffs`` only when it is set, so the
     fingerprints of the policies written before it stay as they were."""
     dumped = plan.policy.model_dump()

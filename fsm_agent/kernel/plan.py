@@ -22,21 +22,57 @@ from ..machine.guards import Limits
 from ..machine.table import LIMITS, Counter, Counters, Outcome, State
 from ..models import Model, ModelChain
 from ..phases import CompiledPhases, Phases
-from ..policy import Policy, limits_of
+from ..policy import Policy, ToolFailureMode, limits_of
 from ..run.output import ANSWER_TOOL, OutputSpec
 from ..run.state import RunState
 from ..tools import Tool, ToolRegistry, done_tool
 from ..tools.output import PAGER_NAME, pager_tool
 from ..values.messages import Message, OutputSchema, ToolDefinition
 from .checks import check_done_tool
-from .context import LoopSettings
 from .definition import definition_fingerprint
 from .handoffs import Handoff, by_tool_name, handoff_tools
 from .hooks import HookSet
 from .limits import usage_limited
 from .phasing import compile_phases, phase_stop_conditions
 
-__all__ = ["Plan", "Planned", "compile_plan", "plan_of"]
+__all__ = ["LoopSettings", "Plan", "Planned", "compile_plan", "plan_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """The policy values the loop reads on every step, copied out of the policy once per
+    agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs
+    several times a slot read."""
+
+    parallel_tool_calls: bool
+    max_tool_calls: int | None
+    tool_timeout_s: float
+    fail_fast: bool  # tool_failure_mode is "fail"
+    keep_recent_outputs: int | None  # tool outputs kept whole; older ones are trimmed
+    old_output_max_chars: int
+    max_output_chars: int | None  # a tool result is cut above this
+    compact_above: int | None  # the context size that starts a compaction (tokens)
+    max_messages: int | None  # the message window
+    use_reported_usage: bool  # the provider's input count replaces the estimate
+
+    @classmethod
+    def of(cls, policy: Policy, context_window: int | None) -> LoopSettings:
+        """The settings of ``policy`` for a model with ``context_window`` tokens (``None``:
+        unknown, unless the policy names one)."""
+        compaction = policy.compaction
+        window = compaction.context_window or context_window
+        return cls(
+            parallel_tool_calls=policy.parallel_tool_calls,
+            max_tool_calls=policy.max_tool_calls,
+            tool_timeout_s=policy.tool_timeout_s,
+            fail_fast=policy.tool_failure_mode is ToolFailureMode.FAIL,
+            keep_recent_outputs=policy.tool_output.keep_recent,
+            old_output_max_chars=policy.tool_output.old_max_chars,
+            max_output_chars=policy.tool_output.max_chars,
+            compact_above=None if window is None else int(compaction.threshold * window),
+            max_messages=compaction.max_messages,
+            use_reported_usage=compaction.use_reported_usage,
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,25 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Collection
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..run.events import ChildEvent, ToolProgressEvent
+from ..run.events import ToolProgressEvent
 from ..values.messages import ToolCall
-from .context import Interrupted, RunContext
+from .context import Handed, Interrupted, Reports, RunContext
 
-__all__ = ["Handed", "Reports", "emit_reported", "reporter", "wait_reporting"]
-
-
-class Handed(NamedTuple):
-    """A child's event on its way to the listener; ``taken`` is set once it was handed out
-    (the child waits for it, so that it moves in step with the listener)."""
-
-    event: ChildEvent
-    taken: asyncio.Future[None]
-
-
-Reports = asyncio.Queue[ToolProgressEvent | Handed]
-"""The progress reports of a turn's running calls, and the events of the children they run."""
+__all__ = ["emit_reported", "reporter", "wait_reporting"]
 
 
 async def _hand(ctx: RunContext, item: ToolProgressEvent | Handed) -> None:

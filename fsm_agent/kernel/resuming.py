@@ -22,7 +22,7 @@ from .context import RunContext
 from .definition import check_definition
 from .handoffs import holder, resumed_agent
 from .run import RunHandle
-from .states.calling import model_name
+from .states.model_call import model_name
 
 if TYPE_CHECKING:
     from .agent import Agent

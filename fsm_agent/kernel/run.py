@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from typing_extensions import TypeVar
 
@@ -22,7 +22,6 @@ from ..values.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..run.output import OutputSpec
-    from .context import RunContext
 
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's output: ``str`` for text, or the agent's ``output_type``."""
@@ -179,12 +178,21 @@ class RunResult(Generic[OutputT]):
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
 
 
+class _Moving(Protocol):
+    """What a handle reaches of the run it controls while the run moves (its context)."""
+
+    rs: RunState
+    interrupt: Outcome | None
+
+    def request_interrupt(self, outcome: Outcome) -> None: ...
+
+
 class RunHandle:
     """Control of a run from outside: ``cancel()`` or ``pause()`` it, and read its ``result``
     when done."""
 
     def __init__(self) -> None:
-        self._ctx: RunContext | None = None  # while the run moves
+        self._ctx: _Moving | None = None  # while the run moves
         self._rs: RunState | None = None  # the run it controls, kept once the run rests
         self._cancel_requested = False
         self._pause_requested = False
@@ -215,7 +223,7 @@ class RunHandle:
         if self._ctx is not None:
             self._ctx.request_interrupt(Outcome.CANCEL)
 
-    def _attach(self, ctx: RunContext) -> None:
+    def _attach(self, ctx: _Moving) -> None:
         if self._rs is not None:
             if self._rs is not ctx.rs:
                 raise InvalidInputError("a RunHandle controls one run; create a new one per run")

@@ -3,10 +3,11 @@
 The graph: every import a module under ``fsm_agent/`` makes, read with ``ast`` (at module level
 and deferred inside functions alike: a deferred import that closes a cycle only hides it), plus
 the parent packages each import loads (importing ``fsm_agent.kernel.context`` runs
-``fsm_agent/kernel/__init__.py`` first), except the lazy facades of :data:`FACADES`. For cycles,
-imports under ``if TYPE_CHECKING:`` never run and are left out; for layers they count (a type a
-lower module names from a higher one is still a dependency on it). The root package is left out
-as a target: every module loads it first, and it sits above every layer.
+``fsm_agent/kernel/__init__.py`` first), except the lazy facades of :data:`FACADES`. Imports
+under ``if TYPE_CHECKING:`` count for cycles and layers alike (a type a module names from another
+is still a dependency on it), except the kernel's :data:`KERNEL_BACK_EDGES`, which are on their
+way out. The root package is left out as a target: every module loads it first, and it sits
+above every layer. Inside the kernel, :data:`KERNEL_LAYERS` orders the modules the same way.
 
 A facade is a package whose ``__init__`` imports a public name's module only when the name is
 first read (PEP 562), so importing one of its submodules loads no other module for it: that import
@@ -51,6 +52,35 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """The layers, lowest first, each with the modules and packages it holds (names under
 ``fsm_agent.``; a package holds all its submodules: a folder is one layer). A module may import
 its own layer and the layers below it, never one above. docs/machine.md draws the same list."""
+
+KERNEL_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("run values", ("limits", "checks", "definition", "run")),
+    (
+        "run context and plan",
+        ("context", "plan", "hooks", "phasing", "handoffs", "progress", "listening", "sharing"),
+    ),
+    ("states", ("states",)),
+    ("driver", ("driver",)),
+    ("operations", ("resuming", "composition", "durable_child", "abandon", "fork")),
+    ("agent", ("agent",)),
+)
+"""The kernel's own layers, lowest first (names under ``fsm_agent.kernel.``), read like
+:data:`LAYERS`. docs/machine.md draws the same list."""
+
+KERNEL_BACK_EDGES = frozenset(
+    {
+        ("context", "agent"),
+        ("context", "plan"),
+        ("handoffs", "agent"),
+        ("composition", "agent"),
+        ("resuming", "agent"),
+        ("abandon", "agent"),
+        ("durable_child", "agent"),
+    }
+)
+"""The type-only imports inside the kernel that still close a circle or point up its layers
+(``(importer, imported)`` under ``fsm_agent.kernel.``): each one is still there (a test says
+so), and none may be added."""
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -169,9 +199,28 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+KERNEL = f"{ROOT}.kernel"
+
+
+def _back_edge(name: str, target: str) -> bool:
+    """Whether importing ``target`` from ``name`` is one of :data:`KERNEL_BACK_EDGES`."""
+    prefix = KERNEL + "."
+    return (name.removeprefix(prefix), target.removeprefix(prefix)) in KERNEL_BACK_EDGES
+
+
+def import_graph(known: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Every module's imports, type-only and deferred ones included, less the kernel's
+    :data:`KERNEL_BACK_EDGES`."""
+    return {
+        name: {t for t in imports_of(name, path, known, type_only=True) if not _back_edge(name, t)}
+        for name, path in known.items()
+    }
+
+
 def test_the_import_graph_has_no_cycle() -> None:
+    """No circle of imports, counting those under ``if TYPE_CHECKING:``."""
     known = modules()
-    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    graph = import_graph(known)
     assert sum(len(targets) for targets in graph.values()) > 100  # the graph was read
     assert graph["fsm_agent.kernel.driver"] >= {
         "fsm_agent.kernel.context",
@@ -206,6 +255,70 @@ def test_type_checking_imports_are_left_out_and_deferred_ones_kept(tmp_path: Pat
     known = _three_modules(tmp_path)
     assert imports_of(f"{ROOT}.low", known[f"{ROOT}.low"], known) == {f"{ROOT}.mid"}
     assert imports_of(f"{ROOT}.high", known[f"{ROOT}.high"], known) == {f"{ROOT}.low"}
+
+
+def test_a_type_only_import_that_closes_a_circle_is_found(tmp_path: Path) -> None:
+    """The cycle rule reads type-only imports: ``low`` naming a type of ``high`` is a circle."""
+    known = _three_modules(tmp_path)
+    assert cycles(import_graph(known)) == [[f"{ROOT}.high", f"{ROOT}.low"]]
+
+
+def test_every_kernel_back_edge_is_still_there() -> None:
+    """Each of the kernel's listed back edges is still imported (a removed one leaves the list)."""
+    known = modules()
+    every = {
+        (name.removeprefix(KERNEL + "."), target.removeprefix(KERNEL + "."))
+        for name, path in known.items()
+        if name.startswith(KERNEL + ".")
+        for target in imports_of(name, path, known, type_only=True)
+    }
+    assert KERNEL_BACK_EDGES - every == set()
+
+
+def kernel_upward_imports(known: Mapping[str, Path]) -> list[str]:
+    """Every import inside the kernel, type-only and deferred ones included, of a module from a
+    higher layer of :data:`KERNEL_LAYERS`, less :data:`KERNEL_BACK_EDGES`."""
+    inside = {
+        n.removeprefix(ROOT + ".kernel."): p for n, p in known.items() if n.startswith(KERNEL + ".")
+    }
+    layers = tuple((name, tuple(f"kernel.{m}" for m in members)) for name, members in KERNEL_LAYERS)
+    found = []
+    for short, path in sorted(inside.items()):
+        name = f"{KERNEL}.{short}"
+        own = layer_of(name, layers)
+        for target in sorted(imports_of(name, path, known, type_only=True)):
+            if not target.startswith(KERNEL + ".") or _back_edge(name, target):
+                continue
+            theirs = layer_of(target, layers)
+            if theirs > own:
+                found.append(f"{name} ({layers[own][0]}) imports {target} ({layers[theirs][0]})")
+    return found
+
+
+def test_every_kernel_import_points_down_its_layers() -> None:
+    """No kernel module imports one from a higher kernel layer, not even for a type."""
+    assert kernel_upward_imports(modules()) == []
+
+
+def test_the_kernel_layers_find_an_upward_import(tmp_path: Path) -> None:
+    """A type-only import of the driver by a state is against the kernel's layers."""
+    kernel = tmp_path / "kernel"
+    (kernel / "states").mkdir(parents=True)
+    (kernel / "__init__.py").write_text("")
+    (kernel / "states" / "__init__.py").write_text("")
+    (kernel / "driver.py").write_text("from .states import idle\n")
+    (kernel / "states" / "idle.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..driver import drive\n"
+    )
+    known = {
+        KERNEL: kernel / "__init__.py",
+        f"{KERNEL}.states": kernel / "states" / "__init__.py",
+        f"{KERNEL}.driver": kernel / "driver.py",
+        f"{KERNEL}.states.idle": kernel / "states" / "idle.py",
+    }
+    assert kernel_upward_imports(known) == [
+        f"{KERNEL}.states.idle (states) imports {KERNEL}.driver (driver)"
+    ]
 
 
 def layer_of(name: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int:
@@ -404,7 +517,7 @@ def test_importing_a_facade_alone_loads_none_of_its_names() -> None:
 def test_the_layers_in_the_docs_are_the_layers_tested() -> None:
     """docs/machine.md lists the same layers, in the same order, with the same members."""
     text = (PACKAGE.parent / "docs" / "machine.md").read_text(encoding="utf-8")
-    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     documented = [
         (row.split("|")[1].strip(), tuple(m.strip("`") for m in row.split("|")[2].split()))
@@ -418,3 +531,17 @@ def test_the_package_top_holds_at_most_twelve_modules() -> None:
     layer, beside at most twelve loose modules (``__init__`` and ``__main__`` counted)."""
     loose = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(loose) <= 12, loose
+
+
+def test_the_kernel_layers_in_the_docs_are_the_layers_tested() -> None:
+    """docs/machine.md lists the kernel's layers as :data:`KERNEL_LAYERS` does."""
+    text = (PACKAGE.parent / "docs" / "machine.md").read_text(encoding="utf-8")
+    section = text.split("### Inside the kernel", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    documented = [
+        (row.split("|")[1].strip(), tuple(m.strip("`") for m in row.split("|")[2].split()))
+        for row in rows
+    ]
+    assert documented == [
+        (name, tuple(f"{KERNEL}.{m}" for m in members)) for name, members in KERNEL_LAYERS
+    ]

@@ -1,7 +1,8 @@
 """The states' handlers, one module per state: the only place where effects happen.
 
 Read in the order a run meets them: :mod:`.idle` (the input is enqueued), :mod:`.compacting`
-(the context budget), :mod:`.calling` (one model call), :mod:`.dispatching` (the tool calls;
+(the context budget), :mod:`.calling` (one model call, made by :mod:`.model_call`, which the
+step-limit summary of :mod:`.finalizing` shares), :mod:`.dispatching` (the tool calls;
 a turn's calls and their results are a :mod:`.turn`), :mod:`.verifying` (the verifier),
 :mod:`.suspended` (a run waiting for a human) and :mod:`.finalizing` (the output). This module
 maps each state to its handler.

@@ -23,7 +23,7 @@ from ...models import Model
 from ...run.events import CompactedEvent, Event, ModelRequestEvent, UsageEvent
 from ...values.messages import Message, ModelRequest, ModelResponse
 from ..context import ONE_REQUEST, Interrupted, RunContext
-from .calling import checked, current_model
+from .model_call import checked, current_model
 
 __all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 

@@ -29,7 +29,7 @@ from ...values.messages import Message, ModelRequest, ToolCall
 from ...values.model_settings import summary_settings
 from ..context import Interrupted, RunContext
 from ..limits import usage_exceeded
-from .calling import Answer, call_model, notify_answered
+from .model_call import Answer, call_model, notify_answered
 
 __all__ = ["SUMMARY_FALLBACK", "SUMMARY_PROMPT", "finalizing_needs_no_call", "handle_finalizing"]
 

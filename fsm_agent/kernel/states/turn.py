@@ -16,8 +16,7 @@ from ...run.events import Event, StepCompleteEvent, StepStartEvent, ToolCallEven
 from ...run.state import HumanRequest
 from ...tools import ToolExecution
 from ...values.messages import ToolCall, ToolResult
-from ..context import RunContext
-from ..progress import Reports
+from ..context import Reports, RunContext
 
 if TYPE_CHECKING:
     from pydantic import JsonValue

@@ -7,16 +7,13 @@ import asyncio
 import contextvars
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx2
 import mcp_types
 from mcp import Client, MCPError
 
 from ...errors import MCPServerError
-
-if TYPE_CHECKING:
-    from .server import MCPServer
 
 __all__ = ["Link", "Refusal", "bounded", "note_refusal", "session_lost", "watched"]
 
@@ -101,7 +98,16 @@ class Link:
                 self._ready.set_exception(ConnectionError("the MCP connection closed"))
 
 
-async def bounded(awaitable: Any, server: MCPServer) -> Any:
+class Connecting(Protocol):
+    """What :func:`bounded` reads of the server it connects to (an ``MCPServer``)."""
+
+    name: str
+    connect_timeout_s: float
+
+    def _redact(self, text: str) -> str: ...
+
+
+async def bounded(awaitable: Any, server: Connecting) -> Any:
     """Await ``awaitable`` within the server's connect timeout; a failure to connect is an
     MCPServerError (whose text may reach the model, so the URL's secrets are left out)."""
     name = server.name

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TextIO, TypeAlias
+from typing import Any, Literal, Self, TextIO
 
 import httpx2
 import mcp_types
@@ -21,14 +21,11 @@ from ...errors import ConfigurationError, MCPServerError
 from .. import Tool, ToolReturn
 from .connection import Link, Refusal, bounded, note_refusal, session_lost, watched
 from .content import tool_return
-from .tool import MCPTool
+from .tool import MCPTool, Progress
 
 __all__ = ["MCPServer", "MCPServerHTTP", "MCPServerStdio"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-Progress: TypeAlias = Callable[[float, float | None, str | None], None]
-"""Told of a call's progress: how far (``progress``), of how much (``total``), and a message."""
 
 
 class MCPServer:

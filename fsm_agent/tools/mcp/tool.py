@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias
 
 import mcp_types
 from pydantic import ValidationError
@@ -12,19 +13,32 @@ from ...errors import MCPServerError
 from ...values.messages import ToolDefinition
 from .. import Tool, ToolContext, ToolReturn
 
-if TYPE_CHECKING:
-    from .server import MCPServer
+__all__ = ["MCPTool", "Progress", "ToolServer"]
 
-__all__ = ["MCPTool"]
+Progress: TypeAlias = Callable[[float, float | None, str | None], None]
+"""Told of a call's progress: how far (``progress``), of how much (``total``), and a message."""
+
+
+class ToolServer(Protocol):
+    """What an :class:`MCPTool` uses of its server (an ``MCPServer``): its name, and a call of
+    one of its tools."""
+
+    name: str
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], *, progress: Progress | None = None
+    ) -> ToolReturn:
+        """Call the server's tool ``name`` with ``arguments``."""
+        ...
 
 
 class MCPTool(Tool):
     """A tool of an MCP server: its schema and description are the server's, and a call goes
-    to the server through ``server`` (see :meth:`MCPServer.call`)."""
+    to the server through ``server`` (see :meth:`~fsm_agent.tools.mcp.MCPServer.call`)."""
 
     def __init__(
         self,
-        server: MCPServer,
+        server: ToolServer,
         listed: mcp_types.Tool,
         *,
         name: str,
