@@ -296,7 +296,7 @@ class Inspector:
         run_id = request.path_params["run_id"]
         checkpoint = await self._read(lambda: self.store.load(run_id))
         detail = run_detail(checkpoint, can_answer=self.agent is not None)
-        detail["forks"] = await self._read(lambda: forks_of(run_id, self._forks(run_id)))
+        detail["forks"] = await self._read(lambda: forks_of(self._forks(run_id)))
         detail["resuming"] = self._is_resuming(run_id)
         failed = self.failures.get(run_id)
         shown = failed is not None and failed[0] in (None, checkpoint.version)

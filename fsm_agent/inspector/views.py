@@ -99,23 +99,23 @@ def grouped(rows: list[dict[str, JsonValue]]) -> list[dict[str, JsonValue]]:
     return [{**row, "depth": depth} for row, depth in nested]
 
 
-def forks_of(run_id: str, checkpoints: Iterable[Checkpoint]) -> list[JsonValue]:
-    """The forks of ``run_id`` among ``checkpoints`` (the latest of each stored run): each
-    one's run id, the move it was forked after, its state and stop reason."""
-    forks: list[JsonValue] = []
-    for checkpoint in checkpoints:
+def forks_of(forks: Iterable[Checkpoint]) -> list[JsonValue]:
+    """The rows of a run's fork list, one per checkpoint of ``forks`` (the latest of each fork,
+    as the app selects them): its run id, the move it was forked after, its state and stop
+    reason."""
+    rows: list[JsonValue] = []
+    for checkpoint in forks:
         rs = checkpoint.state
-        if rs.forked_from == run_id and rs.run_id != run_id:
-            forks.append(
-                {
-                    "run_id": rs.run_id,
-                    "move": rs.forked_at,
-                    "state": rs.state.value,
-                    "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
-                    "gave_up": gave_up(rs.state, rs.stop_reason),
-                }
-            )
-    cleaned: list[JsonValue] = redact_data(forks)
+        rows.append(
+            {
+                "run_id": rs.run_id,
+                "move": rs.forked_at,
+                "state": rs.state.value,
+                "stop_reason": rs.stop_reason.value if rs.stop_reason else None,
+                "gave_up": gave_up(rs.state, rs.stop_reason),
+            }
+        )
+    cleaned: list[JsonValue] = redact_data(rows)
     return cleaned
 
 
