@@ -295,6 +295,7 @@ TABLE: tuple[Row, ...] = (
     ),
     Row(S.CALLING, On.OUTPUT_CUT, S.FINALIZING, stop=R.OUTPUT_LIMIT, updates=_FIT_TURN),
     Row(S.CALLING, On.CONTENT_FILTER, S.FINALIZING, stop=R.CONTENT_FILTER, updates=_FIT_TURN),
+    Row(S.CALLING, On.OTHER, S.VERIFYING, needs_verification, updates=_FIT_TURN),
     Row(
         S.CALLING,
         On.OTHER,

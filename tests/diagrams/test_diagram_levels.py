@@ -195,13 +195,13 @@ def test_detail_lists_the_state_rows_in_order(state: State) -> None:
 @pytest.mark.parametrize("state", NON_TERMINAL, ids=str)
 def test_detail_draws_one_arrow_per_destination(state: State) -> None:
     """Beside its table, a state's detail draws one arrow to each state its rows move to (for
-    ``calling``: 23 rows, six arrows), not one per row repeating the table's last column."""
+    ``calling``: 24 rows, six arrows), not one per row repeating the table's last column."""
     dot = diagrams.state_dot(state)
     dests = [edge.dest.value for edge in diagrams.plan().edges if edge.source is state]
     arrows = re.findall(r"^  rows\S* -> to_(\w+)", dot, flags=re.MULTILINE)
     assert arrows == list(dict.fromkeys(dests))
     if state is State.CALLING:
-        assert (len(dests), len(arrows)) == (23, 6)
+        assert (len(dests), len(arrows)) == (24, 6)
 
 
 def test_detail_of_calling_reads_guards_with_the_policy_numbers() -> None:
@@ -214,7 +214,7 @@ def test_detail_of_calling_reads_guards_with_the_policy_numbers() -> None:
     rows = [i for i, row in enumerate(TABLE) if row.source is State.CALLING]
     assert [int(n) for n in re.findall(r": row (\d+) ", mermaid)] == rows
     assert (
-        "calling --> calling : row 15 retryable_error [retries < 5], then retries += 1" in mermaid
+        "calling --> calling : row 16 retryable_error [retries < 5], then retries += 1" in mermaid
     )
 
 

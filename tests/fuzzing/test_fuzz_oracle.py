@@ -60,10 +60,10 @@ def test_the_oracle_accepts_the_moves_of_a_real_run() -> None:
 
 
 def test_a_planted_wrong_row_is_rejected() -> None:
-    """The retry (row 15: back to calling) planted as the give-up row (16: aborted)."""
-    violation = _plant(2, row=16, dest=State.ABORTED)
+    """The retry (row 16: back to calling) planted as the give-up row (17: aborted)."""
+    violation = _plant(2, row=17, dest=State.ABORTED)
     assert violation.number == 3
-    assert "the table says row 15" in str(violation)
+    assert "the table says row 16" in str(violation)
 
 
 def test_a_planted_wrong_counter_update_is_rejected() -> None:

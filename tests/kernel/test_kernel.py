@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from fsm_agent import (
     Agent,
@@ -37,6 +38,7 @@ from fsm_agent import (
 )
 from fsm_agent.kernel.states import DONE_REMINDER, SUMMARY_FALLBACK, SUMMARY_PROMPT
 from fsm_agent.kernel.states.compacting import FEEDBACK_PREFIX
+from fsm_agent.machine.table import Outcome
 from fsm_agent.testing import (
     ScriptedModel,
     VirtualClock,
@@ -136,6 +138,42 @@ def test_other_and_unknown_finish_reasons_complete() -> None:
     response = next(e for e in events if e.type == "model_response").response  # type: ignore[union-attr]
     assert response.finish_reason is FinishReason.OTHER
     assert response.raw_finish_reason == "weird"
+
+
+class _Typed(BaseModel):
+    x: int
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    [
+        {"policy": Policy(require_done_tool=True)},
+        {"verifier": lambda **_: Verdict.reject("no")},
+        {"output_type": _Typed},
+    ],
+    ids=["done_tool", "verifier", "output_type"],
+)
+@pytest.mark.parametrize("reason", ["other", "weird"])
+def test_an_other_finish_is_checked_like_any_answer(
+    requirement: dict[str, Any], reason: str
+) -> None:
+    """An `other` finish (an unknown reason, or a `stop` with nothing in it, as a real server
+    sends) is an answer: the done-tool requirement, the verifier and the output type see it
+    like a `stop`, and never let it end the run `completed` unchecked."""
+    agent, model, _ = make_agent([finish(reason, ""), text("x"), text("y")], **requirement)
+    result = agent.run_sync("hi")
+    assert result.stop_reason is not StopReason.COMPLETED
+    assert len(model.requests) > 1  # the first answer was sent back, not taken
+    assert not any(m.outcome is Outcome.OTHER and m.dest is State.FINALIZING for m in result.trace)
+
+
+def test_an_other_finish_then_an_answer_keeps_no_stale_raw_reason() -> None:
+    """A rejected `other` turn's raw reason does not stay on a run that a later answer ends."""
+    accept = iter([Verdict.reject("again"), Verdict.accept()])
+    agent, _, _ = make_agent([finish("weird", "a"), text("b")], verifier=lambda **_: next(accept))
+    result = agent.run_sync("hi")
+    assert (result.output, result.stop_reason) == ("b", StopReason.COMPLETED)
+    assert result.raw_finish_reason is None
 
 
 def test_finish_error_is_retried_then_aborts() -> None:

@@ -287,8 +287,9 @@ def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall])
     elif outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
         outcome = Outcome.OUTPUT_CUT
     rs.last_text = message.text.strip()
-    if outcome is Outcome.OTHER:  # the run ends on it: keep what the provider said
-        rs.raw_finish_reason = response.raw_finish_reason
+    # An answer that ends the run on `other` keeps what the provider said; any other turn
+    # clears it, so a later answer does not carry an earlier turn's reason.
+    rs.raw_finish_reason = response.raw_finish_reason if outcome is Outcome.OTHER else None
     cut = _cut_answer(rs.messages)
     if cut is not None:  # a continuation: the answer so far is the cut part and this one
         rs.last_text = (cut + message.text).strip()
