@@ -206,6 +206,15 @@ def _check_stop_reason(record: RunRecord) -> None:
             raise InvariantViolation(6, "done but not from finalizing")
         if result.output_text is None:
             raise InvariantViolation(6, "done without an output")
+        checked = record.limits.verification or record.limits.output_validation
+        if (
+            checked
+            and result.stop_reason is StopReason.COMPLETED
+            and result.trace[-2].source is not State.VERIFYING
+        ):
+            raise InvariantViolation(
+                6, f"completed from {result.trace[-2].source} without the answer's check"
+            )
         if (
             record.limits.output_validation
             and result.stop_reason is StopReason.COMPLETED

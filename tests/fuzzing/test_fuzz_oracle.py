@@ -20,10 +20,10 @@ from fsm_agent.fuzzing import (
 from fsm_agent.fuzzing.oracle import MoveOracle, oracle_for
 from fsm_agent.machine.agent_machine import AgentMachine, Move, decide
 from fsm_agent.machine.guards import guard_value_combinations
-from fsm_agent.machine.table import TABLE, Counters, Limits, Outcome, State
+from fsm_agent.machine.table import TABLE, Counters, Limits, Outcome, Row, State, StopReason
 from fsm_agent.models import Model
 from fsm_agent.policy import Policy, RetryPolicy
-from fsm_agent.testing import fail, text, tool_calls
+from fsm_agent.testing import fail, finish, text, tool_calls
 
 CASE = FuzzCase(
     script=(fail(), tool_calls(("add", {"a": 1, "b": 2})), text("3")),
@@ -112,3 +112,28 @@ def test_a_kernel_whose_decide_drifted_from_the_rows_is_caught() -> None:
         check_case(CASE, _forgetful_agent)
     assert caught.value.number == 3
     assert "retryable_error" in str(caught.value)
+
+
+UNCHECKED_OTHER = AgentMachine(
+    [
+        *(r for r in TABLE if not (r.source is State.CALLING and r.outcome is Outcome.OTHER)),
+        Row(State.CALLING, Outcome.OTHER, State.FINALIZING, stop=StopReason.COMPLETED),
+    ]
+)
+"""An earlier table's rows for an ``other`` finish: straight to ``completed``, past the check."""
+
+
+def test_an_answer_that_skips_its_check_is_caught() -> None:
+    """Invariant 6: a run whose answers must pass a check (a verifier, an output type, the done
+    tool) ends ``completed`` only from ``verifying``; an ``other`` finish on the earlier table's
+    row broke it, and every row of ``decide()`` agreed with that table."""
+    case = FuzzCase(script=(finish("other", ""), text("x")), verifier=(True,))
+
+    def agent(model: Model) -> Agent[None]:
+        return Agent(model, verifier=lambda **_: True, machine=UNCHECKED_OTHER)
+
+    with pytest.raises(InvariantViolation) as caught:
+        check_case(case, agent)
+    assert caught.value.number == 6
+    assert "without the answer's check" in str(caught.value)
+    check_case(case, lambda model: Agent(model, verifier=lambda **_: True))
