@@ -158,6 +158,25 @@ def test_unguarded_rejection_loop_is_non_termination() -> None:
     assert "repeat forever" in report.format()
 
 
+SMALL = Policy(max_steps=2, max_compaction_attempts=0, retry=RetryPolicy(max_retries=0))
+
+
+@pytest.mark.parametrize("check_kind", ["verification", "output_validation"])
+def test_an_answer_that_skips_verifying_is_an_unchecked_answer(check_kind: str) -> None:
+    """The earlier table's ``other`` row ended a run ``completed`` straight from ``calling``;
+    with a check on answers, that is a counterexample; without one, it is a plain ending."""
+    rows = [
+        *_without(S.CALLING, On.OTHER),
+        Row(S.CALLING, On.OTHER, S.FINALIZING, stop=StopReason.COMPLETED),
+    ]
+    report = check(SMALL, machine=AgentMachine(rows), **{check_kind: True})  # type: ignore[arg-type]
+    (failure,) = _only(report, FailureKind.UNCHECKED_ANSWER)
+    assert failure.path == ((S.IDLE, On.START), (S.COMPACTING, On.PROCEED), (S.CALLING, On.OTHER))
+    assert "without passing 'verifying'" in report.format()
+    assert check(SMALL, machine=AgentMachine(rows)).verdict is CheckVerdict.PROVEN
+    assert check(SMALL, **{check_kind: True}).verdict is CheckVerdict.PROVEN  # type: ignore[arg-type]
+
+
 def test_retry_row_without_can_retry_is_non_termination() -> None:
     """A retry row without the can_retry guard retries forever: shortest lasso found."""
     rows = [

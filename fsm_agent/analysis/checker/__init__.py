@@ -44,6 +44,7 @@ from .explore import (
     _explore,
     _missing_row_failures,
     _totals,
+    _unchecked_answer_failures,
     replay,
 )
 from .graph import _Graph, _longest, _sccs, _targets
@@ -99,6 +100,7 @@ def check(
     )
     graph = _explore(machine, env, track_calls=env.max_requests is not None, max_states=max_states)
     failures = _missing_row_failures(graph)
+    failures.extend(_unchecked_answer_failures(graph, env.limits))
     if not graph.complete:
         failures.append(_frontier_failure(graph, max_states))
     longest, longest_calls, found = _ends_within_bounds(graph, env, machine, computed)

@@ -170,6 +170,36 @@ def _missing_row_failures(graph: _Graph) -> list[Failure]:
     return failures
 
 
+def _unchecked_answer_failures(graph: _Graph, limits: Limits) -> list[Failure]:
+    """Where answers must pass a check (a verifier, the done-tool requirement, an output type),
+    each move that ends a run ``completed`` from anywhere but ``verifying``: one failure per
+    state it leaves, with the shortest path to it."""
+    if not (limits.verification or limits.output_validation):
+        return []
+    failures: list[Failure] = []
+    seen: set[tuple[State, Outcome]] = set()
+    for node, out in enumerate(graph.edges):
+        state = graph.keys[node][0]
+        for outcome, _row, target, _calls in out:
+            dest, _counters, stop, _made = graph.keys[target]
+            if (
+                dest is S.FINALIZING
+                and stop is StopReason.COMPLETED
+                and state is not S.VERIFYING
+                and (state, outcome) not in seen
+            ):
+                seen.add((state, outcome))
+                failures.append(
+                    Failure(
+                        FailureKind.UNCHECKED_ANSWER,
+                        f"{outcome.value!r} in {state.value!r} ends the run 'completed' "
+                        "without passing 'verifying'",
+                        (*graph.path_to(node), (state, outcome)),
+                    )
+                )
+    return failures
+
+
 def _cycle(
     graph: _Graph, full: tuple[list[int], list[list[int]]], computed: Bounds
 ) -> Failure | None:

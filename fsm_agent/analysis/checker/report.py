@@ -35,6 +35,7 @@ class FailureKind(StrEnum):
     NON_TERMINATION = "non_termination"  # a cycle that avoids suspended: the run never ends
     UNBOUNDED_WORK = "unbounded_work"  # a cycle through suspended that makes model calls
     MISSING_ROW = "missing_row"  # the kernel can report an outcome the table has no row for
+    UNCHECKED_ANSWER = "unchecked_answer"  # a run completes past the answer's check
     BOUND_EXCEEDED = "bound_exceeded"  # a path makes more calls or tool turns than the bound
     OVER_BUDGET = "over_budget"  # a path makes more model calls than the caller's budget
     UNREACHABLE_STATE = "unreachable_state"  # no run reaches it, under any policy tried
