@@ -42,7 +42,7 @@ from .fork import RunEdit, fork_run
 from .handoffs import Handoff, declared
 from .hooks import HookSet
 from .listening import listened
-from .plan import Plan, compile_plan, handoff_plan
+from .plan import Plan, compile_plan
 from .resuming import resume_context, start_context
 from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import Verdict
@@ -175,11 +175,6 @@ class Agent(Generic[DepsT, OutputT]):
             streams=self._streams,
             handoffs=self._handoffs,
         )
-
-    def _handoff_plan(self, target: Agent[Any, Any]) -> Plan:
-        """The plan a run of this agent follows once a handoff gave ``target`` the conversation
-        (see :func:`~fsm_agent.kernel.plan.handoff_plan`)."""
-        return handoff_plan(self._plan, target)
 
     @property
     def handoffs(self) -> tuple[Handoff, ...]:
