@@ -6,6 +6,12 @@ handlers read (the tool registry with the done tool and the pager, the limits an
 ``decide``, the loop settings, the output spec...). A run takes its agent's plan when it starts
 and keeps it to its end: assigning ``agent.policy`` compiles a new plan for the runs started
 after it, and a run in flight goes on under the plan it started with.
+
+A plan keeps the :class:`PlanParts` it was compiled from, so the kernel compiles the plans a
+run needs from plans alone: a child's under its share of its parent's limits
+(:func:`with_policy`), a handoff target's under the run's policy (:func:`handoff_plan`). Below
+the ``Agent`` class, the kernel reads an agent as a :class:`RunOwner`: its plan and the pieces
+of its runtime.
 """
 
 from __future__ import annotations
