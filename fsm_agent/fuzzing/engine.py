@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..errors import ConfigurationError
 from ..kernel.handoffs import graph_agents
-from ..kernel.plan import plan_of
+from ..kernel.plan import handoff_plan, plan_of
 from ..providers._output import answer_tool
 from ..values.messages import ToolDefinition
 from .case import AgentFactory, FuzzCase, FuzzModel, run_case
@@ -117,7 +117,7 @@ def definitions_of(make_agent: AgentFactory | None) -> list[ToolDefinition] | No
     definitions = list(own.tool_definitions)
     for other in graph_agents(agent)[1:]:  # the tools of the agents it may hand off to
         known = {d.name for d in definitions}
-        plan = agent._handoff_plan(other)
+        plan = handoff_plan(own, other)
         definitions += [d for d in plan.tool_definitions if d.name not in known]
     if own.output_schema is not None:
         definitions.append(answer_tool(own.output_schema))

@@ -16,7 +16,7 @@ abandon either; the parent's call of a child that did not report back says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
 from ..machine.table import ANSWERED, TERMINAL, Outcome, State, StopReason
@@ -25,13 +25,11 @@ from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
 from ..run.state import RunState
 from ..tools.output import cut_result
 from ..values.messages import ToolCall, ToolResult
+from .context import RunContext
 from .durable_child import child_run_id
+from .plan import Plan, RunOwner
 from .resuming import refuse_finished
-from .run import RunHandle, RunResult
-from .states import RunContext
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from .run import RunHandle, RunResult, Runtime
 
 __all__ = ["abandon_run"]
 
@@ -57,7 +55,7 @@ _UNANSWERED = (
 )
 
 
-async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunResult[Any]:
+async def abandon_run(agent: RunOwner, run_id: str, reason: str) -> RunResult[Any]:
     """Move ``run_id``'s latest checkpoint on by the machine's ``cancel`` outcome and store it,
     its children's too (see :meth:`~fsm_agent.Agent.abandon`)."""
     store = agent.checkpointer
@@ -65,38 +63,39 @@ async def abandon_run(agent: Agent[Any, Any], run_id: str, reason: str) -> RunRe
         raise ConfigurationError("abandon needs an agent with a checkpointer")
     checkpoint = await load_checkpoint(store, run_id)
     refuse_finished(checkpoint.state, run_id, "abandon")
-    return await _abandoned(agent, store, checkpoint, reason)
+    return await _abandoned(agent._plan, agent.runtime, store, checkpoint, reason)
 
 
 async def _abandoned(
-    agent: Agent[Any, Any], store: Checkpointer, checkpoint: Checkpoint, reason: str
+    plan: Plan, runtime: Runtime, store: Checkpointer, checkpoint: Checkpoint, reason: str
 ) -> RunResult[Any]:
-    """Abandon the run of ``checkpoint`` (not ended), and its unfinished children first."""
+    """Abandon the run of ``checkpoint`` (not ended) under ``plan``, and its unfinished
+    children first (under the same plan: only its machine and output settings are read)."""
     rs = checkpoint.state
     version = checkpoint.version
     if rs.pending_tool_calls:
         version += 1
         await in_store_thread(store, lambda: store.save(rs, version=version))  # the claim
-        children = await _abandon_children(agent, store, rs, reason)
-        await _settle_from_journal(agent, store, rs, children)
-    move = agent._plan.decide(rs.state, Outcome.CANCEL, rs.counters)
+        children = await _abandon_children(plan, runtime, store, rs, reason)
+        await _settle_from_journal(plan, store, rs, children)
+    move = plan.decide(rs.state, Outcome.CANCEL, rs.counters)
     rs.counters = move.counters
     rs.state = move.dest
     rs.stop_reason = move.stop
     rs.trace.append(move)
     if rs.pending_tool_calls:  # every call still waiting gets its one result
-        context = RunContext(agent, rs, listening=False, handle=RunHandle())
+        context = RunContext(plan, runtime, rs, listening=False, handle=RunHandle())
         context.close_pending_calls("the run was abandoned")
     rs.resume_token = None
     run_id = rs.run_id
     error = RunAbandonedError(f"the run was abandoned: {reason}", run_id=run_id, reason=reason)
     rs.error = str(error)
     await in_store_thread(store, lambda: store.save(rs, version=version + 1))
-    return RunResult.of(rs, error, agent._plan.output_spec)
+    return RunResult.of(rs, error, plan.output_spec)
 
 
 async def _abandon_children(
-    agent: Agent[Any, Any], store: Checkpointer, rs: RunState, reason: str
+    plan: Plan, runtime: Runtime, store: Checkpointer, rs: RunState, reason: str
 ) -> dict[str, RunState]:
     """Abandon the unfinished child run of each call ``rs`` waits for (an agent tool's, found
     by the id its call gives it); the children's states by call id, those that had ended
@@ -114,13 +113,13 @@ async def _abandon_children(
         except UnknownRunError:  # not an agent tool, or its child never started
             continue
         if checkpoint.state.state not in TERMINAL:
-            await _abandoned(agent, store, checkpoint, why)  # moves checkpoint.state on
+            await _abandoned(plan, runtime, store, checkpoint, why)  # moves checkpoint.state on
         children[call.id] = checkpoint.state
     return children
 
 
 async def _settle_from_journal(
-    agent: Agent[Any, Any], store: Checkpointer, rs: RunState, children: dict[str, RunState]
+    plan: Plan, store: Checkpointer, rs: RunState, children: dict[str, RunState]
 ) -> None:
     """Give each waiting call the journal knows of its result (see :func:`_journaled`; a
     recorded result is cut as the agent cuts tool outputs); a call of a child whose result
@@ -128,7 +127,7 @@ async def _settle_from_journal(
     effects = await in_store_thread(store, lambda: store.effects(rs.run_id))
     settled = {r.call_id for r in rs.tool_results}
     step = rs.counters.steps  # the step the calls were dispatched in (their journal keys)
-    max_chars = agent._plan.settings.max_output_chars
+    max_chars = plan.settings.max_output_chars
     results = list(rs.tool_results)
     for call in rs.pending_tool_calls:
         if call.id in settled:

@@ -36,6 +36,7 @@ from ..values.model_settings import ModelSettings, merge_settings
 from .abandon import abandon_run
 from .checks import check_user_code
 from .composition import AgentTool, agent_bounds
+from .context import RunContext
 from .driver import drive
 from .fork import RunEdit, fork_run
 from .handoffs import Handoff, declared
@@ -44,7 +45,7 @@ from .listening import listened
 from .plan import Plan, compile_plan
 from .resuming import resume_context, start_context
 from .run import OutputT, RunHandle, RunResult, Runtime
-from .states import RunContext, Verdict
+from .states import Verdict
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
 
@@ -148,9 +149,6 @@ class Agent(Generic[DepsT, OutputT]):
         self._wrap_tool: Callable[[Tool], Tool] | None = None
         self._streams: bool | None = None  # with_effects's override
         self._handoffs: tuple[Handoff, ...] = ()
-        # A handoff target's plan under this agent's policy, by the target, with the target's
-        # own plan it was compiled from (a target given a new prompt compiles a new one).
-        self._handoff_plans: dict[int, tuple[Plan, Plan]] = {}
         self._plan: Plan = self._compile(policy or Policy())
         if handoffs:
             self.handoffs = handoffs
@@ -161,7 +159,6 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError(
                 "an agent with phases cannot hand off: its phase table is the run's task machine"
             )
-        self._handoff_plans = {}
         return compile_plan(
             model=self.model,
             tools=self._tools_given,
@@ -179,33 +176,6 @@ class Agent(Generic[DepsT, OutputT]):
             handoffs=self._handoffs,
         )
 
-    def _handoff_plan(self, target: Agent[Any, Any]) -> Plan:
-        """The plan a run of this agent follows once a handoff gave ``target`` the conversation:
-        ``target``'s model, tools, handoffs and system prompt under this agent's policy, hooks,
-        verifier, output type and machine (compiled on first use)."""
-        if target is self:
-            return self._plan
-        cached = self._handoff_plans.get(id(target))
-        if cached is not None and cached[0] is target._plan:
-            return cached[1]
-        plan = compile_plan(
-            model=target.model,
-            tools=target._tools_given,
-            policy=self.policy,
-            machine=self.machine,
-            system_prompt=target.system_prompt,
-            verifier=self.verifier,
-            stop_conditions=self.stop_conditions,
-            hooks=self.hooks,
-            compactor=target._compactor_given,
-            phases=None,
-            output_spec=self._output_spec,
-            wrap_tool=self._wrap_tool,
-            handoffs=target._handoffs,
-        )
-        self._handoff_plans[id(target)] = (target._plan, plan)
-        return plan
-
     @property
     def handoffs(self) -> tuple[Handoff, ...]:
         """The agents this one may hand the conversation to (see :class:`~fsm_agent.Handoff`).
@@ -216,7 +186,7 @@ class Agent(Generic[DepsT, OutputT]):
     @handoffs.setter
     def handoffs(self, handoffs: Iterable[Handoff]) -> None:
         previous = self._handoffs
-        self._handoffs = declared(handoffs, self)
+        self._handoffs = declared(handoffs, Agent, self.output_type)
         try:
             self._plan = self._compile(self.policy)
         except BaseException:
@@ -306,7 +276,7 @@ class Agent(Generic[DepsT, OutputT]):
         share_deps: bool = False,
         deps_from: Callable[[Any], DepsT] | None = None,
         conversation: Callable[[tuple[Message, ...]], Sequence[Message]] | None = None,
-    ) -> AgentTool:
+    ) -> AgentTool[Agent[DepsT, OutputT]]:
         """This agent as a tool another agent's model can call with a task: the call runs this
         agent on the task, under the calling run's usage limits, deadline and cancellation, and
         its output (typed, for an ``output_type``) is the call's result. A stop without an

@@ -27,12 +27,12 @@ nothing new, and a child finds its parent's run through the tool context it is g
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Generic
 
 from pydantic import Field
+from typing_extensions import TypeVar
 
 from ..analysis.bounds import Bounds, ChildBounds, bounds
 from ..errors import AgentToolError, ConfigurationError
@@ -45,15 +45,14 @@ from ..values.messages import Message, Role, ToolCall, validate_history
 from .context import Emitted, Handed, RunContext
 from .driver import drive
 from .durable_child import child_run_id, open_child
-from .handoffs import declared_graph, graph_agents
+from .handoffs import declared_graph, handoff_graph
+from .plan import Plan, Planned, RunOwner, plan_of, with_policy
 from .run import RunHandle, RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
 from .states.model_call import model_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
-
-    from .agent import Agent
 
 __all__ = [
     "AgentTool",
@@ -129,7 +128,8 @@ class ChildRunContext(RunContext):
 
     def __init__(
         self,
-        agent: Agent[Any, Any],
+        agent: RunOwner,
+        plan: Plan,
         state: RunState,
         *,
         parent: RunContext,
@@ -140,7 +140,15 @@ class ChildRunContext(RunContext):
     ) -> None:
         self.parent = parent
         self._own_interrupt: Outcome | None = None
-        super().__init__(agent, state, listening=parent.listening, handle=RunHandle())
+        super().__init__(
+            plan,
+            agent.runtime,
+            state,
+            listening=parent.listening,
+            handle=RunHandle(),
+            agent=agent,
+            model_settings=agent.model_settings,
+        )
         self.call_id = call_id
         self.tool_name = tool_name
         self.depth: int = getattr(parent, "depth", 0) + 1
@@ -202,35 +210,31 @@ class _Settled:
 _SETTLED = _Settled()
 
 
-def _bounded(
-    agent: Agent[Any, Any], parent: RunContext, call_id: str
-) -> tuple[Agent[Any, Any], Grant | None, str | None]:
-    """``agent`` under the limits its parent shares with it (see :mod:`.sharing`): a copy with a
-    narrower policy when the parent has usage limits or a deadline, else ``agent`` itself; the
-    grant taken from the parent's usage limits; or why it is not run."""
-    policy = agent.policy
+def _bounded(plan: Plan, parent: RunContext, call_id: str) -> tuple[Plan, Grant | None, str | None]:
+    """``plan`` under the limits its parent shares with it (see :mod:`.sharing`): compiled
+    again with a narrower policy when the parent has usage limits or a deadline, else ``plan``
+    itself; the grant taken from the parent's usage limits; or why it is not run."""
+    policy = plan.policy
     update: dict[str, Any] = {}
     if parent.deadline is not None:
         left = parent.deadline - parent.runtime.clock()
         if left <= 0:
-            return agent, None, "the run's wall-clock limit has passed"
+            return plan, None, "the run's wall-clock limit has passed"
         own = policy.max_wall_clock_s
         update["max_wall_clock_s"] = left if own is None else min(own, left)
     grant = None
     if parent.plan.usage_limited:
         shared = grant_limits(policy.usage_limits, parent, call_id)
         if isinstance(shared, str):
-            return agent, None, shared
+            return plan, None, shared
         update["usage_limits"], grant = shared
     if not update:
-        return agent, None, None
-    bounded = copy.copy(agent)
-    bounded.policy = policy.model_copy(update=update)
-    return bounded, grant, None
+        return plan, None, None
+    return with_policy(plan, policy.model_copy(update=update)), grant, None
 
 
 async def _run_child(
-    agent: Agent[Any, Any], name: str, task: str, context: ToolContext[Any], shared: _Shared
+    agent: RunOwner, name: str, task: str, context: ToolContext[Any], shared: _Shared
 ) -> object:
     """Run ``agent`` on ``task`` as the call ``context`` describes; its output, or
     :class:`AgentToolError` when it stopped without one."""
@@ -242,7 +246,7 @@ async def _run_child(
             tool_name=name,
         )
     deps, history = _shared_context(agent, name, parent, shared)
-    child, grant, refused = _bounded(agent, parent, context.call_id)
+    child, grant, refused = _bounded(agent._plan, parent, context.call_id)
     if refused is not None:
         raise AgentToolError(f"agent {name!r} was not run: {refused}", tool_name=name)
     try:
@@ -254,8 +258,8 @@ async def _run_child(
 
 
 async def _run_granted(
-    agent: Agent[Any, Any],
-    child: Agent[Any, Any],
+    agent: RunOwner,
+    child: Plan,
     name: str,
     task: str,
     context: ToolContext[Any],
@@ -263,25 +267,27 @@ async def _run_granted(
     deps: object,
     history: list[Message],
 ) -> RunResult[Any]:
-    """Run ``child`` (``agent`` under its share of the parent's limits) on ``task``, with
-    the ``deps`` and ``history`` its tool shares; its result, charged to the parent."""
+    """Run ``agent`` under ``child`` (its plan under its share of the parent's limits) on
+    ``task``, with the ``deps`` and ``history`` its tool shares; its result, charged to the
+    parent."""
     segment = f"{name}:{context.step}.{context.call_id}"  # its path's part, in the parent
     top = type(parent) is RunContext
     inline = (top or getattr(parent, "inline", False)) and asyncio.current_task() is parent.task
     log = None
     if parent.durable is not None:  # saved in the parent's store, to be resumed with it
         run_id = child_run_id(parent.rs.run_id, context.step, context.call_id)
-        child, rs, log = await open_child(agent, child, parent, run_id)
+        rs, log = await open_child(agent, child, parent, run_id)
         parent.rs.child_runs[context.call_id] = run_id  # the inspector's link to the child
         if log is None:  # it had come to rest before the parent's crash
             _charge(parent, rs, segment)
-            return RunResult.of(rs, None, child._plan.output_spec)
+            return RunResult.of(rs, None, child.output_spec)
         rs.parent_run_id, rs.parent_call_id = parent.rs.run_id, context.call_id
     else:
-        rs = RunState(run_id=child.runtime.new_id())
+        rs = RunState(run_id=agent.runtime.new_id())
     if rs.model is None:  # its model by name, as a top run's is stored (and accounted)
-        rs.model = " | ".join(model_name(m) for m in child._plan.models)
+        rs.model = " | ".join(model_name(m) for m in child.models)
     ctx = ChildRunContext(
+        agent,
         child,
         rs,
         parent=parent,
@@ -310,7 +316,7 @@ async def _run_granted(
 
 
 def _shared_context(
-    agent: Agent[Any, Any], name: str, parent: RunContext, shared: _Shared
+    agent: RunOwner, name: str, parent: RunContext, shared: _Shared
 ) -> tuple[object, list[Message]]:
     """The child's deps and the history it starts with, as its tool shares them (raises
     :class:`AgentToolError`, the call's result, when user code sharing them fails)."""
@@ -389,7 +395,11 @@ def _answer(name: str, result: RunResult[Any], grant: Grant | None) -> object:
     raise AgentToolError(message, tool_name=name, result=result)
 
 
-class AgentTool(Tool):
+ChildT = TypeVar("ChildT", bound=RunOwner, default=Any)
+"""The type of an agent tool's child: the :class:`~fsm_agent.Agent` it runs."""
+
+
+class AgentTool(Tool, Generic[ChildT]):
     """An agent used as a tool (build one with :meth:`fsm_agent.Agent.as_tool`): its one
     argument is the task, its result the child's output. ``agent`` is the child."""
 
@@ -397,7 +407,7 @@ class AgentTool(Tool):
 
     def __init__(
         self,
-        agent: Agent[Any, Any],
+        agent: ChildT,
         *,
         name: str,
         description: str,
@@ -429,7 +439,7 @@ class AgentTool(Tool):
                 "decide when to hand a task to this agent"
             )
         if timeout_s is None:
-            timeout_s = agent.policy.max_wall_clock_s
+            timeout_s = agent._plan.policy.max_wall_clock_s
 
         shared = _Shared(share_deps, deps_from, conversation)
 
@@ -474,34 +484,44 @@ class AgentTool(Tool):
         return f"AgentTool({self.name!r})"
 
 
-def agent_bounds(agent: Agent[Any, Any], *, model_timeout_s: float | None = None) -> Bounds:
+def agent_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> Bounds:
     """The worst case of a run of ``agent``, its children's included (each computed the same
     way, so a grandchild's counts too), and, for an agent with handoffs, of the whole chain of
     agents that may hold the conversation (one policy, the most models, every child); for an
     agent with phases, under the turns its phase budgets allow: see
     :meth:`fsm_agent.Agent.bounds`."""
-    agents = graph_agents(agent) if agent.handoffs else [agent]
-    graph = declared_graph(agent) if agent.handoffs else None
+    plan = plan_of(agent)
+    plans = _chain(plan)
     return bounds(
-        agent.policy,
-        verification=agent.verifier is not None or agent._plan.output_spec is not None,
+        plan.policy,
+        verification=plan.verifier is not None or plan.output_spec is not None,
         model_timeout_s=model_timeout_s,
-        models=max(len(a._plan.models) for a in agents),
+        models=max(len(p.models) for p in plans),
         children=children_bounds(agent, model_timeout_s=model_timeout_s),
-        other_tools=any(
-            not isinstance(t, AgentTool) for each in agents for t in each.tools.values()
-        ),
+        other_tools=any(not isinstance(t, AgentTool) for p in plans for t in p.tools.values()),
         turns=phase_turns(agent),
-        handoffs=graph,
+        handoffs=declared_graph(plan.parts) if plan.handoffs else None,
     )
 
 
-def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
+def _chain(plan: Plan) -> list[Plan]:
+    """``plan`` and the own plans of every agent a chain of its handoffs can reach."""
+    plans = [plan]
+    if plan.handoffs:
+        for handoff in handoff_graph(plan.parts).values():
+            theirs = plan_of(handoff.agent)
+            if all(theirs is not p for p in plans):
+                plans.append(theirs)
+    return plans
+
+
+def phase_turns(agent: Planned) -> tuple[int, str] | None:
     """The most model turns the budgets of ``agent``'s phases allow, explored with the loop
     (:func:`~fsm_agent.analysis.checker.phases.check_phases`), when fewer than its
     ``max_steps``; ``None`` without phases, or when the search is inconclusive."""
-    phases = agent.phases
-    policy = agent.policy
+    plan = plan_of(agent)
+    phases = plan.parts.phases
+    policy = plan.policy
     limit = policy.max_steps or policy.usage_limits.max_requests
     if phases is None or limit is None:
         return None
@@ -513,48 +533,46 @@ def phase_turns(agent: Agent[Any, Any]) -> tuple[int, str] | None:
     return report.max_turns, "its phases' step budgets, explored with the loop"
 
 
-def explored_model_calls(agent: Agent[Any, Any]) -> int | None:
+def explored_model_calls(agent: Planned) -> int | None:
     """The most model calls a run of ``agent`` makes, its children's included, found by the
     exhaustive checker's search (each child's explored the same way) rather than computed from
     formulas: it equals ``agent.bounds().max_model_calls``. For an agent with handoffs the
     search covers the chain: the run's policy, the most models of its agents, every child."""
     from ..analysis.checker.compose import explored_model_calls as explore
 
-    agents = graph_agents(agent) if agent.handoffs else [agent]
+    plan = plan_of(agent)
+    plans = _chain(plan)
     children = [
         explored_model_calls(found.agent)
-        for each in agents
+        for each in plans
         for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]
-    policy = agent.policy
+    policy = plan.policy
     turns = phase_turns(agent)
     if turns is not None:
         policy = policy.model_copy(update={"max_steps": turns[0], "summarize_on_max_steps": False})
     return explore(
         policy,
         children=children,
-        machine=agent.machine,
-        verification=agent.verifier is not None,
-        stop_conditions=bool(agent.stop_conditions),
-        models=max(len(a._plan.models) for a in agents),
-        output_validation=agent._plan.output_spec is not None,
+        machine=plan.machine,
+        verification=plan.verifier is not None,
+        stop_conditions=bool(plan.parts.stop_conditions),
+        models=max(len(p.models) for p in plans),
+        output_validation=plan.output_spec is not None,
     )
 
 
-def children_bounds(
-    agent: Agent[Any, Any], *, model_timeout_s: float | None = None
-) -> list[ChildBounds]:
+def children_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> list[ChildBounds]:
     """The worst case of each agent ``agent`` uses as a tool, by its tool name (with handoffs,
     those of every agent that may hold the conversation)."""
-    agents = graph_agents(agent) if agent.handoffs else [agent]
     return [
         ChildBounds(
             found.name,
             agent_bounds(found.agent, model_timeout_s=model_timeout_s),
             timeout_s=found.timeout_s,
         )
-        for each in agents
+        for each in _chain(plan_of(agent))
         for found in each.tools.values()
         if isinstance(found, AgentTool)
     ]

@@ -30,9 +30,8 @@ from ..values.messages import (
 if TYPE_CHECKING:
     from ..persistence.run_log import RunLog
     from ..values.model_settings import ModelSettings
-    from .agent import Agent, RunHandle
     from .plan import Plan
-    from .run import Runtime
+    from .run import RunHandle, Runtime
 
 __all__ = [
     "ONE_REQUEST",
@@ -103,17 +102,27 @@ _NOTHING = _Nothing()
 
 
 class RunContext:
-    """What the handlers of one run share: the agent's plan, the run state, the interrupt.
+    """What the handlers of one run share: the plan, the runtime, the run state, the interrupt.
 
     ``plan`` is the agent's plan when the run started: the run reads it, not the agent, so a
-    policy assigned while it moves applies to the runs started after it."""
+    policy assigned while it moves applies to the runs started after it. A handoff replaces it
+    with the target's plan, which ``origin`` (the plan the run started with) compiles.
+    ``agent`` is the agent the run is for, handed only to user code (a ``before_run`` hook)."""
 
     def __init__(
-        self, agent: Agent[Any, Any], state: RunState, *, listening: bool, handle: RunHandle
+        self,
+        plan: Plan,
+        runtime: Runtime,
+        state: RunState,
+        *,
+        listening: bool,
+        handle: RunHandle,
+        agent: object = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         self.agent = agent
-        self.plan: Plan = agent._plan
-        self.runtime: Runtime = agent.runtime
+        self.plan = self.origin = plan
+        self.runtime = runtime
         self.rs = state
         self.listening = listening
         self.handle = handle
@@ -136,7 +145,7 @@ class RunContext:
         self.count_tokens = self.plan.compactor.tokenizer  # the context budget's counter
         self.durable: RunLog | None = None  # checkpoints and the effect journal, when saved
         # The agent's and the run's model settings merged (None: neither sets any).
-        self.model_settings: ModelSettings | None = agent.model_settings
+        self.model_settings = model_settings
 
     # -- interrupts -------------------------------------------------------------------------
     def cancel_requested(self) -> bool:

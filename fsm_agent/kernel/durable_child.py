@@ -10,9 +10,8 @@ had already ended gives its stored result.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UnknownRunError
 from ..machine.table import TERMINAL, State
@@ -21,8 +20,8 @@ from ..run.state import RunState, build_run_validators
 from .definition import check_definition
 
 if TYPE_CHECKING:
-    from .agent import Agent
     from .context import RunContext
+    from .plan import Plan, RunOwner
 
 __all__ = ["child_run_id", "open_child"]
 
@@ -35,20 +34,19 @@ def child_run_id(parent_run_id: str, step: int, call_id: str) -> str:
 
 
 async def open_child(
-    agent: Agent[Any, Any], bounded: Agent[Any, Any], parent: RunContext, run_id: str
-) -> tuple[Agent[Any, Any], RunState, RunLog | None]:
-    """The agent that runs the child ``run_id`` (``bounded``, saved in the parent's store), its
-    state and its run log: a new run, or the stored one claimed to continue. The log is
-    ``None`` when the stored child had already come to rest. The definition checked on a
-    resume is ``agent``'s (the bounded copy's limits depend on what the parent had left)."""
-    store = parent.agent.checkpointer
-    assert store is not None, "a durable parent has a checkpointer"
-    child = copy.copy(bounded)
-    child.checkpointer = store
-    child.durability = parent.agent.durability
+    agent: RunOwner, bounded: Plan, parent: RunContext, run_id: str
+) -> tuple[RunState, RunLog | None]:
+    """The state of the child ``run_id`` of ``agent`` (run under ``bounded``, its plan under the
+    limits its parent shares) and its run log in the parent's store: a new run, or the stored
+    one claimed to continue. The log is ``None`` when the stored child had already come to
+    rest. The definition checked on a resume is that of ``agent``'s own plan (the bounded
+    plan's limits depend on what the parent had left)."""
+    above = parent.durable
+    assert above is not None, "a durable parent has a run log"
+    store = above.store
     build_run_validators(durable=True)
     definition = agent._plan.definition
-    heard = parent.listening or bool(child.hooks)
+    heard = parent.listening or bool(bounded.hooks)
     try:
         checkpoint = await load_checkpoint(store, run_id)
     except UnknownRunError:
@@ -58,21 +56,21 @@ async def open_child(
             store,
             run_id,
             version=0,
-            mode=child.durability,
-            unknown_outcome=child.unknown_outcome,
+            mode=above.mode,
+            unknown_outcome=agent.unknown_outcome,
             heard=heard,
         )
-        return child, rs, log
+        return rs, log
     rs = checkpoint.state
     if rs.state in TERMINAL or rs.state is State.SUSPENDED:
-        return child, rs, None
+        return rs, None
     check_definition(run_id, rs.definition, definition)
     log = RunLog(
         store,
         run_id,
         version=checkpoint.version,
-        mode=child.durability,
-        unknown_outcome=child.unknown_outcome,
+        mode=above.mode,
+        unknown_outcome=agent.unknown_outcome,
         heard=heard,
     )
     try:
@@ -81,4 +79,4 @@ async def open_child(
     except BaseException:
         log.close()
         raise
-    return child, rs, log
+    return rs, log

@@ -13,7 +13,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from ..errors import ConfigurationError, HookError
 from ..log import logger
@@ -30,10 +30,13 @@ from ..values.record import field_problem
 from .limits import usage_fault
 
 if TYPE_CHECKING:
+    from ..machine.agent_machine import Move
     from ..models import Model
-    from .context import RunContext
+    from ..policy import Policy
+    from ..run.events import Event
+    from ..run.state import RunState
 
-__all__ = ["HOOK_POINTS", "HookSet", "MockResult", "SkipTool", "report_hook_failure"]
+__all__ = ["HOOK_POINTS", "HookSet", "HookedRun", "MockResult", "SkipTool", "report_hook_failure"]
 
 HOOK_POINTS: dict[str, frozenset[str]] = {
     "before_run": frozenset({"run_state", "agent"}),
@@ -63,6 +66,37 @@ class SkipTool:
     result)."""
 
     reason: str = "a hook skipped this call"
+
+
+class _Planned(Protocol):
+    @property
+    def policy(self) -> Policy: ...
+
+
+class HookedRun(Protocol):
+    """What running a hook reads and writes of a run (its
+    :class:`~fsm_agent.kernel.context.RunContext`, which sits above the plan that holds the
+    :class:`HookSet`): the run state, its interrupt, and where a failure is reported."""
+
+    rs: RunState
+    listening: bool
+    pending_events: list[Event]
+    last_move: Move | None
+    error: BaseException | None
+
+    @property
+    def plan(self) -> _Planned:
+        """The run's plan (its policy sets the hooks' timeout and failure mode)."""
+        ...
+
+    @property
+    def interrupt(self) -> Outcome | None:
+        """The interrupt the run was asked to stop with, if any."""
+        ...
+
+    def request_interrupt(self, outcome: Outcome) -> None:
+        """Ask the run to stop with ``outcome``."""
+        ...
 
 
 # -- registration ------------------------------------------------------------------------------
@@ -143,7 +177,7 @@ class HookSet:
         return any(getattr(self, point) for point in HOOK_POINTS)
 
     # -- running ---------------------------------------------------------------------------
-    async def notify(self, ctx: RunContext, hooks: _Hooks, **kwargs: object) -> None:
+    async def notify(self, ctx: HookedRun, hooks: _Hooks, **kwargs: object) -> None:
         """Run observing hooks (their return value is ignored). An interrupt that arrives
         while they run stops the rest; one that came before does not: every hook of a later
         hook point still sees how an interrupted run goes on and ends."""
@@ -154,7 +188,7 @@ class HookSet:
                 return
 
     async def run_before_model_call(
-        self, ctx: RunContext, request: ModelRequest, model: Model, stream: bool
+        self, ctx: HookedRun, request: ModelRequest, model: Model, stream: bool
     ) -> ModelRequest | ModelResponse:
         """The request after every ``before_model_call`` hook, or the response one supplied."""
         for hook in self.before_model_call:
@@ -183,7 +217,7 @@ class HookSet:
         return request
 
     async def run_before_tool(
-        self, ctx: RunContext, call: ToolCall
+        self, ctx: HookedRun, call: ToolCall
     ) -> ToolCall | MockResult | SkipTool:
         """The call after every ``before_tool`` hook, or the mock result or skip one returned."""
         for hook in self.before_tool:
@@ -207,7 +241,7 @@ class HookSet:
                 _bad_return(ctx, hook, value, "a ToolCall, MockResult, SkipTool or None")
         return call
 
-    async def run_approve_tool(self, ctx: RunContext, call: ToolCall) -> Approval | None:
+    async def run_approve_tool(self, ctx: HookedRun, call: ToolCall) -> Approval | None:
         """The first verdict that is not ``allow``, else ``allow`` if a hook said so, else
         ``None`` (no hook had an opinion).
 
@@ -237,7 +271,7 @@ class HookSet:
         return verdict
 
     async def run_after_tool(
-        self, ctx: RunContext, call: ToolCall, result: ToolResult
+        self, ctx: HookedRun, call: ToolCall, result: ToolResult
     ) -> tuple[ToolResult, str | None]:
         """The result after every ``after_tool`` hook (its call id and name are kept), and
         the phase the last hook that returned a :class:`~fsm_agent.phases.MovePhase` asks
@@ -305,7 +339,7 @@ def _verdict(value: object) -> Approval | None:
 _FAILED = "the call was not run; the operator can see why in the hook_error event"
 
 
-async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tuple[bool, object]:
+async def _call(ctx: HookedRun, hook: _Hook, kwargs: dict[str, object]) -> tuple[bool, object]:
     """Run one hook: ``(True, its answer)``, or ``(False, None)`` after reporting a failure."""
     timeout = hook.timeout_s if hook.timeout_s is not None else ctx.plan.policy.hook_timeout_s
     try:
@@ -328,12 +362,12 @@ async def _call(ctx: RunContext, hook: _Hook, kwargs: dict[str, object]) -> tupl
     return True, value
 
 
-def _bad_return(ctx: RunContext, hook: _Hook, value: object, expected: str) -> None:
+def _bad_return(ctx: HookedRun, hook: _Hook, value: object, expected: str) -> None:
     report_hook_failure(ctx, hook.label, f"returned {type(value).__name__}; expected {expected}")
 
 
 def report_hook_failure(
-    ctx: RunContext, label: str, error: str, cause: BaseException | None = None
+    ctx: HookedRun, label: str, error: str, cause: BaseException | None = None
 ) -> None:
     """Emit ``hook_error`` for the failed user callable ``label``; under
     ``hook_failure_mode="fail"`` also stop the run, else record it on the ``fsm_agent`` logger

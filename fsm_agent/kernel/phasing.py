@@ -3,23 +3,19 @@
 The moves themselves (legality, guards, exit checks, the run state) belong to
 :class:`~fsm_agent.phases.CompiledPhases`; this module calls it where the kernel meets a move
 (a call in ``dispatching``, a spent budget before a model call) and queues the
-``phase_changed`` event for the listener.
+``phase_changed`` event for the listener. Fitting a table to an agent is the plan's
+(:func:`~fsm_agent.kernel.plan.compile_phases`, named here too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
-from ..errors import ConfigurationError
-from ..phases import CompiledPhases, Phases
-from ..policy import Policy
+from ..phases import CompiledPhases
 from ..run.events import PhaseChangedEvent
-from ..run.state import RunState
-from ..tools import ToolRegistry
-from ..tools.output import PAGER_NAME
 from ..values.messages import ToolCall, ToolResult
 from .context import RunContext
+from .plan import budget_stop, compile_phases, phase_stop_conditions
 
 __all__ = [
     "budget_stop",
@@ -76,44 +72,3 @@ def move_by_budget(ctx: RunContext, phases: CompiledPhases) -> None:
     source = spent[0].name
     phases.move(ctx.rs, spent[1], by="budget")
     _moved(ctx, source, "budget")
-
-
-def compile_phases(
-    phases: Phases | None, registry: ToolRegistry, system_prompt: str | None, policy: Policy
-) -> CompiledPhases | None:
-    """``phases`` fitted to an agent's tools, system prompt and policy: the pager is allowed
-    in every phase, and the done tool of ``require_done_tool`` offered in the goal phases."""
-    if phases is None:
-        return None
-    done = registry.find("done") if policy.require_done_tool else None
-    return CompiledPhases(
-        phases,
-        registry.definitions,
-        system_prompt,
-        always=frozenset({PAGER_NAME}),
-        goal_tools=() if done is None else (done.definition,),
-    )
-
-
-def phase_stop_conditions(phases: Phases | None) -> tuple[Callable[[RunState], str | None], ...]:
-    """The stop condition an agent with ``phases`` adds to its own (see :func:`budget_stop`);
-    raises :class:`~fsm_agent.ConfigurationError` when ``phases`` is not a table."""
-    if phases is None:
-        return ()
-    if not isinstance(phases, Phases):
-        raise ConfigurationError(f"phases must be a fsm_agent.Phases, got {type(phases).__name__}")
-    return (budget_stop(phases),)
-
-
-def budget_stop(phases: Phases) -> Callable[[RunState], str | None]:
-    """The stop condition that ends a run whose phase spent its budget and names no
-    ``on_budget`` phase (stop reason ``stop_condition``, detail ``phase_budget: ...``)."""
-
-    def phase_budget(rs: RunState) -> str | None:
-        spent = phases.spent(rs)
-        if spent is None or spent[1] is not None:
-            return None
-        phase = spent[0]
-        return f"phase_budget: phase '{phase.name}' spent its {phase.max_steps} steps"
-
-    return phase_budget

@@ -6,14 +6,20 @@ handlers read (the tool registry with the done tool and the pager, the limits an
 ``decide``, the loop settings, the output spec...). A run takes its agent's plan when it starts
 and keeps it to its end: assigning ``agent.policy`` compiles a new plan for the runs started
 after it, and a run in flight goes on under the plan it started with.
+
+A plan keeps the :class:`PlanParts` it was compiled from, so the kernel compiles the plans a
+run needs from plans alone: a child's under its share of its parent's limits
+(:func:`with_policy`), a handoff target's under the run's policy (:func:`handoff_plan`). Below
+the ``Agent`` class, the kernel reads an agent as a :class:`RunOwner`: its plan and the pieces
+of its runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..compaction import Compactor
 from ..errors import ConfigurationError, ModelError
@@ -33,9 +39,27 @@ from .definition import definition_fingerprint
 from .handoffs import Handoff, by_tool_name, handoff_tools
 from .hooks import HookSet
 from .limits import usage_limited
-from .phasing import compile_phases, phase_stop_conditions
 
-__all__ = ["LoopSettings", "Plan", "Planned", "compile_plan", "plan_of"]
+if TYPE_CHECKING:
+    from ..persistence import Checkpointer, Durability
+    from ..persistence.run_log import UnknownOutcome
+    from ..values.model_settings import ModelSettings
+    from .run import Runtime
+
+__all__ = [
+    "LoopSettings",
+    "Plan",
+    "PlanParts",
+    "Planned",
+    "RunOwner",
+    "budget_stop",
+    "compile_phases",
+    "compile_plan",
+    "handoff_plan",
+    "phase_stop_conditions",
+    "plan_of",
+    "with_policy",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +99,28 @@ class LoopSettings:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PlanParts:
+    """What a plan is compiled from, as its agent's user set it: kept in the plan, so that the
+    kernel compiles a plan under another policy (a child's share of its parent's limits) or
+    for another agent's parts (a handoff's target) from the plan alone."""
+
+    model: Model
+    tools: tuple[Tool | Callable[..., Any], ...]
+    policy: Policy
+    machine: AgentMachine
+    system_prompt: str | None
+    verifier: Callable[..., Any] | None
+    stop_conditions: tuple[Callable[[RunState], object], ...]  # the agent's own
+    hooks: HookSet
+    compactor: Compactor | None  # the one given (None: the policy's)
+    phases: Phases | None
+    output_spec: OutputSpec | None
+    wrap_tool: Callable[[Tool], Tool] | None
+    streams: bool | None
+    handoffs: tuple[Handoff[Any], ...]
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """What the runs of one agent read, compiled from what its user set; never changed (a new
@@ -106,7 +152,11 @@ class Plan:
     stop_conditions: tuple[Callable[[RunState], object], ...]  # the phases' own included
     output_spec: OutputSpec | None  # how answers are validated (None: text output)
     output_schema: OutputSchema | None  # the JSON schema of the answer (None: text output)
-    handoffs: Mapping[str, Handoff]  # the agent's handoffs by their tool's name (often empty)
+    handoffs: Mapping[str, Handoff[Any]]  # the agent's handoffs by their tool's name (often empty)
+    parts: PlanParts  # what it was compiled from
+    # The plans of handoff targets compiled under this one, by the target's own plan's id,
+    # each with that plan (a target given a new prompt compiles a new one).
+    handoff_plans: dict[int, tuple[Plan, Plan]] = field(default_factory=dict, repr=False)
 
     @cached_property
     def definition(self) -> str:
@@ -121,6 +171,43 @@ class Planned(Protocol):
     @property
     def _plan(self) -> Plan:
         """The plan the agent's next run follows."""
+        ...
+
+
+class RunOwner(Planned, Protocol):
+    """The agent a run is started for, as the kernel below :class:`~fsm_agent.Agent` reads it:
+    its plan and the pieces of its runtime, nothing else. An ``Agent`` is one; the run's own
+    code gets the plan and these pieces, and hands the object itself only to user code (a
+    ``before_run`` hook's ``agent``)."""
+
+    @property
+    def runtime(self) -> Runtime:
+        """The clock, sleep, randomness and ids its runs use."""
+        ...
+
+    @property
+    def deps(self) -> object:
+        """What its tools get as ``deps`` when a run is given none."""
+        ...
+
+    @property
+    def model_settings(self) -> ModelSettings | None:
+        """Its model settings, under a run's own."""
+        ...
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        """The store its runs are saved in (``None``: not saved)."""
+        ...
+
+    @property
+    def durability(self) -> Durability:
+        """When the store's writes happen."""
+        ...
+
+    @property
+    def unknown_outcome(self) -> UnknownOutcome:
+        """Who settles a call a crash cut short."""
         ...
 
 
@@ -149,13 +236,72 @@ def compile_plan(
     output_spec: OutputSpec | None,
     wrap_tool: Callable[[Tool], Tool] | None = None,
     streams: bool | None = None,
-    handoffs: Sequence[Handoff] = (),
+    handoffs: Sequence[Handoff[Any]] = (),
 ) -> Plan:
     """The plan of an agent built from these parts (raises
     :class:`~fsm_agent.ConfigurationError` for parts that do not fit together)."""
+    parts = PlanParts(
+        model=model,
+        tools=tuple(tools),
+        policy=policy,
+        machine=machine,
+        system_prompt=system_prompt,
+        verifier=verifier,
+        stop_conditions=tuple(stop_conditions),
+        hooks=hooks,
+        compactor=compactor,
+        phases=phases,
+        output_spec=output_spec,
+        wrap_tool=wrap_tool,
+        streams=streams,
+        handoffs=tuple(handoffs),
+    )
+    return _compiled(parts)
+
+
+def with_policy(plan: Plan, policy: Policy) -> Plan:
+    """``plan`` compiled again under ``policy`` (a child's share of its parent's limits)."""
+    return _compiled(replace(plan.parts, policy=policy))
+
+
+def handoff_plan(origin: Plan, target: Planned) -> Plan:
+    """The plan a run started under ``origin`` follows once a handoff gave ``target`` the
+    conversation: ``target``'s model, tools, handoffs, system prompt and compactor under
+    ``origin``'s policy, hooks, verifier, stop conditions, output and machine (compiled on
+    first use, and kept with ``origin``)."""
+    own = target._plan
+    if own is origin:
+        return origin
+    cached = origin.handoff_plans.get(id(own))
+    if cached is not None and cached[0] is own:
+        return cached[1]
+    theirs = own.parts
+    plan = _compiled(
+        replace(
+            origin.parts,
+            model=theirs.model,
+            tools=theirs.tools,
+            system_prompt=theirs.system_prompt,
+            compactor=theirs.compactor,
+            phases=None,
+            streams=None,
+            handoffs=theirs.handoffs,
+        )
+    )
+    origin.handoff_plans[id(own)] = (own, plan)
+    return plan
+
+
+def _compiled(parts: PlanParts) -> Plan:
+    """The plan of ``parts``."""
+    policy, model, phases = parts.policy, parts.model, parts.phases
+    verifier, output_spec, machine = parts.verifier, parts.output_spec, parts.machine
+    system_prompt = parts.system_prompt
     _check_policy(policy, verifier, output_spec)
-    stops = (*stop_conditions, *phase_stop_conditions(phases))  # checks ``phases`` is a table
-    registry, pager, done_offered = _tools(tools, handoffs, policy, output_spec, wrap_tool)
+    stops = (*parts.stop_conditions, *phase_stop_conditions(phases))  # checks it is a table
+    registry, pager, done_offered = _tools(
+        parts.tools, parts.handoffs, policy, output_spec, parts.wrap_tool
+    )
     models, falls_back_on = _models(model)
     limits = limits_of(
         policy,
@@ -174,22 +320,23 @@ def compile_plan(
         switch_rows=_switch_rows(machine),
         models=models,
         falls_back_on=falls_back_on,
-        streams=_streams(models, streams),
+        streams=_streams(models, parts.streams),
         tools=registry,
         done_offered=done_offered,
         tool_definitions=registry.definitions,
         pager=pager,
         approval_needed=any(t.needs_approval for t in registry.values()),
         phases=compile_phases(phases, registry, system_prompt, policy),
-        compactor=compactor or Compactor.from_settings(policy.compaction),
+        compactor=parts.compactor or Compactor.from_settings(policy.compaction),
         system_prompt=system_prompt,
         system_message=None if system_prompt is None else Message.system(system_prompt),
-        hooks=hooks,
+        hooks=parts.hooks,
         verifier=verifier,
         stop_conditions=stops,
         output_spec=output_spec,
         output_schema=None if output_spec is None else output_spec.schema,
-        handoffs=by_tool_name(handoffs),
+        handoffs=by_tool_name(parts.handoffs),
+        parts=parts,
     )
 
 
@@ -236,7 +383,7 @@ def _switch_rows(machine: AgentMachine) -> frozenset[int]:
 
 def _tools(
     given: Sequence[Tool | Callable[..., Any]],
-    handoffs: Sequence[Handoff],
+    handoffs: Sequence[Handoff[Any]],
     policy: Policy,
     output_spec: OutputSpec | None,
     wrap_tool: Callable[[Tool], Tool] | None,
@@ -244,7 +391,7 @@ def _tools(
     """The tool registry the policy asks for (the done tool and a tool per handoff added) and
     the pager, both through ``wrap_tool``, and whether the registry's ``done`` is the built-in
     done tool."""
-    tool_list = [*given, *handoff_tools(handoffs)]
+    tool_list = [*given, *handoff_tools(handoffs, policy.max_handoffs)]
     if policy.require_done_tool and not any(
         (t.name if isinstance(t, Tool) else getattr(t, "__name__", "")) == "done" for t in tool_list
     ):
@@ -266,3 +413,44 @@ def _tools(
         registry = ToolRegistry(wrap_tool(t) for t in registry.values())
         pager = None if pager is None else wrap_tool(pager)
     return registry, pager, done_offered
+
+
+def compile_phases(
+    phases: Phases | None, registry: ToolRegistry, system_prompt: str | None, policy: Policy
+) -> CompiledPhases | None:
+    """``phases`` fitted to an agent's tools, system prompt and policy: the pager is allowed
+    in every phase, and the done tool of ``require_done_tool`` offered in the goal phases."""
+    if phases is None:
+        return None
+    done = registry.find("done") if policy.require_done_tool else None
+    return CompiledPhases(
+        phases,
+        registry.definitions,
+        system_prompt,
+        always=frozenset({PAGER_NAME}),
+        goal_tools=() if done is None else (done.definition,),
+    )
+
+
+def phase_stop_conditions(phases: Phases | None) -> tuple[Callable[[RunState], str | None], ...]:
+    """The stop condition an agent with ``phases`` adds to its own (see :func:`budget_stop`);
+    raises :class:`~fsm_agent.ConfigurationError` when ``phases`` is not a table."""
+    if phases is None:
+        return ()
+    if not isinstance(phases, Phases):
+        raise ConfigurationError(f"phases must be a fsm_agent.Phases, got {type(phases).__name__}")
+    return (budget_stop(phases),)
+
+
+def budget_stop(phases: Phases) -> Callable[[RunState], str | None]:
+    """The stop condition that ends a run whose phase spent its budget and names no
+    ``on_budget`` phase (stop reason ``stop_condition``, detail ``phase_budget: ...``)."""
+
+    def phase_budget(rs: RunState) -> str | None:
+        spent = phases.spent(rs)
+        if spent is None or spent[1] is not None:
+            return None
+        phase = spent[0]
+        return f"phase_budget: phase '{phase.name}' spent its {phase.max_steps} steps"
+
+    return phase_budget

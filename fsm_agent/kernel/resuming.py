@@ -1,11 +1,11 @@
 """How a run is started or resumed: the run context built from the agent's plan, a stored run
 loaded, checked and claimed (the plumbing behind :class:`~fsm_agent.Agent`'s ``run`` and
-``resume`` methods)."""
+``resume`` methods). The agent is read as a :class:`~fsm_agent.kernel.plan.RunOwner`: its plan
+and the pieces of its runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInputError, ResumeError, RunFinishedError
 from ..machine.table import TERMINAL, State
@@ -20,18 +20,17 @@ from ..values.model_settings import ModelSettings, merge_settings, settings_requ
 from ..values.record import field_problem
 from .context import RunContext
 from .definition import check_definition
-from .handoffs import holder, resumed_agent
+from .handoffs import holder
+from .handover import resumed_agent
+from .plan import Plan, RunOwner
 from .run import RunHandle
 from .states.model_call import model_name
-
-if TYPE_CHECKING:
-    from .agent import Agent
 
 __all__ = ["new_context", "refuse_finished", "resume_context", "start_context"]
 
 
 def start_context(
-    agent: Agent[Any, Any],
+    agent: RunOwner,
     prompt: str | Message,
     history: Sequence[Message],
     handle: RunHandle | None,
@@ -64,6 +63,7 @@ def start_context(
             f"the prompt must be a str or a Message, got {type(prompt).__name__}"
         )
     validate_history(history)
+    plan = agent._plan
     rs = RunState(run_id=agent.runtime.new_id())
     if conversation_id is not None:
         if not isinstance(conversation_id, str) or not conversation_id:
@@ -73,12 +73,11 @@ def start_context(
         rs.conversation_id = conversation_id
     log = None
     if agent.checkpointer is not None:
-        plan = agent._plan
         rs.definition = plan.definition
         rs.model = " | ".join(model_name(m) for m in plan.models)
         message = storable_message(message)
         log = _run_log(agent, rs.run_id, 0, listening)
-    ctx = new_context(agent, rs, handle or RunHandle(), deps, listening, log)
+    ctx = new_context(agent, plan, rs, handle or RunHandle(), deps, listening, log)
     ctx.input = message
     ctx.model_settings = settings
     if history:
@@ -86,7 +85,7 @@ def start_context(
     return ctx
 
 
-def _check_settings(agent: Agent[Any, Any], settings: ModelSettings | None) -> None:
+def _check_settings(agent: RunOwner, settings: ModelSettings | None) -> None:
     """Ask each model of ``agent`` whether it takes the first request of a run under
     ``settings`` (raises :class:`~fsm_agent.ConfigurationError` for settings it refuses)."""
     if settings is None:
@@ -107,15 +106,25 @@ def _check_settings(agent: Agent[Any, Any], settings: ModelSettings | None) -> N
 
 
 def new_context(
-    agent: Agent[Any, Any],
+    agent: RunOwner,
+    plan: Plan,
     rs: RunState,
     handle: RunHandle,
     deps: object,
     listening: bool,
     durable: RunLog | None = None,
 ) -> RunContext:
-    """The context of a started or resumed run, attached to its handle."""
-    ctx = RunContext(agent, rs, listening=listening, handle=handle)
+    """The context of a started or resumed run of ``agent`` under ``plan``, attached to its
+    handle."""
+    ctx = RunContext(
+        plan,
+        agent.runtime,
+        rs,
+        listening=listening,
+        handle=handle,
+        agent=agent,
+        model_settings=agent.model_settings,
+    )
     ctx.deps = deps if deps is not None else agent.deps
     ctx.durable = durable
     handle._attach(ctx)
@@ -123,7 +132,7 @@ def new_context(
 
 
 async def resume_context(
-    agent: Agent[Any, Any],
+    agent: RunOwner,
     resume: ResumeHandle | str,
     decisions: Mapping[str, HumanDecision] | None,
     handle: RunHandle | None,
@@ -152,7 +161,7 @@ async def resume_context(
     if handle._rs is not None and handle._rs is not getattr(resume, "run_state", None):
         raise InvalidInputError("a RunHandle controls one run; create a new one per run")
     rs = apply_decisions(resume, decisions if decisions is not None else {})
-    ctx = new_context(agent, rs, handle, deps, listening)
+    ctx = new_context(agent, agent._plan, rs, handle, deps, listening)
     ctx.model_settings = settings
     if rs.agent is not None:  # a handoff gave the conversation to another agent
         resumed_agent(ctx)
@@ -160,7 +169,7 @@ async def resume_context(
 
 
 async def _durable_resume_context(
-    agent: Agent[Any, Any],
+    agent: RunOwner,
     resume: ResumeHandle | str,
     decisions: Mapping[str, HumanDecision] | None,
     handle: RunHandle | None,
@@ -182,9 +191,10 @@ async def _durable_resume_context(
             f"resume needs a run id or the ResumeHandle of a result, got {type(resume).__name__}"
         )
     checkpoint = await load_checkpoint(store, run_id)
+    plan = agent._plan
     log = _run_log(agent, run_id, checkpoint.version, listening)
     try:
-        rs = await _claim(agent, log, checkpoint, token, decisions, allow_changed)
+        rs = await _claim(plan, log, checkpoint, token, decisions, allow_changed)
     except BaseException:
         log.close()  # the store keeps nothing for a run that was not resumed
         raise
@@ -192,7 +202,7 @@ async def _durable_resume_context(
     if handle._rs is not None and handle._rs.run_id == run_id:
         handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
         handle._pause_requested = False
-    ctx = new_context(agent, rs, handle, deps, listening, log)
+    ctx = new_context(agent, plan, rs, handle, deps, listening, log)
     if rs.agent is not None:  # a handoff gave the conversation to another agent
         resumed_agent(ctx)
     if rs.trace and rs.state is not State.SUSPENDED:
@@ -201,7 +211,7 @@ async def _durable_resume_context(
 
 
 async def _claim(
-    agent: Agent[Any, Any],
+    plan: Plan,
     log: RunLog,
     checkpoint: Checkpoint,
     token: str | None,
@@ -212,11 +222,11 @@ async def _claim(
     run_id = log.run_id
     rs = checkpoint.state
     refuse_finished(rs, run_id, "resume")
-    fingerprint = agent._plan.definition
+    fingerprint = plan.definition
     if not allow_changed:
         check_definition(run_id, rs.definition, fingerprint)
     rs.definition = fingerprint
-    holder(agent, rs)  # a run handed off resumes under an agent this one declares
+    holder(plan.parts, rs)  # a run handed off resumes under an agent this one declares
     if rs.state is State.SUSPENDED and rs.resume_token is not None:
         waiting = ResumeHandle(run_id, token or rs.resume_token, tuple(rs.human_requests), rs)
         rs = apply_decisions(waiting, decisions if decisions is not None else {})
@@ -230,7 +240,7 @@ async def _claim(
     return rs
 
 
-def _run_log(agent: Agent[Any, Any], run_id: str, version: int, listening: bool) -> RunLog:
+def _run_log(agent: RunOwner, run_id: str, version: int, listening: bool) -> RunLog:
     """The run log of ``run_id`` in ``agent``'s store, from checkpoint ``version``."""
     assert agent.checkpointer is not None
     return RunLog(
@@ -239,7 +249,7 @@ def _run_log(agent: Agent[Any, Any], run_id: str, version: int, listening: bool)
         version=version,
         mode=agent.durability,
         unknown_outcome=agent.unknown_outcome,
-        heard=listening or bool(agent.hooks),
+        heard=listening or bool(agent._plan.hooks),
     )
 
 

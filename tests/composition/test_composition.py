@@ -121,6 +121,28 @@ def test_child_cannot_exceed_the_parents_max_requests() -> None:
     assert call_result.is_error and "usage_limit" in call_result.content
 
 
+def test_a_child_under_its_share_of_the_limits_runs_the_agent_as_built() -> None:
+    """A child under a narrower policy (its share of the parent's limits) runs a plan compiled
+    for that policy from its own plan; its ``before_run`` hook gets the child agent as built,
+    whose own policy is left as it was."""
+    seen: list[tuple[object, int | None]] = []
+
+    class Watch:
+        def before_run(self, *, agent: Any, run_state: Any, **kw: Any) -> None:
+            seen.append((agent, agent.policy.usage_limits.max_requests))
+
+    child, _ = researcher([text("found it")], hooks=[Watch()])
+    plan = child._plan
+    parent, _, _ = make_agent(
+        [tool_call("research", {"task": "dig"}), text("done")],
+        tools=[child.as_tool(name="research", description="Research a question.")],
+        policy=Policy(usage_limits=UsageLimits(max_requests=3)),
+    )
+    assert parent.run_sync("Go.").output == "done"
+    assert seen == [(child, None)]
+    assert child._plan is plan
+
+
 def test_children_of_one_turn_share_the_parents_budget() -> None:
     """Two children run concurrently: together they get what the parent has left, not each."""
     first, first_model = researcher([tool_call("lookup", {"query": "q"})] * 10)

@@ -476,16 +476,16 @@ def test_the_fuzzer_hands_off_and_keeps_the_chain_within_its_bound(
     """Generated scripts on a triage <-> billing pair call both agents' tools and the handoff
     tools; every run keeps the invariants, the chain's bound among them, and some hand off."""
     from fsm_agent.fuzzing import fuzz
-    from fsm_agent.kernel import handoffs
+    from fsm_agent.kernel import handover
 
     handed: list[str | None] = []
-    enter = handoffs.enter_agent
+    enter = handover.enter_agent
 
     def entered(ctx: Any, name: str | None, agent: Any) -> None:
         handed.append(name)
         enter(ctx, name, agent)
 
-    monkeypatch.setattr(handoffs, "enter_agent", entered)
+    monkeypatch.setattr(handover, "enter_agent", entered)
 
     def make(model: Any) -> Agent[None, str]:
         billing = Agent(model, tools=[refund], system_prompt="You are billing.")

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from fsm_agent import Policy, RunHandle
+from fsm_agent import Handoff, Policy, RunHandle
 from fsm_agent.events import ToolResultEvent
+from fsm_agent.kernel.plan import handoff_plan, with_policy
 from fsm_agent.kernel.run import RunResult
 from fsm_agent.testing import text, tool_call
 from helpers import make_agent
@@ -70,6 +71,35 @@ def test_a_plan_is_compiled_again_only_when_a_part_changes() -> None:
     assert agent.with_effects(runtime=agent.runtime)._plan is plan
     wrapped = agent.with_effects(wrap_tool=lambda tool: tool)
     assert wrapped._plan is not plan and agent._plan is plan
+
+
+def test_a_plan_compiled_under_another_policy_is_the_agents_under_it() -> None:
+    """``with_policy`` compiles a plan again from the parts it keeps: the same plan an agent
+    built with that policy has, the original left as it was."""
+    agent, _, _ = make_agent([], tools=[look], system_prompt="Be brief.")
+    narrower = Policy(max_steps=2)
+    plan = with_policy(agent._plan, narrower)
+    built, _, _ = make_agent([], tools=[look], system_prompt="Be brief.", policy=narrower)
+    assert plan.policy is narrower and plan.limits.max_steps == 2
+    assert plan.definition == built._plan.definition != agent._plan.definition
+    assert list(plan.tools) == list(agent._plan.tools)
+
+
+def test_a_handoff_targets_plan_is_compiled_from_the_two_plans() -> None:
+    """A handoff target's plan has the target's tools and prompt under the run's policy, is
+    compiled once per run plan, again when the target's prompt changes, and the run's own
+    agent taking the conversation back gets the run's plan itself."""
+    billing, _, _ = make_agent([], tools=[look], system_prompt="You bill.")
+    triage, _, _ = make_agent([], policy=Policy(max_steps=4))
+    triage.handoffs = [Handoff(billing, name="billing", description="Refunds.")]
+    origin = triage._plan
+    plan = handoff_plan(origin, billing)
+    assert plan.policy is origin.policy and plan.system_prompt == "You bill."
+    assert "look" in plan.tools and "transfer_to_billing" not in plan.tools
+    assert handoff_plan(origin, billing) is plan
+    assert handoff_plan(origin, triage) is origin
+    billing.system_prompt = "You refund."
+    assert handoff_plan(origin, billing).system_prompt == "You refund."
 
 
 def test_a_run_result_reads_its_run_state() -> None:

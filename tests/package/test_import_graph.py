@@ -4,9 +4,9 @@ The graph: every import a module under ``fsm_agent/`` makes, read with ``ast`` (
 and deferred inside functions alike: a deferred import that closes a cycle only hides it), plus
 the parent packages each import loads (importing ``fsm_agent.kernel.context`` runs
 ``fsm_agent/kernel/__init__.py`` first), except the lazy facades of :data:`FACADES`. Imports
-under ``if TYPE_CHECKING:`` count for cycles and layers alike (a type a module names from another
-is still a dependency on it), except the kernel's :data:`KERNEL_BACK_EDGES`, which are on their
-way out. The root package is left out as a target: every module loads it first, and it sits
+under ``if TYPE_CHECKING:`` count for cycles and layers alike, everywhere (a type a module names
+from another is still a dependency on it: a circle a type checker sees is a circle a reader
+sees). The root package is left out as a target: every module loads it first, and it sits
 above every layer. Inside the kernel, :data:`KERNEL_LAYERS` orders the modules the same way.
 
 A facade is a package whose ``__init__`` imports a public name's module only when the name is
@@ -55,10 +55,9 @@ its own layer and the layers below it, never one above. docs/machine.md draws th
 
 KERNEL_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run values", ("limits", "checks", "definition", "run")),
-    (
-        "run context and plan",
-        ("context", "plan", "hooks", "phasing", "handoffs", "progress", "listening", "sharing"),
-    ),
+    ("plan", ("hooks", "handoffs", "plan")),
+    ("run context", ("context",)),
+    ("run parts", ("handover", "phasing", "progress", "listening", "sharing")),
     ("states", ("states",)),
     ("driver", ("driver",)),
     ("operations", ("resuming", "composition", "durable_child", "abandon", "fork")),
@@ -66,21 +65,6 @@ KERNEL_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """The kernel's own layers, lowest first (names under ``fsm_agent.kernel.``), read like
 :data:`LAYERS`. docs/machine.md draws the same list."""
-
-KERNEL_BACK_EDGES = frozenset(
-    {
-        ("context", "agent"),
-        ("context", "plan"),
-        ("handoffs", "agent"),
-        ("composition", "agent"),
-        ("resuming", "agent"),
-        ("abandon", "agent"),
-        ("durable_child", "agent"),
-    }
-)
-"""The type-only imports inside the kernel that still close a circle or point up its layers
-(``(importer, imported)`` under ``fsm_agent.kernel.``): each one is still there (a test says
-so), and none may be added."""
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -202,19 +186,9 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
 KERNEL = f"{ROOT}.kernel"
 
 
-def _back_edge(name: str, target: str) -> bool:
-    """Whether importing ``target`` from ``name`` is one of :data:`KERNEL_BACK_EDGES`."""
-    prefix = KERNEL + "."
-    return (name.removeprefix(prefix), target.removeprefix(prefix)) in KERNEL_BACK_EDGES
-
-
 def import_graph(known: Mapping[str, Path]) -> dict[str, set[str]]:
-    """Every module's imports, type-only and deferred ones included, less the kernel's
-    :data:`KERNEL_BACK_EDGES`."""
-    return {
-        name: {t for t in imports_of(name, path, known, type_only=True) if not _back_edge(name, t)}
-        for name, path in known.items()
-    }
+    """Every module's imports, type-only and deferred ones included."""
+    return {name: imports_of(name, path, known, type_only=True) for name, path in known.items()}
 
 
 def test_the_import_graph_has_no_cycle() -> None:
@@ -263,21 +237,9 @@ def test_a_type_only_import_that_closes_a_circle_is_found(tmp_path: Path) -> Non
     assert cycles(import_graph(known)) == [[f"{ROOT}.high", f"{ROOT}.low"]]
 
 
-def test_every_kernel_back_edge_is_still_there() -> None:
-    """Each of the kernel's listed back edges is still imported (a removed one leaves the list)."""
-    known = modules()
-    every = {
-        (name.removeprefix(KERNEL + "."), target.removeprefix(KERNEL + "."))
-        for name, path in known.items()
-        if name.startswith(KERNEL + ".")
-        for target in imports_of(name, path, known, type_only=True)
-    }
-    assert KERNEL_BACK_EDGES - every == set()
-
-
 def kernel_upward_imports(known: Mapping[str, Path]) -> list[str]:
     """Every import inside the kernel, type-only and deferred ones included, of a module from a
-    higher layer of :data:`KERNEL_LAYERS`, less :data:`KERNEL_BACK_EDGES`."""
+    higher layer of :data:`KERNEL_LAYERS`."""
     inside = {
         n.removeprefix(ROOT + ".kernel."): p for n, p in known.items() if n.startswith(KERNEL + ".")
     }
@@ -287,7 +249,7 @@ def kernel_upward_imports(known: Mapping[str, Path]) -> list[str]:
         name = f"{KERNEL}.{short}"
         own = layer_of(name, layers)
         for target in sorted(imports_of(name, path, known, type_only=True)):
-            if not target.startswith(KERNEL + ".") or _back_edge(name, target):
+            if not target.startswith(KERNEL + "."):
                 continue
             theirs = layer_of(target, layers)
             if theirs > own:

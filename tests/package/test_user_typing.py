@@ -1,14 +1,24 @@
 """User code type-checks under ``mypy --strict``, with and without the pydantic plugin: the
-typed-usage file, every Python block of the docs and every example."""
+typed-usage file, every Python block of the docs and every example, and a file importing the
+new path of every moved module.
+
+The old paths of moved modules (``fsm_agent._lazy.MOVED``) are runtime aliases, made by an
+import hook that a type checker does not run: user code typed against them does not check, so
+the docs, the examples and the typed-usage file use the new paths only (docs/machine.md).
+"""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 from mypy import api
 
-from docs_blocks import ROOT, doc_blocks, examples
+from docs_blocks import ROOT, Program, doc_blocks, examples
+from fsm_agent._lazy import MOVED
+
+TYPING_USAGE = ROOT / "tests" / "support" / "typing_usage.py"
 
 _COMMON = """\
 [mypy]
@@ -33,11 +43,58 @@ def test_user_code_passes_mypy_strict(plugin: bool, tmp_path: Path) -> None:
     """Every docs block, every example and tests/support/typing_usage.py pass mypy --strict."""
     config = tmp_path / "mypy.ini"
     config.write_text(_COMMON.format(plugins="plugins = pydantic.mypy" if plugin else ""))
-    files = [str(ROOT / "tests" / "support" / "typing_usage.py")]
-    for program in doc_blocks() + examples():
+    files = [str(TYPING_USAGE)]
+    for program in [*doc_blocks(), *examples(), _new_paths()]:
         path = tmp_path / f"{program.module}.py"
         path.write_text(program.code)
         files.append(str(path))
     cache = ROOT / ".mypy_cache" / ("user-plugin" if plugin else "user-no-plugin")
     out, err, status = api.run(["--config-file", str(config), "--cache-dir", str(cache), *files])
     assert status == 0, out + err
+
+
+def _new_paths() -> Program:
+    """A user file importing the new path of every moved module."""
+    code = "".join(f"import {new}\n" for new in sorted(set(MOVED.values())))
+    return Program("the new paths of moved modules", code)
+
+
+def _imported(code: str) -> set[str]:
+    """The modules ``code`` imports (``from m import n``: ``m``, and ``m.n``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _old(name: str) -> str | None:
+    """The old path ``name`` is or lies under, if it is one."""
+    return next((old for old in MOVED if name == old or name.startswith(old + ".")), None)
+
+
+def test_user_code_shown_imports_no_old_path() -> None:
+    """No docs block, example or the typed-usage file imports a moved module by its old path,
+    which only the runtime knows (a type checker would not find it)."""
+    programs = [*doc_blocks(), *examples()]
+    programs.append(Program("typing_usage.py", TYPING_USAGE.read_text(encoding="utf-8")))
+    found = [
+        f"{program.name}: {name} (now {MOVED[old]})"
+        for program in programs
+        for name in sorted(_imported(program.code))
+        if (old := _old(name)) is not None
+    ]
+    assert found == []
+
+
+def test_an_old_path_is_found_in_an_import() -> None:
+    """The check above reads ``import``, ``from ... import`` and a moved package's modules."""
+    code = "import fsm_agent.messages\nfrom fsm_agent.machine.checker import explore\n"
+    assert {_old(name) for name in _imported(code)} >= {
+        "fsm_agent.messages",
+        "fsm_agent.machine.checker",
+    }
+    assert _old("fsm_agent.values.messages") is None

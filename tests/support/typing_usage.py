@@ -15,6 +15,7 @@ from fsm_agent import (
     CompactionSettings,
     FallbackModel,
     FinishReason,
+    Handoff,
     Message,
     Model,
     ModelChain,
@@ -187,3 +188,11 @@ def phases() -> None:
         assert_type(run_state.phase, str | None)
         assert_type(run_state.phase_trace, tuple[PhaseChange, ...])
     assert_type(MovePhase("act", "done planning").phase, str)
+
+
+def composition() -> None:
+    # A handoff's and an agent tool's agent is typed as the agent it was built with (the kernel
+    # reads it through a protocol of its own).
+    billing = Agent(ScriptedModel([]), output_type=int)
+    assert_type(Handoff(billing, name="billing", description="Refunds.").agent, Agent[None, int])
+    assert_type(billing.as_tool(name="billing", description="Bills.").agent, Agent[None, int])

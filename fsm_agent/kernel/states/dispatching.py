@@ -38,7 +38,7 @@ from ...tools import Tool, ToolContext, ToolExecution
 from ...tools.output import PAGER_NAME, cut_result
 from ...values.messages import ToolCall, ToolResult
 from ..context import Interrupted, Reports, RunContext
-from ..handoffs import hand_off
+from ..handover import hand_off
 from ..hooks import MockResult, SkipTool
 from ..phasing import gate_call, move_by_code
 from ..progress import emit_reported, reporter, wait_reporting
