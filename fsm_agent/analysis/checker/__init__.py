@@ -99,8 +99,7 @@ def check(
         models=models,
     )
     graph = _explore(machine, env, track_calls=env.max_requests is not None, max_states=max_states)
-    failures = _missing_row_failures(graph)
-    failures.extend(_unchecked_answer_failures(graph, env.limits))
+    failures = [*_missing_row_failures(graph), *_unchecked_answer_failures(graph, env.limits)]
     if not graph.complete:
         failures.append(_frontier_failure(graph, max_states))
     longest, longest_calls, found = _ends_within_bounds(graph, env, machine, computed)
