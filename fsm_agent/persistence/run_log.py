@@ -396,11 +396,7 @@ def _snapshot(rs: RunState) -> RunState:
             "messages": list(rs.messages),
             "trace": list(rs.trace),
             "pending_tool_calls": list(rs.pending_tool_calls),
-            "tool_results": list(rs.tool_results),
-            "approved_calls": list(rs.approved_calls),
-            "human_requests": list(rs.human_requests),
             "tool_outputs": dict(rs.tool_outputs),
-            "recent_turns": list(rs.recent_turns),
             "answered_by": dict(rs.answered_by),
         }
     )
