@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import JsonValue
 from pydantic_core import PydanticSerializationError
@@ -116,7 +116,7 @@ class RunLog:
         # thread together with the next awaited write: one wake-up of the thread and one commit
         # for the writes of a step, instead of a wake-up per write competing with the loop.
         self._defers = mode is Durability.SYNC and not heard
-        self._deferred: list[Call] = []
+        self._deferred: list[Call] | tuple[()] = ()
         # Writes handed to the lane, and how many of the first of them are known stored: a
         # counter, not a flag, since parallel tool calls write and wait in any interleaving.
         self._queued = 0
@@ -126,9 +126,12 @@ class RunLog:
         if threads is _OWN:
             threads = StoreThreads(1, f"fsm-agent-{run_id}")
         self._lane: Lane | None = threads.lane() if isinstance(threads, StoreThreads) else None
-        prepare = getattr(store, "prepare_save", None)
-        write = getattr(store, "write_prepared", None)
-        self._split = (prepare, write) if callable(prepare) and callable(write) else None
+        # What the store offers beyond the protocol (see Checkpointer), asked once: flags, not
+        # bound methods, so that a run in flight holds no more objects for the collector.
+        self._split = callable(getattr(store, "prepare_save", None)) and callable(
+            getattr(store, "write_prepared", None)
+        )
+        self._now = self._lane is not None and callable(getattr(store, "write_now", None))
 
     # -- the ordered lane of writes -------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> None:
@@ -139,7 +142,10 @@ class RunLog:
             fn(*args)
             return
         if self._defers:
-            self._deferred.append((fn, args))
+            if self._deferred:
+                self._deferred.append((fn, args))
+            else:
+                self._deferred = [(fn, args)]
         else:
             self._lane.submit(fn, *args)
         self._queued += 1
@@ -159,12 +165,25 @@ class RunLog:
             await self._waited(self._lane, _nothing)
 
     async def _waited(self, lane: Lane, fn: Callable[..., object], *args: object) -> None:
-        """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored."""
-        deferred, self._deferred = self._deferred, []
+        """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored.
+        When the store can make it at once without waiting (``write_now``) and nothing of the
+        run's is on the lane, the deferred writes and this one are made here instead, in order,
+        in one transaction."""
+        deferred, self._deferred = self._deferred, ()
+        idle = self._stored + len(deferred) == self._queued and lane.failed is None
         self._queued += 1
         mark = self._queued
+        if idle and self._now and self._write_now(deferred, fn, args):
+            self._stored = mark
+            return
         await lane.call(fn, *args, after=deferred)
         self._stored = max(self._stored, mark)
+
+    def _write_now(
+        self, deferred: list[Call] | tuple[()], fn: Callable[..., object], args: tuple[object, ...]
+    ) -> bool:
+        store: Any = self.store
+        return bool(store.write_now([*deferred, (fn, args)]))
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
@@ -179,7 +198,7 @@ class RunLog:
         if lane is not None and self._deferred:
             with contextlib.suppress(RuntimeError):  # the store was closed already
                 lane.submit_all(self._deferred)
-            self._deferred = []
+            self._deferred = ()
         if callable(forget):
             if lane is None:
                 forget(self.run_id)
@@ -225,7 +244,7 @@ class RunLog:
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
-            if self._split is None:
+            if not self._split:
                 self._submit(self._save, _snapshot(rs), self.version)
             else:
                 save, args = self._saving(rs, self.version)
@@ -250,10 +269,10 @@ class RunLog:
     ) -> tuple[Callable[..., object], tuple[object, ...]]:
         """The call that stores ``rs`` as ``version``, encoded now when the store can split
         encoding from writing (the encoded checkpoint no longer depends on ``rs``)."""
-        if self._split is None:  # a copy: the thread must not read the state the run changes
+        if not self._split:  # a copy: the thread must not read the state the run changes
             return self._save, (_snapshot(rs), version)
-        prepare, write = self._split
-        return write, (prepare(rs, version=version),)
+        store: Any = self.store
+        return store.write_prepared, (store.prepare_save(rs, version=version),)
 
     # -- the journal ----------------------------------------------------------------------------
     async def _intent(self, key: str, kind: Literal["model", "tool"]) -> None:

@@ -1,0 +1,128 @@
+"""SQLite makes a run's writes at once, on the event loop's thread, only when that waits for
+nothing: another writer holding the database, ``fsync=True`` or a failing write send them to
+the store's thread, and the WAL is copied back into the database there, never by a commit on
+the loop's thread."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent
+from fsm_agent.persistence import SQLiteCheckpointer
+from fsm_agent.persistence import sqlite as sqlite_store
+from fsm_agent.testing import ScriptedModel, text, tool_call
+from helpers import add
+
+
+def _agent(store: SQLiteCheckpointer, steps: int = 3) -> Agent[None]:
+    model = ScriptedModel([tool_call("add", {"a": n, "b": 1}) for n in range(steps)] + [text("ok")])
+    return Agent(model, tools=[add], checkpointer=store)
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each ``write_now`` answered."""
+    answers: list[bool] = []
+    now = SQLiteCheckpointer.write_now
+
+    def counted(self: SQLiteCheckpointer, calls: Any) -> bool:
+        answers.append(now(self, calls))
+        return answers[-1]
+
+    monkeypatch.setattr(SQLiteCheckpointer, "write_now", counted)
+    return answers
+
+
+def test_a_run_on_sqlite_makes_its_awaited_writes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the database to itself, every awaited write of a run is made at once, and the
+    stored run is whole."""
+    answers = _counted(monkeypatch)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert answers and all(answers)
+    assert store.load(result.run_state.run_id).state.state is result.run_state.state
+    assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
+    store.close()
+
+
+def test_writes_go_to_the_stores_thread_while_another_writer_holds_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another connection holds the write lock: ``write_now`` does not wait for it (it makes
+    nothing and says so), the writes wait on the store's thread instead, and the run completes
+    once the lock is released."""
+    answers = _counted(monkeypatch)
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+
+    async def main() -> bool:
+        release.start()
+        return (await _agent(store, steps=1).run("go")).ok
+
+    try:
+        assert asyncio.run(main())
+    finally:
+        release.join()
+        other.close()
+        store.close()
+    assert answers[0] is False and any(answers)
+
+
+def test_a_store_that_fsyncs_makes_no_write_at_once(tmp_path: Path) -> None:
+    """``fsync=True``: every commit would wait for the disk, so none is made at once."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db", fsync=True)
+    assert store.write_now([]) is False
+    assert _agent(store, steps=1).run_sync("go").ok
+    store.close()
+
+
+def test_a_write_that_fails_at_once_is_made_on_the_stores_thread(tmp_path: Path) -> None:
+    """A call that raises inside ``write_now`` rolls back what the calls before it wrote and
+    answers ``False``: nothing of them is stored, so the caller can hand them all over."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    made: list[str] = []
+
+    def boom() -> None:
+        raise ValueError("no")
+
+    assert store.write_now([(made.append, ("a",)), (boom, ())]) is False
+    assert made == ["a"]
+    assert store.write_now([]) is True  # the connection is free again
+    store.close()
+
+
+def test_the_wal_is_copied_back_on_the_stores_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits made at once never copy the WAL back into the database (that fsyncs); the
+    store's thread does, once every ``COPY_BACK_EVERY`` commits."""
+    monkeypatch.setattr(sqlite_store, "COPY_BACK_EVERY", 4)
+    copied: list[int] = []
+    copy_back = SQLiteCheckpointer._copy_back
+
+    def noted(self: SQLiteCheckpointer) -> None:
+        copied.append(threading.get_ident())
+        copy_back(self)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "_copy_back", noted)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    loop_thread: list[int] = []
+
+    async def main() -> bool:
+        loop_thread.append(threading.get_ident())
+        return (await _agent(store, steps=6).run("go")).ok
+
+    assert asyncio.run(main())
+    store.close()
+    assert copied and loop_thread[0] not in copied
