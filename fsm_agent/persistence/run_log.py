@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import JsonValue
 from pydantic_core import PydanticSerializationError
@@ -26,7 +26,7 @@ from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
-from .store_threads import Call, Lane, StoreThreads
+from .store_threads import Call, JobFailed, Lane, StoreThreads
 
 T = TypeVar("T")
 
@@ -74,10 +74,11 @@ class RecordedToolError(Exception):
 class RunLog:
     """Saves one run's checkpoints and journals its effects (see the module docstring).
 
-    The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), never on the
-    event loop's, in the order the run makes them: each waits for the run's previous write, and
-    a write after a failed one fails the same way without being made. Waiting for a write
-    therefore waits for every write before it.
+    The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), not on the
+    event loop's (except the writes a store makes at once when that waits for nothing, see
+    ``write_now`` in :mod:`.sqlite`), in the order the run makes them: each waits for the
+    run's previous write, and a write after a failed one fails the same way without being
+    made. Waiting for a write therefore waits for every write before it.
 
     In ``sync`` mode every checkpoint and tool record is stored before the run makes its next
     model or tool call, before it rests, and, when someone follows the run (``heard``: a
@@ -173,17 +174,25 @@ class RunLog:
         idle = self._stored + len(deferred) == self._queued and lane.failed is None
         self._queued += 1
         mark = self._queued
-        if idle and self._now and self._write_now(deferred, fn, args):
+        if idle and self._now and await self._written_now(lane, [*deferred, (fn, args)]):
             self._stored = mark
             return
         await lane.call(fn, *args, after=deferred)
         self._stored = max(self._stored, mark)
 
-    def _write_now(
-        self, deferred: list[Call] | tuple[()], fn: Callable[..., object], args: tuple[object, ...]
-    ) -> bool:
+    async def _written_now(self, lane: Lane, calls: list[Call]) -> bool:
+        """Whether the store made ``calls`` at once (see ``write_now``). A failure ends as it
+        would on the lane: the calls before the one that failed are made, the lane fails
+        with its error (so the run's later writes fail the same way), and it is raised."""
         store: Any = self.store
-        return bool(store.write_now([*deferred, (fn, args)]))
+        try:
+            return bool(store.write_now(calls))
+        except JobFailed as failed:  # on the lane: the calls before it are made, then it fails
+            await lane.call(_raising, failed.error, after=calls[: failed.index])
+            raise  # not reached: the lane raised the error
+        except Exception as exc:  # the commit failed: none of them was made
+            lane.failed = exc
+            raise
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
@@ -400,6 +409,12 @@ async def load_checkpoint(store: Checkpointer, run_id: str) -> Checkpoint:
 
 def _nothing() -> None:
     """A write that writes nothing: waiting for it waits for the lane's earlier writes."""
+
+
+def _raising(error: BaseException) -> NoReturn:
+    """A write that fails with ``error`` (one that failed where it was first made), so that
+    the lane's later writes fail the same way."""
+    raise error
 
 
 def _storable(execution: ToolExecution) -> ToolExecution:

@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..log import logger
 from .sql import Cursor, SQLCheckpointer
-from .store_threads import Call
+from .store_threads import Call, JobFailed
 
 __all__ = ["SQLiteCheckpointer"]
 
@@ -116,9 +116,10 @@ class SQLiteCheckpointer(SQLCheckpointer):
 
     def write_now(self, calls: Sequence[Call]) -> bool:
         """Make ``calls`` in one transaction on the caller's thread, when that waits for
-        nothing: ``False``, with nothing made, when the connection is in use, another writer
-        holds the database, one of the calls fails or the commit does (the caller then hands
-        them to the store's thread, where each gets its own outcome), or with ``fsync=True``."""
+        nothing; ``False``, with nothing made, when it would wait (the connection in use,
+        another writer holding the database) or with ``fsync=True``. When a call fails, the
+        transaction is rolled back and :class:`JobFailed` says which and why (the caller
+        makes the calls before it again); when the commit fails, its error is raised."""
         if self._fsync or not self._lock.acquire(blocking=False):
             return False
         conn = self._conn
@@ -134,13 +135,13 @@ class SQLiteCheckpointer(SQLCheckpointer):
                 return False
             self._batch.cursor = cur
             try:
-                for fn, args in calls:
-                    fn(*args)
-                cur.execute("COMMIT")
-            except Exception:
-                if conn.in_transaction:
-                    conn.rollback()
-                return False
+                for index, (fn, args) in enumerate(calls):
+                    try:
+                        fn(*args)
+                    except Exception as exc:
+                        raise JobFailed(index, exc) from exc
+                with self._translated():
+                    cur.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.rollback()

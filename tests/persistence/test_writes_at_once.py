@@ -1,13 +1,14 @@
 """SQLite makes a run's writes at once, on the event loop's thread, only when that waits for
-nothing: another writer holding the database, ``fsync=True`` or a failing write send them to
-the store's thread, and the WAL is copied back into the database there, never by a commit on
-the loop's thread."""
+nothing: another writer holding the database or ``fsync=True`` send them to the store's
+thread, a failing write fails the run as it would there, and the WAL is copied back
+into the database there, never by a commit on the loop's thread."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 from fsm_agent import Agent
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.persistence import sqlite as sqlite_store
+from fsm_agent.persistence.store_threads import JobFailed
+from fsm_agent.run_state import RunState
 from fsm_agent.testing import ScriptedModel, text, tool_call
 from helpers import add
 
@@ -87,18 +90,23 @@ def test_a_store_that_fsyncs_makes_no_write_at_once(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_write_that_fails_at_once_is_made_on_the_stores_thread(tmp_path: Path) -> None:
-    """A call that raises inside ``write_now`` rolls back what the calls before it wrote and
-    answers ``False``: nothing of them is stored, so the caller can hand them all over."""
+def test_a_write_that_fails_at_once_is_rolled_back_and_named(tmp_path: Path) -> None:
+    """A call that raises inside ``write_now`` rolls back what the calls before it wrote, and
+    :class:`JobFailed` names it (its index) and its error, for the caller to settle as the
+    store's thread would."""
     store = SQLiteCheckpointer(tmp_path / "runs.db")
-    made: list[str] = []
+    problem = ValueError("no")
 
     def boom() -> None:
-        raise ValueError("no")
+        raise problem
 
-    assert store.write_now([(made.append, ("a",)), (boom, ())]) is False
-    assert made == ["a"]
-    assert store.write_now([]) is True  # the connection is free again
+    save = (partial(store.save, version=1), (RunState(run_id="run_x"),))
+    with pytest.raises(JobFailed) as failed:
+        store.write_now([save, (boom, ())])
+    assert (failed.value.index, failed.value.error) == (1, problem)
+    assert store.runs() == []
+    assert store.write_now([save]) is True  # the connection is free again
+    assert [s.run_id for s in store.runs()] == ["run_x"]
     store.close()
 
 
