@@ -168,7 +168,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
         automatic checkpoint would; a failure leaves the WAL as it is, to be copied next time."""
         self._commits = 0
         try:
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            # Read to its end: a statement left unfinished keeps a read open on the connection,
+            # and every later BEGIN IMMEDIATE of write_now would fail.
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             logger.warning("%s: the WAL was not copied back into the database: %s", self, exc)
 
