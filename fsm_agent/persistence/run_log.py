@@ -31,6 +31,7 @@ from .store_threads import Call, JobFailed, Lane, StoreThreads
 T = TypeVar("T")
 
 __all__ = [
+    "AT_ONCE_RUNS",
     "RecordedToolError",
     "RunLog",
     "UnknownOutcome",
@@ -41,6 +42,13 @@ __all__ = [
     "store_threads_of",
     "unknown_result",
 ]
+
+AT_ONCE_RUNS = 4
+"""The most runs writing through a store's threads at once for which a run's awaited writes
+are made at once when the store can (``write_now``): for a few runs, handing the writes to the
+store's thread and waking the loop when they are done costs more than the commit; for many,
+the store's thread commits many runs' writes together, and the loop's thread is left to the
+runs."""
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -133,6 +141,8 @@ class RunLog:
             getattr(store, "write_prepared", None)
         )
         self._now = self._lane is not None and callable(getattr(store, "write_now", None))
+        if self._now and self._lane is not None:
+            self._lane.threads.writing += 1
 
     # -- the ordered lane of writes -------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> None:
@@ -171,7 +181,11 @@ class RunLog:
         run's is on the lane, the deferred writes and this one are made here instead, in order,
         in one transaction."""
         deferred, self._deferred = self._deferred, ()
-        idle = self._stored + len(deferred) == self._queued and lane.failed is None
+        idle = (
+            self._stored + len(deferred) == self._queued
+            and lane.failed is None
+            and lane.threads.writing <= AT_ONCE_RUNS
+        )
         self._queued += 1
         mark = self._queued
         if idle and self._now and await self._written_now(lane, [*deferred, (fn, args)]):
@@ -216,6 +230,9 @@ class RunLog:
                     lane.finally_call(forget, self.run_id)
         if self._own_threads and lane is not None:
             lane.threads.close(wait=False)  # after the queued writes, which nobody awaits
+        if self._now and lane is not None:
+            self._now = False
+            lane.threads.writing -= 1
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def claim(self, rs: RunState, loaded: Checkpoint | None = None) -> None:

@@ -1,6 +1,7 @@
 """SQLite makes a run's writes at once, on the event loop's thread, only when that waits for
 nothing: another writer holding the database or ``fsync=True`` send them to the store's
-thread, a failing write fails the run as it would there, and the WAL is copied back
+thread, as do the writes of many runs in flight at once (which it commits together), a
+failing write fails the run as it would there, and the WAL is copied back
 into the database there, never by a commit on the loop's thread."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent
+from fsm_agent import Agent, tool
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.persistence import sqlite as sqlite_store
+from fsm_agent.persistence.run_log import AT_ONCE_RUNS
 from fsm_agent.persistence.store_threads import JobFailed
 from fsm_agent.run_state import RunState
 from fsm_agent.testing import ScriptedModel, text, tool_call
@@ -134,3 +136,42 @@ def test_the_wal_is_copied_back_on_the_stores_thread(
     assert asyncio.run(main())
     store.close()
     assert copied and loop_thread[0] not in copied
+
+
+@tool(name="add")
+async def add_slowly(a: int, b: int) -> int:
+    """Add two numbers, slowly enough that the runs overlap."""
+    await asyncio.sleep(0.02)
+    return a + b
+
+
+def test_many_runs_in_flight_write_through_the_stores_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While more than ``AT_ONCE_RUNS`` runs write through the store, none writes at once:
+    the store's thread commits their writes together, and the loop's thread is left to the
+    runs; once few are left, writes are made at once again."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    writing: list[int] = []
+    now = SQLiteCheckpointer.write_now
+
+    def noted(self: SQLiteCheckpointer, calls: Any) -> bool:
+        writing.append(self.io_threads().writing)
+        return now(self, calls)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "write_now", noted)
+
+    async def main() -> list[bool]:
+        agents = [
+            Agent(
+                ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("ok")]),
+                tools=[add_slowly],
+                checkpointer=store,
+            )
+            for _ in range(12)
+        ]
+        return [r.ok for r in await asyncio.gather(*(a.run("go") for a in agents))]
+
+    assert all(asyncio.run(main()))
+    store.close()
+    assert writing and max(writing) <= AT_ONCE_RUNS
