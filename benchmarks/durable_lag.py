@@ -31,7 +31,15 @@ store (held runs allocate little while they sleep, so it bounds that share from 
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
 step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
 
+``--objects`` measures instead what a garbage collection walks per run: ``--runs`` runs are
+started and held mid-flight (their tool awaits an event), and the objects the collector tracks
+(``len(gc.get_objects())`` after a full collection) grow by this much per run, per store
+(target: ≤ 30 with no store, ≤ 45 on SQLite); with them, the CPU time of one full collection
+of the process (what a run of a cold process pays once in a while) and of one that walks only
+what the runs hold (start-up frozen, as ``--service`` does).
+
     python benchmarks/durable_lag.py [--runs 1000] [--steps 2] [--pg postgresql://…] [--service]
+    python benchmarks/durable_lag.py --objects [--runs 1000] [--pg postgresql://…]
 """
 
 from __future__ import annotations
@@ -213,6 +221,67 @@ async def _in_flight(
     }
 
 
+class _Gate:
+    """Where the held runs' tool waits: ``arrived`` is set once ``expected`` runs reached it,
+    and they go on once ``opened`` is set."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.arrived = asyncio.Event()
+        self.opened = asyncio.Event()
+
+
+_GATE: list[_Gate] = []
+
+
+@tool(name="fetch", timeout_s=60.0)
+async def fetch_gated(n: int) -> str:
+    """Wait until the probe lets every run go on."""
+    gate = _GATE[0]
+    gate.expected -= 1
+    if gate.expected <= 0:
+        gate.arrived.set()
+    await gate.opened.wait()
+    return f"page {n}"
+
+
+def _full_collection_ms() -> float:
+    started = time.thread_time()
+    gc.collect()
+    return (time.thread_time() - started) * 1e3
+
+
+async def _held_objects(runs: int, store: Checkpointer | None) -> str:
+    """Objects the collector tracks per run held mid-flight, and the CPU time of a full
+    collection with them held: of what the runs hold (start-up frozen), then of the whole
+    process."""
+    agent = Agent(
+        Stepping(1, "fetch"), tools=[fetch_gated], policy=Policy(max_steps=6), checkpointer=store
+    )
+    _GATE[:] = [_Gate(1)]
+    _GATE[0].opened.set()
+    await agent.run("go")  # the first run builds what every later run shares
+    gate = _GATE[0] = _Gate(runs)
+    gc.collect()
+    gc.freeze()
+    tasks = [asyncio.create_task(agent.run("go")) for _ in range(runs)]
+    await gate.arrived.wait()
+    await asyncio.sleep(0.05)  # the writes made before the tool call settle
+    held = _full_collection_ms()
+    per_run = len(gc.get_objects()) / runs  # the frozen objects are not listed
+    gc.unfreeze()
+    whole = _full_collection_ms()
+    everything = len(gc.get_objects())
+    gate.opened.set()
+    results = await asyncio.gather(*tasks)
+    assert all(r.ok for r in results)
+    return (
+        f"{per_run:.1f} tracked objects per run held; a full collection with {runs} runs "
+        f"held: {held:.1f} ms CPU for theirs (start-up frozen), {whole:.1f} ms CPU for the "
+        f"whole process ({everything} objects)"
+    )
+
+
 def _per_step(steps: int, store: Checkpointer | None, mode: str) -> float:
     agent = _agent(steps, store, mode, slow=False)
     started = time.perf_counter()
@@ -241,6 +310,23 @@ def _postgres(dsn: str) -> Checkpointer | None:
         return None
 
 
+def _objects(runs: int, pg: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, Any] = {
+            "none": lambda: None,
+            "sqlite": lambda: SQLiteCheckpointer(Path(tmp) / f"{uuid.uuid4().hex}.db"),
+        }
+        if pg:
+            stores["postgresql"] = lambda: _postgres(pg)
+        print(f"{runs} runs held mid-flight (their tool awaits an event), sync durability")
+        for name, make in stores.items():
+            store = make()
+            if name != "none" and store is None:
+                continue
+            print(f"  {name}: {asyncio.run(_held_objects(runs, store))}")
+            _close(store)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -252,7 +338,13 @@ def main() -> None:
         "--service", action="store_true", help="gc.freeze() after start-up, as a service would"
     )
     parser.add_argument("--no-steps", action="store_true", help="skip the per-step costs")
+    parser.add_argument(
+        "--objects", action="store_true", help="objects the collector walks per run held"
+    )
     args = parser.parse_args()
+    if args.objects:
+        _objects(args.runs, args.pg)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Any] = {
             "none": lambda: None,

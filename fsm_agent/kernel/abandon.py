@@ -142,7 +142,7 @@ async def _settle_from_journal(
             result = cut_result(rs.tool_outputs, result, max_chars)
         if result is not None:
             results.append(result)
-    rs.tool_results = results
+    rs.tool_results = tuple(results)
 
 
 def _from_child(call: ToolCall, child: RunState) -> ToolResult:

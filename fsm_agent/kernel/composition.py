@@ -193,7 +193,7 @@ class ChildRunContext(RunContext):
             return taken
         if isinstance(parent, ChildRunContext) and not parent.inline:
             return parent.emit(event)
-        parent.pending_events.append(event)
+        parent.hold(event)
         return _SETTLED
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Generator, Iterable
+from collections.abc import Awaitable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import Interrupted
@@ -128,7 +128,9 @@ class RunContext:
         self.handle = handle
         self.deps: object = None
         self.input: Message | None = None
-        self.history: list[Message] = []
+        # The run's containers start as the shared empty tuple: a run in flight holds no
+        # empty container for the garbage collector to walk.
+        self.history: Sequence[Message] = ()
         self.last_move: Move | None = None
         self.last_error: BaseException | None = None
         self.error: BaseException | None = None
@@ -137,7 +139,8 @@ class RunContext:
         self.task: asyncio.Task[Any] | None = None
         self.in_effect = False
         self.own_cancels = 0  # task.cancel() calls the run made to cut an effect short
-        self.pending_events: list[Event] = []  # built where no event can be yielded (hooks)
+        # Events built where none can be yielded (hooks), kept by :meth:`hold`.
+        self.pending_events: list[Event] | tuple[()] = ()
         self.turn_phase: str | None = None  # concurrent calls: the phase they are checked in
         self.turn_calls: list[ToolCall] = []  # the calls the current tool turn runs
         # A listened run's concurrent calls: the queue their children's events go to.
@@ -240,12 +243,7 @@ class RunContext:
                 else:
                     self.append(Message(role=Role.TOOL, parts=(result,)))
         rs.pending_tool_calls = []
-        if rs.tool_results:
-            rs.tool_results = []
-        if rs.approved_calls:
-            rs.approved_calls = []
-        if rs.human_requests:
-            rs.human_requests = []
+        rs.tool_results = rs.approved_calls = rs.human_requests = ()
 
     def emit(self, event: Event) -> Awaitable[None]:
         """Hand ``event`` to the listener (``await ctx.emit(event)``); the handler goes on when
@@ -258,11 +256,18 @@ class RunContext:
         for event in events:
             await self.emit(event)
 
-    def take_events(self) -> list[Event]:
+    def hold(self, event: Event) -> None:
+        """Keep ``event``, built where no event can be yielded, for :meth:`take_events`."""
+        if self.pending_events:
+            self.pending_events.append(event)
+        else:
+            self.pending_events = [event]
+
+    def take_events(self) -> Sequence[Event]:
         """The events built since the last call (hook errors), to be yielded now."""
         events = self.pending_events
         if events:  # no allocation on the common path, when there is nothing to take
-            self.pending_events = []
+            self.pending_events = ()
         return events
 
 

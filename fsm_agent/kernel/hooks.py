@@ -373,7 +373,7 @@ def report_hook_failure(
     ``hook_failure_mode="fail"`` also stop the run, else record it on the ``fsm_agent`` logger
     (the run goes on without its answer)."""
     if ctx.listening:
-        ctx.pending_events.append(HookErrorEvent(run_id=ctx.rs.run_id, hook=label, error=error))
+        ctx.hold(HookErrorEvent(run_id=ctx.rs.run_id, hook=label, error=error))
     state = ctx.rs.state
     # A run at rest (ended, or suspended waiting for a human) has nothing left to stop: a hook
     # that fails then (after_run, on_transition into the rest) is reported, and the later

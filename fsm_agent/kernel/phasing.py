@@ -30,7 +30,7 @@ __all__ = [
 def _moved(ctx: RunContext, source: str, by: Literal["model", "code", "budget"]) -> None:
     rs = ctx.rs
     if ctx.listening and rs.phase != source and rs.phase is not None:
-        ctx.pending_events.append(
+        ctx.hold(
             PhaseChangedEvent(
                 run_id=rs.run_id, source=source, dest=rs.phase, by=by, step=rs.counters.steps
             )

@@ -116,11 +116,14 @@ class Checkpointer(Protocol):
     :class:`~fsm_agent.CheckpointConflictError` and write nothing. A failed write leaves what is
     stored as it was.
 
-    An agent calls a store on threads, never on its event loop's: the store's own when it has
+    An agent calls a store on threads, not on its event loop's: the store's own when it has
     an ``io_threads()`` method returning a
     :class:`~fsm_agent.persistence.store_threads.StoreThreads` (``None`` for a store without
-    I/O, called in place), else one thread per run. A store may also offer ``forget(run_id)``
-    (drop what it keeps in memory for a run; called when the run's task ends),
+    I/O, called in place), else one thread per run; a store with those threads may also offer
+    ``write_now(calls)``, which makes a run's writes on the loop's thread when that waits for
+    nothing and says ``False`` otherwise (SQLite does: see ``docs/durability.md``). A store
+    may also offer ``forget(run_id)`` (drop what it keeps in memory for a run; called when the
+    run's task ends),
     ``prepare_save``/``write_prepared`` (encode on the loop's thread, write on the store's), as
     the SQL stores do, and ``checkpoints(run_id)`` (every checkpoint of a run, oldest first: what
     ``Agent.fork`` needs), as every store of this package does."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import JsonValue
 from pydantic_core import PydanticSerializationError
@@ -26,11 +26,12 @@ from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
-from .store_threads import Call, Lane, StoreThreads
+from .store_threads import Call, JobFailed, Lane, StoreThreads
 
 T = TypeVar("T")
 
 __all__ = [
+    "AT_ONCE_RUNS",
     "RecordedToolError",
     "RunLog",
     "UnknownOutcome",
@@ -41,6 +42,13 @@ __all__ = [
     "store_threads_of",
     "unknown_result",
 ]
+
+AT_ONCE_RUNS = 4
+"""The most runs writing through a store's threads at once for which a run's awaited writes
+are made at once when the store can (``write_now``): for a few runs, handing the writes to the
+store's thread and waking the loop when they are done costs more than the commit; for many,
+the store's thread commits many runs' writes together, and the loop's thread is left to the
+runs."""
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -74,10 +82,11 @@ class RecordedToolError(Exception):
 class RunLog:
     """Saves one run's checkpoints and journals its effects (see the module docstring).
 
-    The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), never on the
-    event loop's, in the order the run makes them: each waits for the run's previous write, and
-    a write after a failed one fails the same way without being made. Waiting for a write
-    therefore waits for every write before it.
+    The store's calls run on the store's I/O thread(s) (:func:`store_threads_of`), not on the
+    event loop's (except the writes a store makes at once when that waits for nothing, see
+    ``write_now`` in :mod:`.sqlite`), in the order the run makes them: each waits for the
+    run's previous write, and a write after a failed one fails the same way without being
+    made. Waiting for a write therefore waits for every write before it.
 
     In ``sync`` mode every checkpoint and tool record is stored before the run makes its next
     model or tool call, before it rests, and, when someone follows the run (``heard``: a
@@ -116,7 +125,7 @@ class RunLog:
         # thread together with the next awaited write: one wake-up of the thread and one commit
         # for the writes of a step, instead of a wake-up per write competing with the loop.
         self._defers = mode is Durability.SYNC and not heard
-        self._deferred: list[Call] = []
+        self._deferred: list[Call] | tuple[()] = ()
         # Writes handed to the lane, and how many of the first of them are known stored: a
         # counter, not a flag, since parallel tool calls write and wait in any interleaving.
         self._queued = 0
@@ -126,9 +135,14 @@ class RunLog:
         if threads is _OWN:
             threads = StoreThreads(1, f"fsm-agent-{run_id}")
         self._lane: Lane | None = threads.lane() if isinstance(threads, StoreThreads) else None
-        prepare = getattr(store, "prepare_save", None)
-        write = getattr(store, "write_prepared", None)
-        self._split = (prepare, write) if callable(prepare) and callable(write) else None
+        # What the store offers beyond the protocol (see Checkpointer), asked once: flags, not
+        # bound methods, so that a run in flight holds no more objects for the collector.
+        self._split = callable(getattr(store, "prepare_save", None)) and callable(
+            getattr(store, "write_prepared", None)
+        )
+        self._now = self._lane is not None and callable(getattr(store, "write_now", None))
+        if self._now and self._lane is not None:
+            self._lane.threads.writing += 1
 
     # -- the ordered lane of writes -------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> None:
@@ -139,7 +153,10 @@ class RunLog:
             fn(*args)
             return
         if self._defers:
-            self._deferred.append((fn, args))
+            if self._deferred:
+                self._deferred.append((fn, args))
+            else:
+                self._deferred = [(fn, args)]
         else:
             self._lane.submit(fn, *args)
         self._queued += 1
@@ -159,12 +176,37 @@ class RunLog:
             await self._waited(self._lane, _nothing)
 
     async def _waited(self, lane: Lane, fn: Callable[..., object], *args: object) -> None:
-        """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored."""
-        deferred, self._deferred = self._deferred, []
+        """``fn(*args)`` on ``lane``, awaited: then every write handed over before it is stored.
+        When the store can make it at once without waiting (``write_now``) and nothing of the
+        run's is on the lane, the deferred writes and this one are made here instead, in order,
+        in one transaction."""
+        deferred, self._deferred = self._deferred, ()
+        idle = (
+            self._stored + len(deferred) == self._queued
+            and lane.failed is None
+            and lane.threads.writing <= AT_ONCE_RUNS
+        )
         self._queued += 1
         mark = self._queued
+        if idle and self._now and await self._written_now(lane, [*deferred, (fn, args)]):
+            self._stored = mark
+            return
         await lane.call(fn, *args, after=deferred)
         self._stored = max(self._stored, mark)
+
+    async def _written_now(self, lane: Lane, calls: list[Call]) -> bool:
+        """Whether the store made ``calls`` at once (see ``write_now``). A failure ends as it
+        would on the lane: the calls before the one that failed are made, the lane fails
+        with its error (so the run's later writes fail the same way), and it is raised."""
+        store: Any = self.store
+        try:
+            return bool(store.write_now(calls))
+        except JobFailed as failed:  # on the lane: the calls before it are made, then it fails
+            await lane.call(_raising, failed.error, after=calls[: failed.index])
+            raise  # not reached: the lane raised the error
+        except Exception as exc:  # the commit failed: none of them was made
+            lane.failed = exc
+            raise
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
@@ -179,7 +221,7 @@ class RunLog:
         if lane is not None and self._deferred:
             with contextlib.suppress(RuntimeError):  # the store was closed already
                 lane.submit_all(self._deferred)
-            self._deferred = []
+            self._deferred = ()
         if callable(forget):
             if lane is None:
                 forget(self.run_id)
@@ -188,6 +230,9 @@ class RunLog:
                     lane.finally_call(forget, self.run_id)
         if self._own_threads and lane is not None:
             lane.threads.close(wait=False)  # after the queued writes, which nobody awaits
+        if self._now and lane is not None:
+            self._now = False
+            lane.threads.writing -= 1
 
     # -- checkpoints ----------------------------------------------------------------------------
     async def claim(self, rs: RunState, loaded: Checkpoint | None = None) -> None:
@@ -225,7 +270,7 @@ class RunLog:
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
-            if self._split is None:
+            if not self._split:
                 self._submit(self._save, _snapshot(rs), self.version)
             else:
                 save, args = self._saving(rs, self.version)
@@ -250,10 +295,10 @@ class RunLog:
     ) -> tuple[Callable[..., object], tuple[object, ...]]:
         """The call that stores ``rs`` as ``version``, encoded now when the store can split
         encoding from writing (the encoded checkpoint no longer depends on ``rs``)."""
-        if self._split is None:  # a copy: the thread must not read the state the run changes
+        if not self._split:  # a copy: the thread must not read the state the run changes
             return self._save, (_snapshot(rs), version)
-        prepare, write = self._split
-        return write, (prepare(rs, version=version),)
+        store: Any = self.store
+        return store.write_prepared, (store.prepare_save(rs, version=version),)
 
     # -- the journal ----------------------------------------------------------------------------
     async def _intent(self, key: str, kind: Literal["model", "tool"]) -> None:
@@ -383,6 +428,12 @@ def _nothing() -> None:
     """A write that writes nothing: waiting for it waits for the lane's earlier writes."""
 
 
+def _raising(error: BaseException) -> NoReturn:
+    """A write that fails with ``error`` (one that failed where it was first made), so that
+    the lane's later writes fail the same way."""
+    raise error
+
+
 def _storable(execution: ToolExecution) -> ToolExecution:
     result = storable_result(execution.result)
     return execution if result is execution.result else execution._replace(result=result)
@@ -396,11 +447,7 @@ def _snapshot(rs: RunState) -> RunState:
             "messages": list(rs.messages),
             "trace": list(rs.trace),
             "pending_tool_calls": list(rs.pending_tool_calls),
-            "tool_results": list(rs.tool_results),
-            "approved_calls": list(rs.approved_calls),
-            "human_requests": list(rs.human_requests),
             "tool_outputs": dict(rs.tool_outputs),
-            "recent_turns": list(rs.recent_turns),
             "answered_by": dict(rs.answered_by),
         }
     )

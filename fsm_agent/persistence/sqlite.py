@@ -1,11 +1,20 @@
-"""The SQLite checkpointer: the embedded default (stdlib ``sqlite3``, WAL mode)."""
+"""The SQLite checkpointer: the embedded default (stdlib ``sqlite3``, WAL mode).
+
+A commit to a local file in WAL mode with ``synchronous=NORMAL`` is a write to the WAL, not
+an fsync: tens of microseconds, less than handing the write to the store's thread and waking
+the event loop when it is done. So a run's writes that would wait for nothing (the connection
+free, no other writer holding the database) are made where the run asks for them, on the
+event loop's thread (:meth:`SQLiteCheckpointer.write_now`); any other is handed to the store's
+thread as before. The WAL is copied back into the database (a checkpoint, which does fsync) by
+the store's thread, never by a commit on the loop's.
+"""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from ..errors import (
@@ -15,13 +24,19 @@ from ..errors import (
     StoreFullError,
     StoreLockedError,
 )
+from ..log import logger
 from .sql import Cursor, SQLCheckpointer
+from .store_threads import Call, JobFailed
 
 __all__ = ["SQLiteCheckpointer"]
 
 _FULL = 13  # SQLITE_FULL
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 _CORRUPT = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+COPY_BACK_EVERY = 200
+"""Commits between two copies of the WAL back into the database, made by the store's thread
+(a few pages a commit: about SQLite's own automatic checkpoint, every 1,000 pages, which the
+store turns off so that no commit on an event loop's thread makes one)."""
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
@@ -30,8 +45,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
     ``timeout_s`` is how long a write waits for another writer's lock before
     :class:`~fsm_agent.StoreLockedError`. With ``fsync=False`` (the default) a commit survives
     a crash of the process; ``fsync=True`` (``synchronous=FULL``) also survives an OS crash or
-    a power loss, at the cost of an fsync per write. One instance may be shared by the runs of
-    a process (its connection is guarded by a lock); several processes may open the same file.
+    a power loss, at the cost of an fsync per write (and then every write is made on the
+    store's thread). One instance may be shared by the runs of a process (its connection is
+    guarded by a lock); several processes may open the same file.
     """
 
     def __init__(
@@ -40,6 +56,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
         super().__init__("")
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        self._busy_ms = max(0, int(timeout_s * 1000))
+        self._fsync = fsync
+        self._commits = 0  # since the WAL was last copied back into the database
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
@@ -52,6 +71,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
             with self._guard():
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+                self._conn.execute("PRAGMA wal_autocheckpoint=0")  # the store's thread does it
             with self._write() as cur:
                 self._migrate(cur)
         except BaseException:
@@ -90,6 +110,69 @@ class SQLiteCheckpointer(SQLCheckpointer):
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 raise
+            self._commits += 1
+            if self._commits >= COPY_BACK_EVERY:
+                self._copy_back()
+
+    def write_now(self, calls: Sequence[Call]) -> bool:
+        """Make ``calls`` in one transaction on the caller's thread, when that waits for
+        nothing; ``False``, with nothing made, when it would wait (the connection in use,
+        another writer holding the database) or with ``fsync=True``. When a call fails, the
+        transaction is rolled back and :class:`JobFailed` says which and why (the caller
+        makes the calls before it again); when the commit fails, its error is raised."""
+        if self._fsync or not self._lock.acquire(blocking=False):
+            return False
+        conn = self._conn
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute("PRAGMA busy_timeout=0")
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                finally:
+                    cur.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            except sqlite3.Error:  # another writer holds the database: no waiting here
+                return False
+            self._batch.cursor = cur
+            try:
+                for index, (fn, args) in enumerate(calls):
+                    try:
+                        fn(*args)
+                    except Exception as exc:
+                        raise JobFailed(index, exc) from exc
+                with self._translated():
+                    cur.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+            finally:
+                self._batch.cursor = None
+            self._commits += 1
+            copy_back = self._commits == COPY_BACK_EVERY
+        finally:
+            self._lock.release()
+        if copy_back:  # on the store's thread, after the writes queued there
+            self.io_threads().lane().submit(self._copied_back)
+        return True
+
+    def _copied_back(self) -> None:
+        if getattr(self._batch, "cursor", None) is not None:
+            return  # in a batch, which holds the connection: its commit copies the WAL back
+        with self._guard():
+            if self._commits >= COPY_BACK_EVERY:
+                self._copy_back()
+
+    def _copy_back(self) -> None:
+        """Copy the WAL back into the database (with the connection held), as SQLite's
+        automatic checkpoint would; a failure leaves the WAL as it is, to be copied next time."""
+        self._commits = 0
+        try:
+            # Read to its end: a statement left unfinished keeps a read open on the connection,
+            # and every later BEGIN IMMEDIATE of write_now would fail.
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("%s: the WAL was not copied back into the database: %s", self, exc)
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["BATCH", "Batch", "Call", "Lane", "StoreThreads"]
+__all__ = ["BATCH", "Batch", "Call", "JobFailed", "Lane", "StoreThreads"]
 
 BATCH = 8
 """The most jobs a thread makes in one batch: bounds how long the first waits for the last,
@@ -59,7 +59,8 @@ class Lane:
     def __init__(self, threads: StoreThreads) -> None:
         self.threads = threads
         self.thread = threads.next_thread()
-        self.failed: BaseException | None = None  # set by the lane's thread only
+        # Set by the lane's thread, or by its run while none of its writes is queued.
+        self.failed: BaseException | None = None
 
     def submit(self, fn: Callable[..., object], *args: object) -> None:
         """Make ``fn(*args)`` after the lane's earlier writes, without waiting for it."""
@@ -103,6 +104,9 @@ class StoreThreads:
         self._turn = itertools.count()
         self._closed = False
         self._at_exit: Callable[[], None] | None = None
+        # Runs writing through these threads now, as their logs count them (a hint for
+        # ``write_now``, not a lock: a count off by one only changes where a write is made).
+        self.writing = 0
 
     def next_thread(self) -> int:
         """The thread a new lane uses (in turn)."""
@@ -178,7 +182,7 @@ def _work(queue: SimpleQueue[list[_Job] | None], batch: Batch | None) -> None:
         _hand_back(jobs, _make(jobs, batch))
 
 
-class _JobFailed(Exception):
+class JobFailed(Exception):
     """The job at ``index`` of a batch raised ``error``: the batch is rolled back."""
 
     def __init__(self, index: int, error: BaseException) -> None:
@@ -197,7 +201,7 @@ def _make(jobs: list[_Job], batch: Batch | None) -> list[_Outcome]:
     try:
         with batch():
             return [_one(job, index) for index, job in enumerate(jobs)]
-    except _JobFailed as failed:  # rolled back: the others are made again, one at a time
+    except JobFailed as failed:  # rolled back: the others are made again, one at a time
         lane = jobs[failed.index][0]
         if lane is not None:
             lane.failed = failed.error
@@ -221,7 +225,7 @@ def _one(job: _Job, index: int | None = None) -> _Outcome:
         return fn(*args), None
     except BaseException as exc:  # handed to the waiting run, or to the lane's next write
         if index is not None:
-            raise _JobFailed(index, exc) from exc
+            raise JobFailed(index, exc) from exc
         if lane is not None:
             lane.failed = exc
         return None, exc

@@ -127,7 +127,7 @@ def apply_decisions(handle: ResumeHandle, decisions: Mapping[str, HumanDecision]
             updated.append(decided)
     if problems:
         raise ResumeError("the decisions do not fit the pending calls: " + "; ".join(problems))
-    rs.human_requests = updated
+    rs.human_requests = tuple(updated)
     rs.resume_token = None
     return rs
 

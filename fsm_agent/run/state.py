@@ -191,14 +191,16 @@ class RunState(Record):
     stop_detail: str | None = None  # what a stop condition that fired returned, when a string
     raw_finish_reason: str | None = None  # the provider's own reason for an ``other`` finish
     trace: list[StoredMove] = field(default_factory=list)
-    # The current tool turn and human input (empty between turns):
-    tool_results: list[ToolResult] = field(default_factory=list)  # finished, not yet in messages
-    approved_calls: list[str] = field(default_factory=list)  # pending call ids already approved
-    human_requests: list[HumanRequest] = field(default_factory=list)  # what a suspension awaits
+    # The current tool turn and human input (empty between turns). Tuples: an empty one is
+    # shared, and the collector stops tracking a tuple of strings, so a run in flight holds no
+    # container here for the garbage collector to walk.
+    tool_results: tuple[ToolResult, ...] = ()  # finished, not yet in messages
+    approved_calls: tuple[str, ...] = ()  # pending call ids already approved
+    human_requests: tuple[HumanRequest, ...] = ()  # what a suspension awaits
     resume_token: str | None = None  # the valid resume handle's token while suspended
     suspensions: int = 0
     tool_outputs: dict[str, str] = field(default_factory=dict)  # full text of cut outputs by id
-    recent_turns: list[str] = field(default_factory=list)  # the last two turns' calls (loop guard)
+    recent_turns: tuple[str, ...] = ()  # the last two turns' calls (loop guard)
     definition: str | None = None  # a stored run's agent fingerprint (kernel.definition)
     model: str | None = None  # a stored run's model by name (a fallback chain's, joined by " | ")
     answered_by: dict[str, int] = field(default_factory=dict)  # a fallback chain's answers by model

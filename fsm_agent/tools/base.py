@@ -223,14 +223,19 @@ class Tool:
             return _failure(call, str(exc), exc, started)
         if self._context_param is not None:
             kwargs[self._context_param] = context
-        timer: asyncio.Timeout | None = None
+        limit: _Limit | None = None
         try:
-            if self.is_async:
-                async with (timer := asyncio.timeout(timeout)):
-                    value = await self.fn(**kwargs)
-            elif self.threaded:
-                async with (timer := asyncio.timeout(timeout)):
-                    value = await _in_thread(self.name, self.fn, kwargs)
+            if self.is_async or self.threaded:
+                running = (
+                    self.fn(**kwargs) if self.is_async else _in_thread(self.name, self.fn, kwargs)
+                )
+                limit = _Limit(timeout)
+                try:
+                    value = await running
+                except BaseException as exc:
+                    limit.end(exc)
+                    raise
+                limit.end(None)
             else:
                 value = self.fn(**kwargs)
         except TaskComplete as signal:
@@ -238,7 +243,7 @@ class Tool:
         except HumanInputRequired as ask:
             return _asked(call, ask, started)
         except TimeoutError as exc:
-            if timer is None or not timer.expired():  # the tool's own, not our limit
+            if limit is None or not limit.expired:  # the tool's own, not our limit
                 return _failure(call, _raised(exc), exc, started)
             message = f"Error: tool '{self.name}' timed out after {timeout:g} s"
             return _failure(call, message, exc, started)
@@ -425,6 +430,48 @@ def serialise_result(value: object) -> str:
         return to_json(value).decode()
     except Exception:  # pydantic_core raises several types for values it cannot serialise
         return f"{value} (note: the result was not JSON-serialisable; shown as text)"
+
+
+class _Limit:
+    """The time limit of one tool call: what ``asyncio.timeout`` does (the call's task is
+    cancelled when the time is up, and that cancel leaves as :class:`TimeoutError`), in one
+    object that is also the timer's callback. A call held in flight is walked by every garbage
+    collection; ``asyncio.timeout`` holds two bound methods besides, and a ``with`` block one
+    more, for each call."""
+
+    __slots__ = ("cancelling", "expired", "handle", "task")
+
+    def __init__(self, seconds: float | None) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a tool's time limit needs a task")
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+        self.handle: asyncio.TimerHandle | None = None
+        if seconds is not None:
+            loop = asyncio.get_running_loop()
+            self.handle = loop.call_at(loop.time() + seconds, self)
+
+    def __call__(self) -> None:
+        """The time is up: cancel the call's task."""
+        self.handle = None
+        self.expired = True
+        self.task.cancel()
+
+    def end(self, error: BaseException | None) -> None:
+        """The call ended (raising ``error``): stop the timer; when the time was up, withdraw
+        the limit's cancel, and raise :class:`TimeoutError` if ``error`` is that cancel and no
+        other is pending (the caller's own cancel goes on as it came)."""
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if (
+            self.expired
+            and self.task.uncancel() <= self.cancelling
+            and isinstance(error, asyncio.CancelledError)
+        ):
+            raise TimeoutError from error
 
 
 class _TooDeep(ValueError):

@@ -219,28 +219,36 @@ def test_writes_handed_over_together_keep_their_own_outcomes() -> None:
         alone.close()
 
 
-def test_a_run_nobody_follows_hands_a_steps_writes_over_twice(
+def test_a_run_nobody_follows_makes_a_steps_writes_in_two_transactions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In ``sync`` mode a run without a listener or hooks hands the writes it does not await
-    (checkpoints, the model's records, the tool's outcome) to the store's thread with the next
-    awaited one: two hand-overs per tool step (the tool's intent, the wait before the next
-    model call), not one per write, and every checkpoint is still stored."""
-    handed: list[int] = []
-    put = StoreThreads.put
+    """In ``sync`` mode a run without a listener or hooks makes the writes it does not await
+    (checkpoints, the model's records, the tool's outcome) with the next awaited one, in one
+    transaction: two per tool step (the tool's intent, the wait before the next model call),
+    not one per write, whether made at once or handed to the store's thread, and every
+    checkpoint is still stored."""
+    transactions: list[int] = []
+    put, now = StoreThreads.put, SQLiteCheckpointer.write_now
 
-    def counting(self: StoreThreads, thread: int, jobs: Any) -> None:
-        handed.append(len(jobs))
+    def handed(self: StoreThreads, thread: int, jobs: Any) -> None:
+        transactions.append(len(jobs))
         put(self, thread, jobs)
 
-    monkeypatch.setattr(StoreThreads, "put", counting)
+    def at_once(self: SQLiteCheckpointer, calls: Any) -> bool:
+        made = now(self, calls)
+        if made:
+            transactions.append(len(calls))
+        return made
+
+    monkeypatch.setattr(StoreThreads, "put", handed)
+    monkeypatch.setattr(SQLiteCheckpointer, "write_now", at_once)
     steps = 5
     store = SQLiteCheckpointer(tmp_path / "runs.db")
     model = ScriptedModel([tool_call("add", {"a": n, "b": 1}) for n in range(steps)] + [text("ok")])
     agent = Agent(model, tools=[add], checkpointer=store)
     result = agent.run_sync("go")
     assert result.ok and result.run_state is not None
-    assert len(handed) <= 2 * (steps + 1) + 2, handed
-    assert sum(handed) >= 8 * steps  # 3 checkpoints and 4 journal records per step, and waits
+    assert len(transactions) <= 2 * (steps + 1) + 2, transactions
+    assert sum(transactions) >= 8 * steps  # 3 checkpoints and 4 journal records per step, and waits
     assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
     store.close()

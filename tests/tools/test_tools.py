@@ -138,6 +138,59 @@ def test_an_async_tool_past_its_timeout_gets_an_error_result() -> None:
     assert result.is_error and "timed out after 0.01 s" in result.content
 
 
+def test_a_callers_cancel_of_a_tool_under_its_limit_stays_a_cancel() -> None:
+    """The caller cancels a call still within its time limit: the cancel goes on as a cancel
+    (never a timeout result), the limit's timer is stopped, and the task's count of pending
+    cancels is the caller's."""
+
+    @tool(timeout_s=0.05)
+    async def hang() -> str:
+        """Hang."""
+        await asyncio.sleep(10)
+        return "never"
+
+    async def main() -> None:
+        call = ToolCall.create("c1", "hang", {})
+        context = ToolContext(run_id="r", call_id="c1", step=1, deps=None)
+        task = asyncio.create_task(hang.execute(call, context))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelling() == 1
+        await asyncio.sleep(0.08)  # past the limit: its timer cancels nothing any more
+
+    asyncio.run(main())
+
+
+def test_a_cancel_that_comes_while_the_limit_cuts_a_call_off_stays_a_cancel() -> None:
+    """The caller cancels while the tool is still ending after its time limit cut it off: the
+    caller's cancel wins, as with ``asyncio.timeout`` (the limit withdraws only its own)."""
+    started = asyncio.Event()
+
+    @tool(timeout_s=0.02)
+    async def slow_to_stop() -> str:
+        """Hang past the limit, then take a while to stop."""
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(0.1)
+        return "never"
+
+    async def main() -> None:
+        call = ToolCall.create("c1", "slow_to_stop", {})
+        context = ToolContext(run_id="r", call_id="c1", step=1, deps=None)
+        task = asyncio.create_task(slow_to_stop.execute(call, context))
+        await started.wait()
+        await asyncio.sleep(0.05)  # the limit has cut it off; it is still stopping
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
 def test_the_policy_timeout_applies_to_threaded_sync_tools() -> None:
     """A threaded sync tool is bounded by the policy's tool timeout."""
     import time

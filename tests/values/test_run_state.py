@@ -84,6 +84,9 @@ def test_a_checkpoint_written_before_the_change_loads_and_keeps_its_shape() -> N
     assert state.trace[-1].counters.steps == 3
     assert [type(r) for r in state.human_requests] == [HumanRequest]
     assert state.human_requests[0].call.name == "deploy"
+    # The turn's fields, lists then, load as tuples (written back as the same JSON arrays).
+    turn = (state.tool_results, state.approved_calls, state.human_requests, state.recent_turns)
+    assert all(type(value) is tuple for value in turn)
     assert state.phase_trace[1] == PhaseChange(
         source="plan", dest="act", by="model", step=2, move=6
     )

@@ -226,7 +226,7 @@ async def _apply_decisions(turn: Turn) -> None:
     for request in rs.human_requests:
         call = request.call
         if request.decision == "allow":
-            turn.approved.add(call.id)
+            turn.approved = (*turn.approved, call.id)
             continue
         if request.decision == "answer":
             result = _limited(
@@ -235,7 +235,7 @@ async def _apply_decisions(turn: Turn) -> None:
         else:
             result = tool_error(call, f"Error: not approved: {request.reply}")
         await turn.settle(call, result, started=request.kind == "question")
-    rs.human_requests = []
+    rs.human_requests = ()
 
 
 async def _prepare_all(turn: Turn) -> None:
@@ -253,9 +253,9 @@ async def _prepare_all(turn: Turn) -> None:
         if isinstance(verdict, ToolResult):
             await turn.settle(call, verdict)
         elif isinstance(verdict, HumanRequest):
-            turn.requests.append(verdict)
+            turn.requests = (*turn.requests, verdict)
         else:
-            turn.approved.add(call.id)
+            turn.approved = (*turn.approved, call.id)
     await ctx.emit_all(ctx.take_events())
     if ctx.interrupt is not None:
         raise Interrupted
@@ -270,14 +270,16 @@ async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
             await turn.announce(call)
         if ctx.interrupt is not None:  # the listener may cancel on an event
             raise Interrupted
-    turn.running = {c.id for c in calls}
+    turn.running = tuple([c.id for c in calls])
     ctx.turn_phase = ctx.rs.phase
     live = turn.reports is not None and any(_runs_agent(ctx, c) for c in calls)
     if live:  # the children's events reach the listener while they run
         ctx.child_events = turn.reports
     interrupted = False
     try:
-        await ctx.effect(_run_all(ctx, calls, turn.tasks, turn.reports, live=live))
+        tasks: list[tuple[ToolCall, asyncio.Task[ToolExecution]]] = []
+        turn.tasks = tasks
+        await ctx.effect(_run_all(ctx, calls, tasks, turn.reports, live=live))
     except Interrupted:
         interrupted = True
     finally:
@@ -286,7 +288,7 @@ async def _run_together(turn: Turn, calls: list[ToolCall]) -> None:
     if interrupted and live:  # the children's events of their ending, cut short
         assert turn.reports is not None
         await emit_reported(ctx, turn.reports)
-    finished, turn.tasks = turn.tasks, []
+    finished, turn.tasks = turn.tasks, ()
     for call, task in finished:
         if task.done() and not task.cancelled():
             turn.record(call, task.result())
@@ -311,7 +313,7 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
             await turn.announce(call)
             if ctx.interrupt is not None:  # the listener may cancel on an event
                 raise Interrupted
-        turn.running.add(call.id)
+        turn.running = (*turn.running, call.id)
         if turn.reports is not None and _reports_progress(ctx, call):
             execution = await ctx.effect(_run_reporting(ctx, call, turn.reports))
         else:
@@ -346,8 +348,8 @@ def _ending(turn: Turn, interrupted: bool) -> Outcome | None:
         ctx.error = _aborting_error(failure)
         return Outcome.TOOL_ABORT
     if turn.requests or turn.paused:
-        rs.approved_calls = sorted(turn.approved)
-        rs.human_requests = turn.requests
+        rs.approved_calls = tuple(sorted(turn.approved))
+        rs.human_requests = tuple(turn.requests)
         suspend(rs)
         return Outcome.NEEDS_HUMAN
     return None
@@ -485,7 +487,7 @@ def _repeats(ctx: RunContext, calls: list[ToolCall]) -> bool:
         sort_keys=True,
     )
     repeated = signature in rs.recent_turns
-    rs.recent_turns = [*rs.recent_turns[-1:], signature]
+    rs.recent_turns = (*rs.recent_turns[-1:], signature)
     return repeated
 
 
@@ -503,7 +505,8 @@ def _loop_guard(ctx: RunContext) -> LoopDetectedEvent | None:
     if action == "warn":
         last = rs.tool_results[-1]
         warning = LOOP_WARNING.format(n=limits.max_repeated_tool_calls)
-        rs.tool_results[-1] = last.model_copy(update={"content": last.content + warning})
+        warned = last.model_copy(update={"content": last.content + warning})
+        rs.tool_results = (*rs.tool_results[:-1], warned)
     return LoopDetectedEvent(
         run_id=rs.run_id,
         tool_names=[c.name for c in rs.pending_tool_calls],

@@ -9,7 +9,7 @@ ends the turn, each call gets exactly one result, in the model's call order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...run.events import Event, StepCompleteEvent, StepStartEvent, ToolCallEvent, ToolResultEvent
@@ -32,7 +32,11 @@ def tool_error(call: ToolCall, content: str) -> ToolResult:
 # -- the turn --------------------------------------------------------------------------------
 class Turn:
     """One tool turn: its calls and what has become of each. The executors record every
-    finished call through :meth:`record`, the one place a call's execution enters the turn."""
+    finished call through :meth:`record`, the one place a call's execution enters the turn.
+
+    Its collections of ids are tuples: a turn lives as long as its tools run, and an empty
+    tuple is shared and one of strings is not tracked by the garbage collector, where every
+    set would be one more object for each collection to walk per run in flight."""
 
     __slots__ = (
         "announced",
@@ -56,26 +60,26 @@ class Turn:
         self.settled: dict[str, ToolResult] = (
             {r.call_id: r for r in rs.tool_results} if rs.tool_results else {}
         )
-        self.approved = set(rs.approved_calls)
-        self.requests: list[HumanRequest] = []  # what the turn waits on a human for
+        self.approved: tuple[str, ...] = rs.approved_calls
+        self.requests: tuple[HumanRequest, ...] = ()  # what the turn waits on a human for
         self.done: ToolExecution | None = None  # the first call that completed the task
         self.failure: ToolExecution | None = None  # the first call that failed
         self.paused = False  # a pause was requested from outside
-        self.announced: set[str] = set()  # calls whose start events went out
-        self.running: set[str] = set()  # calls whose execution started and has not ended
+        self.announced: tuple[str, ...] = ()  # calls whose start events went out
+        self.running: tuple[str, ...] = ()  # calls whose execution started and has not ended
         # The concurrent calls' tasks, until their executions are recorded.
-        self.tasks: list[tuple[ToolCall, asyncio.Task[ToolExecution]]] = []
+        self.tasks: Sequence[tuple[ToolCall, asyncio.Task[ToolExecution]]] = ()
         self.reports = Reports() if ctx.listening else None  # the running tools' progress
 
     def record(self, call: ToolCall, execution: ToolExecution) -> bool:
         """Record a finished call: its result settled (noted when it completed the task or
         failed), or the question it asks a human. Whether the calls after it in order are left
         unrun (it asked, completed the task, or failed under ``fail_fast``)."""
-        self.running.discard(call.id)
+        if call.id in self.running:
+            self.running = tuple([c for c in self.running if c != call.id])
         if execution.question is not None:
-            self.requests.append(
-                HumanRequest(kind="question", call=call, question=execution.question)
-            )
+            question = HumanRequest(kind="question", call=call, question=execution.question)
+            self.requests = (*self.requests, question)
             return True
         self.settled[call.id] = execution.result
         if execution.done and self.done is None:
@@ -96,7 +100,7 @@ class Turn:
     async def announce(self, call: ToolCall) -> None:
         """Emit the call's start events (only a listened run calls this)."""
         await self.ctx.emit_all(_start_events(self.ctx, call))
-        self.announced.add(call.id)
+        self.announced = (*self.announced, call.id)
 
     async def settle(self, call: ToolCall, result: ToolResult, *, started: bool = False) -> None:
         """Settle a call without running it (a human's decision, a hook's mock or skip, a
@@ -116,9 +120,9 @@ class Turn:
         rs, calls, settled = self.ctx.rs, self.calls, self.settled
         rs.pending_tool_calls = calls
         if len(calls) == 1:  # the common turn: its result, if it has one
-            rs.tool_results = list(settled.values())
+            rs.tool_results = tuple(settled.values())
         else:
-            rs.tool_results = [settled[c.id] for c in calls if c.id in settled]
+            rs.tool_results = tuple([settled[c.id] for c in calls if c.id in settled])
 
     def stop(self) -> None:
         """End a turn that has no outcome (an error goes on): each call still gets its one

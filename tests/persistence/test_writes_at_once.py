@@ -1,0 +1,177 @@
+"""SQLite makes a run's writes at once, on the event loop's thread, only when that waits for
+nothing: another writer holding the database or ``fsync=True`` send them to the store's
+thread, as do the writes of many runs in flight at once (which it commits together), a
+failing write fails the run as it would there, and the WAL is copied back
+into the database there, never by a commit on the loop's thread."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent, tool
+from fsm_agent.persistence import SQLiteCheckpointer
+from fsm_agent.persistence import sqlite as sqlite_store
+from fsm_agent.persistence.run_log import AT_ONCE_RUNS
+from fsm_agent.persistence.store_threads import JobFailed
+from fsm_agent.run_state import RunState
+from fsm_agent.testing import ScriptedModel, text, tool_call
+from helpers import add
+
+
+def _agent(store: SQLiteCheckpointer, steps: int = 3) -> Agent[None]:
+    model = ScriptedModel([tool_call("add", {"a": n, "b": 1}) for n in range(steps)] + [text("ok")])
+    return Agent(model, tools=[add], checkpointer=store)
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each ``write_now`` answered."""
+    answers: list[bool] = []
+    now = SQLiteCheckpointer.write_now
+
+    def counted(self: SQLiteCheckpointer, calls: Any) -> bool:
+        answers.append(now(self, calls))
+        return answers[-1]
+
+    monkeypatch.setattr(SQLiteCheckpointer, "write_now", counted)
+    return answers
+
+
+def test_a_run_on_sqlite_makes_its_awaited_writes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the database to itself, every awaited write of a run is made at once, and the
+    stored run is whole."""
+    answers = _counted(monkeypatch)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert answers and all(answers)
+    assert store.load(result.run_state.run_id).state.state is result.run_state.state
+    assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
+    store.close()
+
+
+def test_writes_go_to_the_stores_thread_while_another_writer_holds_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another connection holds the write lock: ``write_now`` does not wait for it (it makes
+    nothing and says so), the writes wait on the store's thread instead, and the run completes
+    once the lock is released."""
+    answers = _counted(monkeypatch)
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+
+    async def main() -> bool:
+        release.start()
+        return (await _agent(store, steps=1).run("go")).ok
+
+    try:
+        assert asyncio.run(main())
+    finally:
+        release.join()
+        other.close()
+        store.close()
+    assert answers[0] is False and any(answers)
+
+
+def test_a_store_that_fsyncs_makes_no_write_at_once(tmp_path: Path) -> None:
+    """``fsync=True``: every commit would wait for the disk, so none is made at once."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db", fsync=True)
+    assert store.write_now([]) is False
+    assert _agent(store, steps=1).run_sync("go").ok
+    store.close()
+
+
+def test_a_write_that_fails_at_once_is_rolled_back_and_named(tmp_path: Path) -> None:
+    """A call that raises inside ``write_now`` rolls back what the calls before it wrote, and
+    :class:`JobFailed` names it (its index) and its error, for the caller to settle as the
+    store's thread would."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    problem = ValueError("no")
+
+    def boom() -> None:
+        raise problem
+
+    save = (partial(store.save, version=1), (RunState(run_id="run_x"),))
+    with pytest.raises(JobFailed) as failed:
+        store.write_now([save, (boom, ())])
+    assert (failed.value.index, failed.value.error) == (1, problem)
+    assert store.runs() == []
+    assert store.write_now([save]) is True  # the connection is free again
+    assert [s.run_id for s in store.runs()] == ["run_x"]
+    store.close()
+
+
+def test_the_wal_is_copied_back_on_the_stores_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits made at once never copy the WAL back into the database (that fsyncs); the
+    store's thread does, once every ``COPY_BACK_EVERY`` commits."""
+    monkeypatch.setattr(sqlite_store, "COPY_BACK_EVERY", 4)
+    copied: list[int] = []
+    copy_back = SQLiteCheckpointer._copy_back
+
+    def noted(self: SQLiteCheckpointer) -> None:
+        copied.append(threading.get_ident())
+        copy_back(self)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "_copy_back", noted)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    loop_thread: list[int] = []
+
+    async def main() -> bool:
+        loop_thread.append(threading.get_ident())
+        return (await _agent(store, steps=6).run("go")).ok
+
+    assert asyncio.run(main())
+    store.close()
+    assert copied and loop_thread[0] not in copied
+
+
+@tool(name="add")
+async def add_slowly(a: int, b: int) -> int:
+    """Add two numbers, slowly enough that the runs overlap."""
+    await asyncio.sleep(0.02)
+    return a + b
+
+
+def test_many_runs_in_flight_write_through_the_stores_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While more than ``AT_ONCE_RUNS`` runs write through the store, none writes at once:
+    the store's thread commits their writes together, and the loop's thread is left to the
+    runs; once few are left, writes are made at once again."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    writing: list[int] = []
+    now = SQLiteCheckpointer.write_now
+
+    def noted(self: SQLiteCheckpointer, calls: Any) -> bool:
+        writing.append(self.io_threads().writing)
+        return now(self, calls)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "write_now", noted)
+
+    async def main() -> list[bool]:
+        agents = [
+            Agent(
+                ScriptedModel([tool_call("add", {"a": 1, "b": 2}), text("ok")]),
+                tools=[add_slowly],
+                checkpointer=store,
+            )
+            for _ in range(12)
+        ]
+        return [r.ok for r in await asyncio.gather(*(a.run("go") for a in agents))]
+
+    assert all(asyncio.run(main()))
+    store.close()
+    assert writing and max(writing) <= AT_ONCE_RUNS
