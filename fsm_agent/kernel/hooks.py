@@ -80,7 +80,6 @@ class HookedRun(Protocol):
 
     rs: RunState
     listening: bool
-    pending_events: list[Event]
     last_move: Move | None
     error: BaseException | None
 
@@ -96,6 +95,10 @@ class HookedRun(Protocol):
 
     def request_interrupt(self, outcome: Outcome) -> None:
         """Ask the run to stop with ``outcome``."""
+        ...
+
+    def hold(self, event: Event) -> None:
+        """Keep ``event`` (a hook's failure), to be yielded with the run's next events."""
         ...
 
 
