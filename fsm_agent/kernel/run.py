@@ -18,6 +18,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import Counters, Outcome, State, StopReason
 from ..run.approval import ResumeHandle
 from ..run.state import AgentUsage, RunState
+from ..values.define import record
 from ..values.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def own_usage(total: Usage, parts: list[Usage]) -> Usage:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Runtime:
     """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
     a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""

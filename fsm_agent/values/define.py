@@ -14,6 +14,7 @@ decorator's would: ``tests/values/test_define.py`` checks each value type agains
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
 from operator import attrgetter
@@ -36,22 +37,28 @@ class _Factory:
 
 
 _FACTORY = _Factory()
+_PARAMS = "__dataclass_params__"
 
 
 @overload
 def record(cls: _C, /) -> _C: ...
 @overload
-def record(*, frozen: bool = True) -> Callable[[_C], _C]: ...
+def record(*, frozen: bool = True, kw_only: bool = True) -> Callable[[_C], _C]: ...
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
-def record(cls: _C | None = None, /, *, frozen: bool = True) -> _C | Callable[[_C], _C]:
-    """``cls`` as ``@dataclass(frozen=frozen, slots=True, kw_only=True)`` makes it, defined
-    with one method compiled instead of six."""
+def record(
+    cls: _C | None = None, /, *, frozen: bool = True, kw_only: bool = True
+) -> _C | Callable[[_C], _C]:
+    """``cls`` as ``@dataclass(frozen=frozen, slots=True, kw_only=kw_only)`` makes it,
+    defined with one method compiled instead of six."""
 
     def define(cls: _C) -> _C:
-        made = cast(_C, dataclass(cls, init=False, repr=False, eq=False, slots=True, kw_only=True))
+        made = _dataclass(cls, frozen=frozen, kw_only=kw_only)
         _add(made, "__init__", _init(made, frozen=frozen))
+        if made.__doc__ is None:
+            signature = str(inspect.signature(made)).replace(" -> None", "")
+            made.__doc__ = f"{made.__name__}{signature}"
         _add(made, "__repr__", _repr)
         _add(made, "__eq__", _eq)
         hash_kept = "__hash__" in cls.__dict__ and not (
@@ -62,9 +69,36 @@ def record(cls: _C | None = None, /, *, frozen: bool = True) -> _C | Callable[[_
         if frozen:
             for name, function in _FROZEN.items():
                 _add(made, name, function)
+        params = vars(made)[_PARAMS]  # what a subclass's @dataclass reads
+        params.init = params.repr = params.eq = True
+        params.frozen = frozen
         return made
 
     return define if cls is None else define(cls)
+
+
+def _dataclass(cls: _C, *, frozen: bool, kw_only: bool) -> _C:
+    """``cls`` made a slotted dataclass with no method compiled, refused as a dataclass would
+    refuse it when it mixes frozen and not frozen with its bases."""
+    bases = [vars(b)[_PARAMS] for b in cls.__mro__[1:] if _PARAMS in vars(b)]
+    if bases and any(p.frozen for p in bases) != frozen:
+        raise TypeError(
+            f"cannot inherit {'' if frozen else 'non-'}frozen dataclass from a "
+            f"{'non-' if frozen else ''}frozen one"
+        )
+    for p in bases:  # made as if not frozen (frozen methods are added after): bases agree
+        p.frozen = False
+    undocumented = not cls.__doc__
+    if undocumented:  # or dataclass() would read the signature of object.__init__, slowly
+        cls.__doc__ = cls.__name__
+    try:
+        made = dataclass(cls, init=False, repr=False, eq=False, slots=True, kw_only=kw_only)
+    finally:
+        for p in bases:
+            p.frozen = frozen
+    if undocumented:  # the docstring a dataclass gives, once the __init__ is added
+        made.__doc__ = None
+    return cast(_C, made)
 
 
 def _add(cls: type[Any], name: str, function: Callable[..., Any]) -> None:
@@ -74,31 +108,37 @@ def _add(cls: type[Any], name: str, function: Callable[..., Any]) -> None:
 
 
 def _init(cls: type[Any], *, frozen: bool) -> Callable[..., None]:
-    """The ``__init__`` a dataclass would compile: keyword-only parameters, defaults and
-    factories, ``__post_init__`` called last; a frozen value's fields set by ``object``."""
+    """The ``__init__`` a dataclass would compile: positional parameters, then keyword-only
+    ones, with their defaults and factories, ``__post_init__`` called last; a frozen value's
+    fields set by ``object``."""
     fields = [f for f in dataclasses.fields(cls) if f.init]
     scope: dict[str, Any] = {"__setattr": object.__setattr__, "__factory": _FACTORY}
-    params, body = [], []
+    positional: list[str] = []
+    keyword: list[str] = []
+    body = []
     for f in fields:
         name, value = f.name, f.name
         if f.default is not MISSING:
             scope[f"__default_{name}"] = f.default
-            params.append(f"{name}=__default_{name}")
+            param = f"{name}=__default_{name}"
         elif f.default_factory is not MISSING:
             scope[f"__make_{name}"] = f.default_factory
-            params.append(f"{name}=__factory")
+            param = f"{name}=__factory"
             value = f"__make_{name}() if {name} is __factory else {name}"
+        elif positional and "=" in positional[-1] and not f.kw_only:
+            raise TypeError(f"non-default argument {name!r} follows default argument")
         else:
-            params.append(name)
+            param = name
+        (keyword if f.kw_only else positional).append(param)
         body.append(f"__setattr(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
-    signature = f"self, *, {', '.join(params)}" if params else "self"
+    signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     source = f"def __init__({signature}):\n    " + ("\n    ".join(body) or "pass")
     found: dict[str, Any] = {}
     exec(source, scope, found)  # text made above from the field names only
     init: Callable[..., None] = found["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__, init.__qualname__ = cls.__module__, f"{cls.__qualname__}.__init__"
     init.__annotations__ = {f.name: f.type for f in fields} | {"return": None}
     return init
 
