@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from typing_extensions import TypeVar
@@ -60,7 +60,7 @@ class Runtime:
     new_id: Callable[[], str] = new_run_id
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@record(kw_only=False)
 class RunResult(Generic[OutputT]):
     """How a run ended: its output, why it stopped, what it cost, and everything it did.
 

@@ -16,6 +16,7 @@ import pytest
 from fsm_agent import compaction, persistence
 from fsm_agent.analysis import bounds
 from fsm_agent.kernel import composition, hooks, plan, run, sharing
+from fsm_agent.kernel.states import verifying
 from fsm_agent.machine import guards, table
 from fsm_agent.phases import table as phases
 from fsm_agent.run import approval, events, output, state
@@ -41,6 +42,7 @@ _MODULES = (
     composition,
     plan,
     sharing,
+    verifying,
 )
 RECORDS = [
     cls
@@ -48,8 +50,8 @@ RECORDS = [
     for cls in vars(module).values()
     if isinstance(cls, type)
     and dataclasses.is_dataclass(cls)
-    and cls.__module__ == module.__name__
     and cls.__eq__ is define._eq  # defined by record
+    and cls.__init__.__module__ == module.__name__  # here (a public one's __module__ is moved)
 ]
 
 
@@ -121,7 +123,8 @@ def test_a_record_behaves_as_the_dataclass_decorator_makes_it(cls: type[Any]) ->
         kwargs = _required(cls)
         ours, theirs = cls(**kwargs), ref(**kwargs)
         other = {**kwargs, name: "changed"}
-        assert _ADDRESS.sub("", repr(ours)) == _ADDRESS.sub("", repr(theirs))
+        if cls.__repr__ is define._repr:  # not one of its own
+            assert _ADDRESS.sub("", repr(ours)) == _ADDRESS.sub("", repr(theirs))
         assert (ours == cls(**kwargs)) == (theirs == ref(**kwargs))
         assert _outcome(lambda: ours == cls(**other)) == _outcome(  # noqa: B023
             lambda: theirs == ref(**other)  # noqa: B023
@@ -141,7 +144,7 @@ def test_a_record_behaves_as_the_dataclass_decorator_makes_it(cls: type[Any]) ->
     value = cls(**_required(cls))
     for copied in (pickle.loads(pickle.dumps(value)), copy.copy(value), copy.deepcopy(value)):
         assert type(copied) is cls
-        assert _ADDRESS.sub("", repr(copied)) == _ADDRESS.sub("", repr(value))
+        assert _ADDRESS.sub("", define._repr(copied)) == _ADDRESS.sub("", define._repr(value))
 
 
 def test_a_record_compiles_one_method_where_the_dataclass_decorator_compiles_six(
