@@ -2,13 +2,14 @@
 
 ``@dataclass(frozen=True, slots=True, kw_only=True)`` compiles six methods from source text for
 every class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``,
-``__delattr__``), one ``exec`` each, when its module is imported. The messages, events and run
-state define some fifty such classes, and compiling their methods was most of what importing
-them cost. :func:`record` compiles only the ``__init__`` (the body a dataclass's has, so
-building a value costs what it did) and gives the class the others as functions shared by
-every record, which read the fields from the class. What it returns is a standard dataclass
-(``dataclasses.fields`` and ``replace``, pydantic, pickling work as before) that behaves as the
-decorator's would: ``tests/values/test_define.py`` checks each value type against it.
+``__delattr__``), one ``exec`` each, when its module is imported. The messages, events, run
+state, table rows and the kernel's values are some eighty such classes, and compiling their
+methods was a third of what ``from fsm_agent import Agent`` cost. :func:`record` compiles only
+the ``__init__`` (the body a dataclass's has, so building a value costs what it did) and gives
+the class the others as functions shared by every record, which read the fields from the class.
+What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
+pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
+checks each value type against it.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def _dataclass(cls: _C, *, frozen: bool, kw_only: bool) -> _C:
             f"cannot inherit {'' if frozen else 'non-'}frozen dataclass from a "
             f"{'non-' if frozen else ''}frozen one"
         )
+    were = [p.frozen for p in bases]
     for p in bases:  # made as if not frozen (frozen methods are added after): bases agree
         p.frozen = False
     undocumented = not cls.__doc__
@@ -94,8 +96,8 @@ def _dataclass(cls: _C, *, frozen: bool, kw_only: bool) -> _C:
     try:
         made = dataclass(cls, init=False, repr=False, eq=False, slots=True, kw_only=kw_only)
     finally:
-        for p in bases:
-            p.frozen = frozen
+        for p, frozen_before in zip(bases, were, strict=True):
+            p.frozen = frozen_before
     if undocumented:  # the docstring a dataclass gives, once the __init__ is added
         made.__doc__ = None
     return cast(_C, made)
