@@ -20,8 +20,9 @@ the typed floor: a minimal typed loop on its own plain pydantic models, built pe
 - **Durable runs** (``durable_lag.py``, in a cold child process, no ``gc.freeze()``): the worst
   event-loop lag with 1,000 durable runs in flight on SQLite and PostgreSQL, and a ``sync``
   step on SQLite against the same step without a checkpointer.
-- **Process start-up** (``startup.py``): ``import fsm_agent`` and ``fsm-agent demo
-  --no-diagram``.
+- **Process start-up** (``startup.py``, ``--measure process``): ``from fsm_agent import Agent``
+  (``import fsm_agent`` beside it) in milliseconds and in instructions against ``import
+  pydantic``'s, and ``fsm-agent demo --no-diagram``.
 - Rows from the other benchmarks in this folder, run as scripts when they exist.
 
     pip install -e '.[postgres]' -r benchmarks/requirements.txt   # in a separate environment
@@ -29,7 +30,9 @@ the typed floor: a minimal typed loop on its own plain pydantic models, built pe
 
 A complete run (every system, N and measurement) writes the results block of
 ``docs/performance.md``; a partial one only prints, unless ``--write`` is given (the block
-then says which systems, run lengths and measurements it holds).
+then says which systems, run lengths and measurements it holds) or ``--merge`` (the target
+rows it measured replace theirs in the block, which says when they were measured again:
+``--measure process --merge --systems fsm_agent`` for the start-up rows).
 """
 
 from __future__ import annotations
@@ -58,16 +61,28 @@ from typing import Any, NamedTuple
 from claims import (
     COLUMNS,
     END,
+    IMPORT,
     PEER_TARGETS,
     SENTENCES_HEADING,
     START,
     TABLE_HEADING,
     TARGETS,
+    merged,
     parse,
     row_cells,
     sentences,
 )
-from external import DURABLE, EXTERNAL, STARTUP, durable_rows, run_external, startup_rows
+from external import (
+    DURABLE,
+    EXTERNAL,
+    KERNEL,
+    PACKAGE,
+    PROCESS,
+    STARTUP,
+    durable_rows,
+    run_external,
+    startup_rows,
+)
 from peers import PEERS
 from workload import (
     ANSWER,
@@ -95,7 +110,7 @@ FLOORS: tuple[type[Adapter], ...] = (TypedFloorAdapter, AsyncioFloorAdapter, Flo
 ADAPTERS: tuple[type[Adapter], ...] = (*FLOORS, FsmAgentAdapter, *PEERS)
 TYPED = TypedFloorAdapter.name
 TARGET_STEPS = (2, 10, 50)
-MEASUREMENTS = ("startup", "steps", "wire", "http", "external", "memory")
+MEASUREMENTS = ("startup", "steps", "wire", "http", "external", "process", "memory")
 HTTP_STEPS = 10
 
 
@@ -507,10 +522,28 @@ def _external_cells(results: Results) -> dict[str, Cells]:
         worst = durable.worst_ms.get(store)
         label = f"worst event-loop lag, 1,000 durable runs in flight on {shown} (cold process)"
         cells[label] = (f"{worst:,.1f} ms" if worst is not None else "—", "—", "—")
+    return {**cells, **_process_cells(results)}
+
+
+def _process_cells(results: Results) -> dict[str, Cells]:
+    """The import and the demo, as ``startup.py`` measured them: ``from fsm_agent import
+    Agent`` in milliseconds and in instructions, ``import fsm_agent`` shown beside."""
     startup = startup_rows(results.external.get(STARTUP, ""))
-    cells["import fsm_agent"] = (_ms(startup["import"]), "—", "—")
-    cells["fsm-agent demo --no-diagram"] = (_ms(startup["demo"]), "—", "—")
-    return cells
+    kernel, package = startup.ms[KERNEL], startup.ms[PACKAGE]
+    counted, floor = startup.instructions[KERNEL], startup.instructions["import pydantic"]
+    beside = f"; {PACKAGE} {package[0]:,.1f} ms" if kernel and package else ""
+    alone = startup.instructions[PACKAGE]
+    return {
+        IMPORT: (_ms(kernel) + beside, "—", "—"),
+        f"{IMPORT}, in instructions": (
+            "—"
+            if counted is None
+            else f"{counted:,.1f} M" + ("" if alone is None else f"; {PACKAGE} {alone:,.1f} M"),
+            "—" if floor is None else f"{floor:,.1f} M (import pydantic)",
+            "—" if startup.ratio is None else f"{startup.ratio:.2f}×",
+        ),
+        "fsm-agent demo --no-diagram": (_ms(startup.ms["fsm-agent demo --no-diagram"]), "—", "—"),
+    }
 
 
 def _http_cells(results: Results) -> dict[str, Cells]:
@@ -679,7 +712,10 @@ def report(results: Results) -> str:
             "",
             *_table(
                 ["benchmark", "summary", "target"],
-                [[b.label, results.external.get(b.label, "—"), b.target] for b in EXTERNAL],
+                [
+                    [b.label, results.external.get(b.label, "—"), b.target]
+                    for b in (*EXTERNAL, PROCESS)
+                ],
             ),
         ]
     if results.notes:
@@ -709,6 +745,27 @@ def write(block: str) -> None:
     DOC.write_text(pattern.sub(lambda _: f"{START}\n{block}\n{END}", text), encoding="utf-8")
 
 
+def write_merged(results: Results, block: str) -> None:
+    """Write into the existing results block the target rows this partial round measured (and
+    ``startup.py``'s summary row, when it ran), the rest of the block kept as it was."""
+    measured = {
+        label: row for label, row in parse(block).items() if row.met != "—" or row.ours != "—"
+    }
+    text = DOC.read_text(encoding="utf-8")
+    start, end = text.index(START) + len(START), text.index(END)
+    note = (
+        f"measured again on {date.today().isoformat()} (load average {results.load:.1f}): "
+        + "; ".join(measured)
+    )
+    new = merged(text[start:end], measured, note)
+    summary = results.external.get(STARTUP)
+    if summary is not None:
+        row = re.compile(rf"^\| {re.escape(STARTUP)} \|.*$", re.MULTILINE)
+        cells = _table(["b", "s", "t"], [[STARTUP, summary, PROCESS.target]])[-1]
+        new = row.sub(lambda _: cells, new, count=1)
+    DOC.write_text(text[:start] + new + text[end:], encoding="utf-8")
+
+
 def main() -> None:
     """Parse the command line, measure, print the block, and write it after a complete run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -722,6 +779,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--write", action="store_true", help="write the block after a partial run too"
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="write only the target rows this partial run measured into the existing block",
     )
     parser.add_argument("--probe-memory", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -749,15 +811,19 @@ def main() -> None:
         measure_wire(results)
     if "http" in measure:
         measure_http(results)
+    quick, timeout_s = results.settings.mode == "quick", results.settings.external_timeout_s
     if "external" in measure:
-        quick = results.settings.mode == "quick"
-        results.external = run_external(quick=quick, timeout_s=results.settings.external_timeout_s)
+        results.external.update(run_external(quick=quick, timeout_s=timeout_s))
+    if "process" in measure:
+        results.external.update(run_external(quick=quick, timeout_s=timeout_s, benches=(PROCESS,)))
     if "memory" in measure:
         measure_memory(results)
     block = report(results)
     print(block)
     print(f"\n({time.perf_counter() - started:.0f} s)")
-    if complete or args.write:
+    if args.merge and not complete:
+        write_merged(results, block)
+    elif complete or args.write:
         write(block)
     else:
         print(f"partial run: {DOC.name} not written")

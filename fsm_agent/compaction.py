@@ -24,12 +24,12 @@ skipped and the next one runs; :class:`Compactor` runs the list.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .errors import Interrupted, MalformedResponseError
 from .models import Model
 from .policy import CompactionSettings, CompactionStrategyName
+from .values.define import record
 from .values.messages import (
     FinishReason,
     ImagePart,
@@ -105,7 +105,7 @@ def estimate_tokens(message: Message) -> int:
     return chars // 4 + extra
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Thread:
     """A history under compaction: the messages and their token counts, index for index."""
 
@@ -138,7 +138,7 @@ class ModelCall(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class CompactionJob:
     """What one compaction aims at, and what strategies may use to get there.
 
@@ -179,7 +179,7 @@ class CompactionStrategy(Protocol):
 
 
 # -- layout ----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class _Layout:
     """Where a history may be cut: ``[head, tail)`` holds the removable groups."""
 
@@ -417,7 +417,7 @@ class Summarize:
 
 
 # -- the compactor ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class CompactionResult:
     """What a compaction did. Tokens are in the tokenizer's units; ``strategy`` names the
     strategies that changed something, joined by ``+`` (empty when none did); ``errors`` are

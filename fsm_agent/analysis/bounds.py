@@ -50,14 +50,15 @@ off at most once), whichever is least.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..policy import CompactionStrategyName, Policy, RetryPolicy
+from ..values.define import record
 
 __all__ = ["Bounds", "ChildBounds", "bounds"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Bounds:
     """The most a run under one policy can use, each with a one-line derivation.
 
@@ -93,7 +94,7 @@ class Bounds:
         return lines
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class ChildBounds:
     """The worst case of a child agent, under the tool name its parent calls it by."""
 
@@ -265,7 +266,7 @@ def _bounds(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class _Work:
     """The model calls and tool turns of one run at worst, with their derivations, and the
     failed calls among those calls (each may wait a backoff)."""

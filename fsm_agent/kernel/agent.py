@@ -12,11 +12,10 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from typing_extensions import TypeVar
 
-from ..analysis.bounds import Bounds
 from ..compaction import Compactor
 from ..errors import ConfigurationError
 from ..machine.agent_machine import AgentMachine, default_machine
@@ -33,12 +32,9 @@ from ..run.state import RunState, build_run_validators
 from ..tools import Tool, ToolRegistry
 from ..values.messages import Message
 from ..values.model_settings import ModelSettings, merge_settings
-from .abandon import abandon_run
 from .checks import check_user_code
-from .composition import AgentTool, agent_bounds
 from .context import RunContext
 from .driver import drive
-from .fork import RunEdit, fork_run
 from .handoffs import Handoff, declared
 from .hooks import HookSet
 from .listening import listened
@@ -46,6 +42,11 @@ from .plan import Plan, compile_plan
 from .resuming import resume_context, start_context
 from .run import OutputT, RunHandle, RunResult, Runtime
 from .states import Verdict
+
+if TYPE_CHECKING:
+    from ..analysis.bounds import Bounds
+    from .composition import AgentTool
+    from .fork import RunEdit
 
 __all__ = ["Agent", "RunHandle", "RunResult", "Runtime", "StopCondition", "Verifier"]
 
@@ -291,6 +292,8 @@ class Agent(Generic[DepsT, OutputT]):
         conversation before the task: the messages in (the system message and the calls in
         progress left out), those the child sees out (``without_tool_calls`` of
         :mod:`fsm_agent.kernel.handoffs` keeps what was said). See ``docs/composition.md``."""
+        from .composition import AgentTool  # here: a program that composes no agent skips it
+
         return AgentTool(
             self,
             name=name,
@@ -307,6 +310,8 @@ class Agent(Generic[DepsT, OutputT]):
         uses as tools), the chain of agents it may hand the conversation to, and the turns its
         phases' budgets allow (see ``docs/composition.md``); one model call takes at most
         ``model_timeout_s`` seconds (``None``: not known, so the work gives no time bound)."""
+        from .composition import agent_bounds  # here, with the bounds' analysis
+
         return agent_bounds(self, model_timeout_s=model_timeout_s)
 
     async def run(
@@ -426,6 +431,8 @@ class Agent(Generic[DepsT, OutputT]):
         :class:`~fsm_agent.UnknownRunError`, :class:`~fsm_agent.RunFinishedError` for a run
         that already ended, and :class:`~fsm_agent.CheckpointConflictError` when a worker
         wrote the run meanwhile (it is still running: cancel it there first)."""
+        from .abandon import abandon_run  # here: stored runs are abandoned by few programs
+
         return await abandon_run(self, run_id, reason)
 
     async def fork(
@@ -454,6 +461,8 @@ class Agent(Generic[DepsT, OutputT]):
                 "fork starts from a run's saved moves: it needs an agent with a checkpointer "
                 "(the store that holds the run)"
             )
+        from .fork import fork_run  # here: stored runs are forked by few programs
+
         definition = None if allow_changed_definition else self._plan.definition
         state = await fork_run(
             store, run_id, self.runtime.new_id(), at=at, edit=edit, definition=definition

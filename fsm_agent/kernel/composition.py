@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic
 
 from pydantic import Field
@@ -41,6 +40,7 @@ from ..persistence.storable import storable_message
 from ..run.events import ChildEvent, Event
 from ..run.state import AgentUsage, RunState
 from ..tools import Tool, ToolContext, ToolExecution
+from ..values.define import record
 from ..values.messages import Message, Role, ToolCall, validate_history
 from .context import Emitted, Handed, RunContext
 from .driver import drive
@@ -77,7 +77,7 @@ _Task = Annotated[str, Field(description=TASK_DESCRIPTION)]
 _SharedTask = Annotated[str, Field(description=SHARED_TASK_DESCRIPTION)]
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class _Shared:
     """What a parent shares with the child of an agent tool beyond the task: its ``deps`` (as
     they are, or through ``deps_from``) and a view of its conversation."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from ..errors import ConfigurationError, HookError
@@ -24,6 +23,7 @@ from ..run.approval import Approval, Decision
 from ..run.events import HookErrorEvent
 from ..run.state import explained
 from ..tools import HumanInputRequired, TaskComplete
+from ..values.define import record
 from ..values.messages import ModelRequest, ModelResponse, ToolCall, ToolResult
 from ..values.model_settings import ModelSettings
 from ..values.record import field_problem
@@ -52,7 +52,7 @@ HOOK_POINTS: dict[str, frozenset[str]] = {
 """Every hook point and the keyword arguments it passes."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class MockResult:
     """A ``before_tool`` answer: do not run the tool; ``content`` is the call's result."""
 
@@ -60,7 +60,7 @@ class MockResult:
     is_error: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class SkipTool:
     """A ``before_tool`` answer: do not run the tool; the model is told why (an ``is_error``
     result)."""
@@ -103,7 +103,7 @@ class HookedRun(Protocol):
 
 
 # -- registration ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class _Hook:
     label: str  # "Audit.before_tool", as shown in hook_error events
     fn: Callable[..., object]

@@ -33,6 +33,7 @@ from ..run.output import ANSWER_TOOL, OutputSpec
 from ..run.state import RunState
 from ..tools import Tool, ToolRegistry, done_tool
 from ..tools.output import PAGER_NAME, pager_tool
+from ..values.define import record
 from ..values.messages import Message, OutputSchema, ToolDefinition
 from .checks import check_done_tool
 from .definition import definition_fingerprint
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class LoopSettings:
     """The policy values the loop reads on every step, copied out of the policy once per
     agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs

@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from typing_extensions import TypeVar
@@ -18,6 +18,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import Counters, Outcome, State, StopReason
 from ..run.approval import ResumeHandle
 from ..run.state import AgentUsage, RunState
+from ..values.define import record
 from ..values.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def own_usage(total: Usage, parts: list[Usage]) -> Usage:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Runtime:
     """The run's view of the world: sleeping, the clock, randomness and ids. Tests inject
     a :class:`~fsm_agent.testing.VirtualClock` so that backoff takes no real time."""
@@ -59,7 +60,7 @@ class Runtime:
     new_id: Callable[[], str] = new_run_id
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@record(kw_only=False)
 class RunResult(Generic[OutputT]):
     """How a run ended: its output, why it stopped, what it cost, and everything it did.
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from ..policy import UsageLimits
+from ..values.define import record
 from ..values.messages import ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ LIMIT_FIELDS = (
 )
 
 
-@dataclass(slots=True)
+@record(frozen=False, kw_only=False)
 class Grant:
     """The share of a parent's usage limits one running child was given, by limit name, and
     what the parent had left of each when it was split."""
@@ -52,7 +53,7 @@ class Grant:
     sharing: int  # the turn's agent calls not yet started it was split among
 
 
-@dataclass(slots=True)
+@record(frozen=False, kw_only=False)
 class _Sharing:
     """The agent calls of a parent's current tool turn that started, and the grants of the
     children still running."""

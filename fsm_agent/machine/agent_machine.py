@@ -4,8 +4,11 @@
 The definition is a ``transitions`` machine built from the rows (callables as conditions, no
 callback names). Its per-trigger cost (about 19 µs, and ``AsyncMachine`` swallows
 ``CancelledError``: transitions issue #704) is too high for the loop, so :class:`AgentMachine`
-compiles a lookup from that machine's own events; ``tests/machine/test_machine.py`` proves the
-two agree on every (state, outcome, guard values) combination. No I/O happens in here.
+compiles a lookup from the rows, tried in the order that machine tries them;
+``tests/machine/test_machine.py`` proves the two agree on every (state, outcome, guard values)
+combination. A run never triggers the ``transitions`` machine, so it is built (and
+``transitions`` imported) on first use of :attr:`AgentMachine.definition`. No I/O happens in
+here.
 """
 
 from __future__ import annotations
@@ -14,9 +17,8 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
-
-from transitions import EventData, Machine, Transition
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DefinitionError, FsmAgentError
 from .guards import guard_value_combinations
@@ -35,6 +37,9 @@ from .table import (
     StopReason,
     Update,
 )
+
+if TYPE_CHECKING:
+    from transitions import EventData, Machine
 
 __all__ = [
     "AgentMachine",
@@ -128,17 +133,11 @@ class AgentMachine:
         faults = validate(self.rows) + validate_declarations(self.rows, self.declarations)
         if faults:
             raise DefinitionError(faults)
-        with _quiet_bindings():
-            self.definition, row_of = _build_transitions_machine(self.rows)
-            self._probe = _Probe()
-            self.definition.add_model(self._probe, initial=State.IDLE.value)
-        self._index: dict[tuple[State, Outcome], tuple[_Compiled, ...]] = {}
-        for event_name, event in self.definition.events.items():
-            outcome = Outcome(event_name)
-            for source_name, transitions in event.transitions.items():
-                self._index[State(source_name), outcome] = tuple(
-                    _compile(row_of[t], self.rows[row_of[t]]) for t in transitions
-                )
+        grouped: dict[tuple[State, Outcome], list[_Compiled]] = {}
+        for index, row in enumerate(self.rows):
+            grouped.setdefault((row.source, row.outcome), []).append(_compile(index, row))
+        self._index = {key: tuple(rows) for key, rows in grouped.items()}
+        self._probe = _Probe()
         self._moves: dict[Limits, dict[State, dict[Outcome, dict[Counters, Move]]]] = {}
         self.outcomes_by_state: dict[State, frozenset[Outcome]] = {
             state: frozenset(o for (s, o) in self._index if s is state) for state in State
@@ -189,6 +188,14 @@ class AgentMachine:
 
         return decide_remembered
 
+    @cached_property
+    def definition(self) -> Machine:
+        """The ``transitions`` machine of the rows, built on first use."""
+        with _quiet_bindings():
+            machine = _build_transitions_machine(self.rows)
+            machine.add_model(self._probe, initial=State.IDLE.value)
+        return machine
+
     def decide_with_transitions(
         self, state: State, outcome: Outcome, counters: Counters, limits: Limits
     ) -> Move:
@@ -207,8 +214,10 @@ class AgentMachine:
         return Move(state, outcome, State(probe.state), probe.fired, counters, row.stop)
 
 
-def _build_transitions_machine(rows: tuple[Row, ...]) -> tuple[Machine, dict[Transition, int]]:
-    """The ``transitions`` machine of the rows, and the row index of each of its transitions."""
+def _build_transitions_machine(rows: tuple[Row, ...]) -> Machine:
+    """The ``transitions`` machine of the rows: each transition records its row's index."""
+    from transitions import Machine
+
     machine = Machine(
         model=None,
         states=[s.value for s in State],
@@ -218,7 +227,6 @@ def _build_transitions_machine(rows: tuple[Row, ...]) -> tuple[Machine, dict[Tra
         ignore_invalid_triggers=False,
         model_override=True,
     )
-    row_of: dict[Transition, int] = {}
     for index, row in enumerate(rows):
         machine.add_transition(
             trigger=row.outcome.value,
@@ -227,8 +235,7 @@ def _build_transitions_machine(rows: tuple[Row, ...]) -> tuple[Machine, dict[Tra
             conditions=[_condition(row)] if row.guard is not None else [],
             after=[_recorder(index)],
         )
-        row_of[machine.events[row.outcome.value].transitions[row.source.value][-1]] = index
-    return machine, row_of
+    return machine
 
 
 def _condition(row: Row) -> Any:

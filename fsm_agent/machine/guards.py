@@ -17,9 +17,10 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
+
+from ..values.define import record
 
 __all__ = [
     "GUARDS",
@@ -85,7 +86,7 @@ class Counter(StrEnum):
         return Counters._fields.index(self.value)
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Limits:
     """The numbers the guards compare against: the policy's limits plus the agent's features."""
 
@@ -161,7 +162,7 @@ Atom = Compare | Switch
 Guard = Callable[[Counters, Limits], bool]
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class GuardSpec:
     """One guard: its function, and what it reads as data (``atoms`` joined by *and*, or by
     *or* when ``any_of``)."""

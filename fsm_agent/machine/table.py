@@ -17,9 +17,9 @@ validate as the agent's output type) and continuations never reset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
+from ..values.define import record
 from .guards import (
     GUARDS,
     Counter,
@@ -152,7 +152,7 @@ ANSWERED = frozenset({StopReason.COMPLETED, StopReason.DONE_TOOL})
 a budget, with the best output it had, if any)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Update:
     """Add one to a counter, or reset it to zero."""
 
@@ -168,7 +168,7 @@ class Update:
         return counters._replace(**{name: 0 if self.reset else getattr(counters, name) + 1})
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Row:
     """One transition: from ``source`` on ``outcome``, if ``guard`` holds, go to ``dest``."""
 
@@ -186,7 +186,7 @@ class Row:
         return None if self.guard is None else self.guard.__name__
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Declaration:
     """What may end a state: the outcomes its handler may report, and the interrupts the driver
     (or an interrupted effect) may report instead. The machine checks this against the rows

@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -43,6 +42,7 @@ from .._lazy import facade
 from ..errors import CheckpointConflictError, ConfigurationError, UnknownRunError
 from ..machine.table import State, StopReason
 from ..run.state import RunState
+from ..values.define import record
 
 if TYPE_CHECKING:
     from .postgres import PostgresCheckpointer
@@ -69,7 +69,7 @@ class Durability(StrEnum):
     EXIT = "exit"  # one checkpoint when the run rests (done, aborted, suspended)
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Checkpoint:
     """One stored run state: ``version`` counts the run's checkpoints from 1."""
 
@@ -83,7 +83,7 @@ class Checkpoint:
     that does not keep them."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class RunSummary:
     """What a store knows about a run without decoding it: its latest checkpoint's position.
     A row this version cannot read (a state or stop reason a newer fsm_agent wrote) is still
@@ -98,7 +98,7 @@ class RunSummary:
     problem: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class EffectRecord:
     """One journaled model call or tool call: ``result`` is ``None`` while only its intent is
     recorded (it started and never reported back)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from ..errors import PhaseDefinitionError
 from ..run.state import PhaseChange
+from ..values.define import record
 
 if TYPE_CHECKING:
     from ..run.state import RunState
@@ -37,7 +38,7 @@ MOVE_TOOL = "move_to_phase"
 """The name of the generated tool the model calls to move to the next phase."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class PhaseView:
     """What a transition guard sees: the run's steps (model turns), the turns spent in the
     current phase since it was entered, and how many times each phase was entered."""
@@ -56,7 +57,7 @@ PhaseGuard = Callable[[PhaseView], bool]
 it returns true. A guard that raises counts as false (a guard fails closed)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Phase:
     """One phase of the task.
 
@@ -77,7 +78,7 @@ class Phase:
     exit_check: Callable[[RunState], bool | str] | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Transition:
     """A legal move from ``source`` to ``dest``; with a ``guard``, legal only while the guard
     holds. ``label`` names the guard in diagrams and in refusals."""
@@ -88,7 +89,7 @@ class Transition:
     label: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class MovePhase:
     """Return this from a tool to move the run to ``phase`` (a move made by code): ``content``
     is the call's result. An illegal move is refused and the result says why."""

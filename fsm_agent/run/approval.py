@@ -12,11 +12,11 @@ suspended run, raises :class:`~fsm_agent.ResumeError` and nothing runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 
 from ..errors import ResumeError
 from ..machine.table import State
+from ..values.define import record
 from .state import HumanRequest, RunState
 
 __all__ = ["Approval", "Decision", "HumanDecision", "ResumeHandle", "apply_decisions"]
@@ -30,7 +30,7 @@ class Decision(StrEnum):
     ASK = "ask"  # ask a human: the run suspends until ``agent.resume``
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Approval:
     """What an ``approve_tool`` hook returns (``True``/``False``/``None`` work too: ``None``
     means no opinion, leaving the call to the next hook or the default)."""
@@ -63,7 +63,7 @@ def _token(run_id: str, suspension: int) -> str:
     return f"{run_id}#{suspension}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class ResumeHandle:
     """Resumes one suspension of one run, once. ``requests`` are the calls waiting for a human
     (empty after a pause); ``run_state`` is the run's state, which a resume continues."""

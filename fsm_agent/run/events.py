@@ -14,12 +14,13 @@ recording, the durable workflow's stream), and each type's ``model_validate`` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Literal, TypeAlias
 
 from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
 
 from ..machine.table import Outcome, State, StopReason
+from ..values.define import record
 from ..values.messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
 from ..values.record import Record
 
@@ -58,12 +59,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class _Event(Record):
     run_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class StateChangedEvent(_Event):
     """The machine moved: ``row`` is the index of the table row that fired."""
 
@@ -76,7 +77,7 @@ class StateChangedEvent(_Event):
     phase: str | None = None  # the task's phase after the move (an agent with phases)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelRequestEvent(_Event):
     """A model call is about to start (attempt counts retries from 1)."""
 
@@ -86,7 +87,7 @@ class ModelRequestEvent(_Event):
     request: ModelRequest
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelResponseEvent(_Event):
     """A model call returned a response."""
 
@@ -95,7 +96,7 @@ class ModelResponseEvent(_Event):
     response: ModelResponse
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class TextDeltaEvent(_Event):
     """A fragment of streamed assistant text."""
 
@@ -103,7 +104,7 @@ class TextDeltaEvent(_Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class PartialOutputEvent(_Event):
     """A typed-output answer as it arrives: ``partial`` is the JSON value parsed so far (its
     last field may be cut; not validated). Emitted after each text delta that changes it."""
@@ -112,7 +113,7 @@ class PartialOutputEvent(_Event):
     partial: JsonValue
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ReasoningDeltaEvent(_Event):
     """A fragment of streamed reasoning."""
 
@@ -120,7 +121,7 @@ class ReasoningDeltaEvent(_Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolCallDeltaEvent(_Event):
     """A fragment of a streamed tool call."""
 
@@ -131,7 +132,7 @@ class ToolCallDeltaEvent(_Event):
     arguments_fragment: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ReasoningEvent(_Event):
     """The model's reasoning for this turn."""
 
@@ -139,7 +140,7 @@ class ReasoningEvent(_Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class TextEvent(_Event):
     """Assistant text of a turn that does not end the run."""
 
@@ -147,7 +148,7 @@ class TextEvent(_Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class StepStartEvent(_Event):
     """A tool call is about to be handled."""
 
@@ -158,7 +159,7 @@ class StepStartEvent(_Event):
     phase: str | None = None  # the task's phase when the call starts (an agent with phases)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolCallEvent(_Event):
     """The call as the model made it; unparseable arguments show as ``{"_raw": text}``."""
 
@@ -168,7 +169,7 @@ class ToolCallEvent(_Event):
     args: dict[str, JsonValue]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolProgressEvent(_Event):
     """A running tool call reported progress (an MCP server's progress notification, or
     :meth:`~fsm_agent.ToolContext.report_progress`): ``progress`` of ``total`` when known."""
@@ -181,7 +182,7 @@ class ToolProgressEvent(_Event):
     message: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolResultEvent(_Event):
     """The result recorded for a call."""
 
@@ -192,7 +193,7 @@ class ToolResultEvent(_Event):
     is_error: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class StepCompleteEvent(_Event):
     """A tool call is finished."""
 
@@ -202,7 +203,7 @@ class StepCompleteEvent(_Event):
     duration_s: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class RetryingEvent(_Event):
     """A model call failed and will be retried after ``delay_s``."""
 
@@ -213,7 +214,7 @@ class RetryingEvent(_Event):
     finish_reason: FinishReason | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelSwitchedEvent(_Event):
     """A model call failed and the next model of the fallback chain takes it, at once.
     ``switches`` counts the moves down the chain so far (1 for the first)."""
@@ -225,7 +226,7 @@ class ModelSwitchedEvent(_Event):
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class AttemptDiscardedEvent(_Event):
     """A streamed model call failed: drop the text, reasoning and tool-call deltas shown since
     the last ``model_request`` event. A retry streams its own answer; ``attempt`` counts the
@@ -236,7 +237,7 @@ class AttemptDiscardedEvent(_Event):
     attempt: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class CompactedEvent(_Event):
     """The history was compacted. ``strategy`` names the strategies that changed it (joined by
     ``+``); ``errors`` are the strategies that failed and were skipped (a failed summary)."""
@@ -250,7 +251,7 @@ class CompactedEvent(_Event):
     errors: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class VerificationFailedEvent(_Event):
     """The verifier rejected the answer; the feedback goes back to the model."""
 
@@ -258,7 +259,7 @@ class VerificationFailedEvent(_Event):
     feedback: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class HookErrorEvent(_Event):
     """A hook raised or overran its timeout; the run went on (or aborted, per the policy)."""
 
@@ -267,7 +268,7 @@ class HookErrorEvent(_Event):
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class LoopDetectedEvent(_Event):
     """The loop guard tripped: the model made the same tool calls ``repeats`` times in a row
     (or kept an A,B,A,B cycle going); ``action`` says whether it was warned or the run
@@ -279,7 +280,7 @@ class LoopDetectedEvent(_Event):
     action: Literal["warn", "finalize"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class PhaseChangedEvent(_Event):
     """The task moved from phase ``source`` to ``dest``, ``by`` the model (``move_to_phase``),
     by code (a tool's :class:`~fsm_agent.phases.MovePhase`) or by a spent step budget."""
@@ -291,7 +292,7 @@ class PhaseChangedEvent(_Event):
     step: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class HandoffEvent(_Event):
     """The conversation went from the agent ``source`` (``None``: the one the run started with)
     to the agent ``dest`` (a :class:`~fsm_agent.Handoff`'s name) by the call ``call_id``;
@@ -304,7 +305,7 @@ class HandoffEvent(_Event):
     step: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class UsageEvent(_Event):
     """Usage of the last model call and the run so far."""
 
@@ -313,7 +314,7 @@ class UsageEvent(_Event):
     total: Usage
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class FinalEvent(_Event):
     """Terminal: the run finished with an answer."""
 
@@ -322,7 +323,7 @@ class FinalEvent(_Event):
     stop_reason: StopReason
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class AbortedEvent(_Event):
     """Terminal: the run was aborted."""
 
@@ -331,7 +332,7 @@ class AbortedEvent(_Event):
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class SuspendedEvent(_Event):
     """Terminal for this invocation: the run waits for a human; ``pending`` are the calls."""
 
@@ -340,7 +341,7 @@ class SuspendedEvent(_Event):
     questions: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ChildEvent(_Event):
     """An event of a child run: an agent used as a tool (``Agent.as_tool``) by the call
     ``call_id`` of run ``run_id``. ``event`` keeps the child's own run id; ``depth`` is 1 for a

@@ -15,7 +15,6 @@ it holds any text; the result is validated again when it is built.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
@@ -23,6 +22,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError, create_model
 
 from ..errors import ConfigurationError
 from ..machine.table import State
+from ..values.define import record
 from ..values.messages import OutputSchema
 from .state import RunState
 
@@ -41,7 +41,7 @@ def _type_name(output_type: object) -> str:
     return re.sub(r"[^a-zA-Z0-9_-]", "_", str(name))[:64]
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class OutputSpec:
     """What a typed-output agent checks: the output type, its validator and its schema."""
 

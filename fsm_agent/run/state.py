@@ -10,7 +10,7 @@ or ``model_dump_json`` take a snapshot. The types here are slotted dataclasses (
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer
@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, PlainSerializer
 from ..errors import SchemaVersionError
 from ..machine.agent_machine import Move
 from ..machine.table import Counters, State, StopReason
+from ..values.define import record
 from ..values.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
 from ..values.record import Record, adapter
 
@@ -107,7 +108,7 @@ _NO_COUNTERS = Counters()  # immutable: every new run may share it
 _NO_USAGE = Usage()  # frozen: every new run may share it
 
 
-@dataclass(slots=True, kw_only=True)
+@record(frozen=False)
 class HumanRequest(Record):
     """A tool call a suspended run waits on: an ``approval`` asked by the permission hook, or a
     ``question`` the tool asked with ``ToolContext.ask_human``. ``resume`` fills ``decision``
@@ -120,7 +121,7 @@ class HumanRequest(Record):
     reply: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class PhaseChange(Record):
     """One move of the task machine, as the run state's ``phase_trace`` keeps it: from
     ``source`` (``None`` at the start) to ``dest``, made ``by`` the model (the move tool), by
@@ -135,7 +136,7 @@ class PhaseChange(Record):
     move: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class AgentUsage(Record):
     """What one agent of a composed run used by itself: its children's use is in their own
     entries (see ``RunResult.children``), so the entries of a run add up to its totals."""
@@ -147,7 +148,7 @@ class AgentUsage(Record):
     tool_executions: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class HandoffChange(Record):
     """One handoff, as the run state's ``handoff_trace`` keeps it: the conversation went from
     the agent named ``source`` (``None``: the agent the run started with) to the one named
@@ -162,7 +163,7 @@ class HandoffChange(Record):
     move: int
 
 
-@dataclass(slots=True, kw_only=True)
+@record(frozen=False)
 class RunState(Record):
     """Everything a run knows: position, counters, usage, thread, pending work, the ending.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Annotated, Literal, TypeAlias
 
@@ -29,6 +29,7 @@ from pydantic_core import from_json
 
 from ..errors import InvalidInputError
 from .deep_json import deep_json, value_depth
+from .define import record
 from .record import Record, field_problem
 
 __all__ = [
@@ -80,7 +81,7 @@ class FinishReason(StrEnum):
     OTHER = "other"  # anything else; the raw reason is kept on the response
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class TextPart(Record):
     """Plain text."""
 
@@ -88,7 +89,7 @@ class TextPart(Record):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ReasoningPart(Record):
     """Model reasoning ("thinking"). ``signature`` and ``provider_data`` are kept verbatim so a
     provider that needs them back (Anthropic signatures, Gemini thought signatures) gets them."""
@@ -100,7 +101,7 @@ class ReasoningPart(Record):
     provider_data: dict[str, JsonValue] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ImagePart(Record):
     """An image, inline (base64 ``data``) or by ``url``."""
 
@@ -118,7 +119,7 @@ class ImagePart(Record):
         return f"[image: {self.media_type}, {len(self.data or '')} base64 characters]"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ResourceLinkPart(Record):
     """A link to a resource a tool pointed at (an MCP resource link): its ``uri`` and what the
     server said of it. Kept on a :class:`ToolResult`; the model reads it as text."""
@@ -135,7 +136,7 @@ ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discri
 """What a tool result may carry beside its text."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolCall(Record):
     """A call the model asked for.
 
@@ -181,7 +182,7 @@ class ToolCall(Record):
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolResult(Record):
     """A tool's answer to one call, linked by ``call_id``.
 
@@ -262,7 +263,7 @@ def arguments_too_deep(raw: str) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class Message(Record):
     """One message of a conversation."""
 
@@ -315,7 +316,7 @@ class Message(Record):
         return [p for p in self.parts if isinstance(p, ToolResult)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class Usage(Record):
     """Token (and optional cost) usage of one or more model calls.
 
@@ -355,7 +356,7 @@ def _empty_object_schema() -> dict[str, JsonValue]:
     return {"type": "object", "properties": {}}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolDefinition(Record):
     """What the model is told about a tool: name, description and JSON schema of its arguments."""
 
@@ -369,7 +370,7 @@ ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 """``"auto"``, ``"none"``, ``"required"``, or the name of one tool the model must call."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class OutputSchema(Record):
     """The shape the final answer must have: a JSON schema with a name, for providers to ask
     for structured output (OpenAI-compatible ``response_format``, Gemini ``responseSchema``, or
@@ -385,7 +386,7 @@ class OutputSchema(Record):
     strict: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelRequest(Record):
     """Everything a model call needs, provider-neutral.
 
@@ -416,7 +417,7 @@ class ModelRequest(Record):
         return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelResponse(Record):
     """A complete model turn: the assistant message, why it ended, and what it cost."""
 
@@ -428,7 +429,7 @@ class ModelResponse(Record):
     model_name: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class TextDelta(Record):
     """A fragment of assistant text, while streaming."""
 
@@ -436,7 +437,7 @@ class TextDelta(Record):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ReasoningDelta(Record):
     """A fragment of reasoning, while streaming."""
 
@@ -444,7 +445,7 @@ class ReasoningDelta(Record):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ToolCallDelta(Record):
     """A fragment of a tool call, while streaming: the index of the call in the response, and
     whatever of id, name and argument text arrived in this chunk."""

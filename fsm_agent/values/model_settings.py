@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
+from .define import record
 from .messages import ModelRequest, OutputSchema, ToolChoice, ToolDefinition
 
 __all__ = ["ModelSettings", "merge_settings", "settings_request", "summary_settings"]
@@ -33,7 +34,7 @@ _FREE = frozenset({"auto", "none"})  # the tool choices that force no call
 _EFFORTS = ("low", "medium", "high")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record
 class ModelSettings:
     """Sampling and tool-use settings of model calls; ``None`` leaves a field to the layer
     before (agent → run → hook) and, at the end, to the provider's default.

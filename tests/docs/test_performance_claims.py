@@ -142,7 +142,7 @@ def _page(rows: list[list[str]]) -> str:
 
 def _sample_rows() -> list[list[str]]:
     step = claims.BY_LABEL["µs per step, N = 10"]
-    lag = claims.BY_LABEL["import fsm_agent"]
+    lag = claims.BY_LABEL[claims.IMPORT]
     return [
         claims.row_cells(step, "44.4", "13.6 (typed floor)", "3.27× (1.88–4.92)"),
         claims.row_cells(lag, "185.0 ms (fastest 150.0)", "—", "—"),
@@ -170,6 +170,30 @@ def test_a_planted_contradiction_in_the_block_is_found() -> None:
     assert any("'met' says 'yes'" in p for p in claims.problems(verdict))
     target = page.replace("| ≤ 2× |", "| ≤ 4× |")
     assert any("the target shown is '≤ 4×'" in p for p in claims.problems(target))
+
+
+def test_a_partial_round_merges_its_rows_into_the_block() -> None:
+    """``claims.merged`` (``run.py --merge``) replaces the rows a partial round measured, drops
+    a row whose label is no longer a target, keeps the others, writes the sentences again from
+    the merged table and says on the first line what was measured again; the page stays clean."""
+    step = claims.BY_LABEL["µs per step, N = 10"]
+    old = _page(_sample_rows()).replace(claims.IMPORT, "import fsm_agent")
+    counted = claims.BY_LABEL[f"{claims.IMPORT}, in instructions"]
+    rows = {
+        row[0]: claims.Row(*row)
+        for row in (
+            claims.row_cells(claims.BY_LABEL[claims.IMPORT], "99.0 ms (fastest 90.0)", "—", "—"),
+            claims.row_cells(counted, "800.0 M", "250.0 M (import pydantic)", "3.20×"),
+        )
+    }
+    start, end = old.index(claims.START) + len(claims.START), old.index(claims.END)
+    page = old[:start] + claims.merged(old[start:end], rows, "measured again") + old[end:]
+    assert claims.problems(page) == []
+    table = claims.parse(claims.block(page))
+    assert list(table) == [step.label, claims.IMPORT, counted.label]
+    assert table[claims.IMPORT].met == "yes" and table[counted.label].met == "yes"
+    assert "- import: from fsm_agent import Agent: 99.0 ms (fastest 90.0)" in page
+    assert "import fsm_agent" not in claims.block(page).replace(claims.IMPORT, "")
 
 
 def test_the_page_states_no_figure_of_the_round_outside_its_block() -> None:

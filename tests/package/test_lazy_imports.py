@@ -230,6 +230,22 @@ def test_help_and_version_load_no_command() -> None:
         assert "pydantic" not in modules and "transitions" not in modules
 
 
+def test_the_agent_loads_what_a_run_uses() -> None:
+    """``from fsm_agent import Agent`` imports neither ``transitions`` (a run takes the compiled
+    lookup; the machine's definition is built on first use) nor what only some programs use:
+    the operations on stored runs (fork, abandon), agents as tools and the bounds' analysis."""
+    modules = _modules(_loaded_after("from fsm_agent import Agent"))
+    assert "fsm_agent.kernel.driver" in modules
+    unneeded = (
+        "fsm_agent.analysis.bounds",
+        "fsm_agent.kernel.abandon",
+        "fsm_agent.kernel.composition",
+        "fsm_agent.kernel.fork",
+        "transitions",
+    )
+    assert sorted(m for m in unneeded if m in modules) == []
+
+
 def test_the_demo_loads_only_what_it_runs() -> None:
     """``fsm-agent demo --no-diagram`` runs the kernel on a scripted model: it imports no other
     command, no provider, no HTTP client, no store, no recorder and no fuzzer."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable
-from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -29,6 +28,7 @@ from ...log import logger
 from ...machine.table import Outcome
 from ...run.events import HookErrorEvent, TextEvent, VerificationFailedEvent
 from ...run.state import explained
+from ...values.define import record
 from ..context import Interrupted, RunContext
 
 __all__ = ["DONE_REMINDER", "Verdict", "handle_verifying"]
@@ -39,7 +39,7 @@ DONE_REMINDER = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Verdict:
     """A verifier's answer: accepted, or rejected with feedback for the model."""
 

@@ -1,0 +1,211 @@
+"""How the value types are defined: :func:`record`, a dataclass built with less work at import.
+
+``@dataclass(frozen=True, slots=True, kw_only=True)`` compiles six methods from source text for
+every class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``,
+``__delattr__``), one ``exec`` each, when its module is imported. The messages, events, run
+state, table rows and the kernel's values are some eighty such classes, and compiling their
+methods was a third of what ``from fsm_agent import Agent`` cost. :func:`record` compiles only
+the ``__init__`` (the body a dataclass's has, so building a value costs what it did) and gives
+the class the others as functions shared by every record, which read the fields from the class.
+What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
+pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
+checks each value type against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field
+from operator import attrgetter
+from reprlib import recursive_repr
+from typing import Any, TypeVar, cast, overload
+
+from typing_extensions import dataclass_transform
+
+__all__ = ["record"]
+
+_C = TypeVar("_C", bound=type[Any])
+
+
+class _Factory:
+    """The default of a field whose default is made by a factory (shown as ``<factory>`` in
+    the ``__init__``'s signature, as a dataclass shows it)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+_PARAMS = "__dataclass_params__"
+
+
+@overload
+def record(cls: _C, /) -> _C: ...
+@overload
+def record(*, frozen: bool = True, kw_only: bool = True) -> Callable[[_C], _C]: ...
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
+def record(
+    cls: _C | None = None, /, *, frozen: bool = True, kw_only: bool = True
+) -> _C | Callable[[_C], _C]:
+    """``cls`` as ``@dataclass(frozen=frozen, slots=True, kw_only=kw_only)`` makes it,
+    defined with one method compiled instead of six."""
+
+    def define(cls: _C) -> _C:
+        made = _dataclass(cls, frozen=frozen, kw_only=kw_only)
+        _add(made, "__init__", _init(made, frozen=frozen))
+        if made.__doc__ is None:
+            signature = str(inspect.signature(made)).replace(" -> None", "")
+            made.__doc__ = f"{made.__name__}{signature}"
+        _add(made, "__repr__", _repr)
+        _add(made, "__eq__", _eq)
+        hash_kept = "__hash__" in cls.__dict__ and not (
+            cls.__dict__["__hash__"] is None and "__eq__" in cls.__dict__
+        )
+        if not hash_kept:  # a dataclass's rule: frozen values hash by their fields
+            made.__hash__ = _hash if frozen else None  # type: ignore[assignment]
+        if frozen:
+            for name, function in _FROZEN.items():
+                _add(made, name, function)
+        params = vars(made)[_PARAMS]  # what a subclass's @dataclass reads
+        params.init = params.repr = params.eq = True
+        params.frozen = frozen
+        return made
+
+    return define if cls is None else define(cls)
+
+
+def _dataclass(cls: _C, *, frozen: bool, kw_only: bool) -> _C:
+    """``cls`` made a slotted dataclass with no method compiled, refused as a dataclass would
+    refuse it when it mixes frozen and not frozen with its bases."""
+    bases = [vars(b)[_PARAMS] for b in cls.__mro__[1:] if _PARAMS in vars(b)]
+    if bases and any(p.frozen for p in bases) != frozen:
+        raise TypeError(
+            f"cannot inherit {'' if frozen else 'non-'}frozen dataclass from a "
+            f"{'non-' if frozen else ''}frozen one"
+        )
+    were = [p.frozen for p in bases]
+    for p in bases:  # made as if not frozen (frozen methods are added after): bases agree
+        p.frozen = False
+    undocumented = not cls.__doc__
+    if undocumented:  # or dataclass() would read the signature of object.__init__, slowly
+        cls.__doc__ = cls.__name__
+    try:
+        made = dataclass(cls, init=False, repr=False, eq=False, slots=True, kw_only=kw_only)
+    finally:
+        for p, frozen_before in zip(bases, were, strict=True):
+            p.frozen = frozen_before
+    if undocumented:  # the docstring a dataclass gives, once the __init__ is added
+        made.__doc__ = None
+    return cast(_C, made)
+
+
+def _add(cls: type[Any], name: str, function: Callable[..., Any]) -> None:
+    """Set a method the class does not define itself (as a dataclass does)."""
+    if name not in cls.__dict__:
+        setattr(cls, name, function)
+
+
+def _init(cls: type[Any], *, frozen: bool) -> Callable[..., None]:
+    """The ``__init__`` a dataclass would compile: positional parameters, then keyword-only
+    ones, with their defaults and factories, ``__post_init__`` called last; a frozen value's
+    fields set by ``object``."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    scope: dict[str, Any] = {"__setattr": object.__setattr__, "__factory": _FACTORY}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body = []
+    for f in fields:
+        name, value = f.name, f.name
+        if f.default is not MISSING:
+            scope[f"__default_{name}"] = f.default
+            param = f"{name}=__default_{name}"
+        elif f.default_factory is not MISSING:
+            scope[f"__make_{name}"] = f.default_factory
+            param = f"{name}=__factory"
+            value = f"__make_{name}() if {name} is __factory else {name}"
+        elif positional and "=" in positional[-1] and not f.kw_only:
+            raise TypeError(f"non-default argument {name!r} follows default argument")
+        else:
+            param = name
+        (keyword if f.kw_only else positional).append(param)
+        body.append(f"__setattr(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    source = f"def __init__({signature}):\n    " + ("\n    ".join(body) or "pass")
+    found: dict[str, Any] = {}
+    exec(source, scope, found)  # text made above from the field names only
+    init: Callable[..., None] = found["__init__"]
+    init.__module__, init.__qualname__ = cls.__module__, f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {f.name: f.type for f in fields} | {"return": None}
+    return init
+
+
+_COMPARED: dict[type[Any], tuple[Callable[[Any], tuple[Any, ...]], ...]] = {}
+
+
+def _values(cls: type[Any]) -> tuple[Callable[[Any], tuple[Any, ...]], ...]:
+    """The field values of a value of ``cls`` that its equality and its hash read."""
+    found = _COMPARED.get(cls)
+    if found is None:
+        fields = dataclasses.fields(cls)
+        compared = [f.name for f in fields if f.compare]
+        hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
+        found = _COMPARED[cls] = (_getter(compared), _getter(hashed))
+    return found
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda value: (one(value),)
+    return lambda value: ()
+
+
+def _eq(self: Any, other: object) -> bool:
+    if other.__class__ is not self.__class__:
+        return NotImplemented  # type: ignore[no-any-return]  # as a dataclass's __eq__
+    compared = _values(self.__class__)[0]
+    same: bool = compared(self) == compared(other)
+    return same
+
+
+def _hash(self: Any) -> int:
+    return hash(_values(self.__class__)[1](self))
+
+
+@recursive_repr()
+def _repr(self: Any) -> str:
+    shown = (f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+    return f"{self.__class__.__qualname__}({', '.join(shown)})"
+
+
+def _frozen_setattr(self: Any, name: str, value: object) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(dataclasses.fields(self), state, strict=False):
+        object.__setattr__(self, f.name, value)  # the fields of a frozen value, unpickled
+
+
+_FROZEN: dict[str, Callable[..., Any]] = {
+    "__setattr__": _frozen_setattr,
+    "__delattr__": _frozen_delattr,
+    "__getstate__": _getstate,
+    "__setstate__": _setstate,
+}
