@@ -169,9 +169,9 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkp
     yield from _open(request.param, tmp_path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def docs_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The docs site, built once for this module's checks; the build must pass the check."""
+    """The docs site, built once for the session's checks; the build must pass the check."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed")
     site = tmp_path_factory.mktemp("site")
     assert build_site(ROOT, site) == []
