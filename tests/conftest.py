@@ -28,6 +28,7 @@ from postgres_store import postgres_checkpointer
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from fsm_agent.analysis.checker import CheckReport
     from fsm_agent.persistence import (
         Checkpointer,
         InMemoryCheckpointer,
@@ -41,6 +42,7 @@ __all__ = [
     "any_store",
     "browser",
     "db_store",
+    "default_check",
     "docs_site",
     "exporter",
     "local_store",
@@ -170,6 +172,15 @@ def db_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpo
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpointer]:
     """Each kind of store: in memory, a fresh SQLite file, a fresh schema on PostgreSQL."""
     yield from _open(request.param, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def default_check() -> CheckReport:
+    """The checker's report on the default policy: its search takes seconds, so it is made once
+    for the session (the report is frozen)."""
+    from fsm_agent.analysis.checker import check
+
+    return check()
 
 
 @pytest.fixture(scope="session")

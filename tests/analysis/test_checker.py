@@ -55,10 +55,10 @@ def _only(report: CheckReport, kind: FailureKind) -> list[Failure]:
 # --- sound policies are proven -----------------------------------------------------------------
 
 
-def test_default_policy_is_proven() -> None:
+def test_default_policy_is_proven(default_check: CheckReport) -> None:
     """The default policy terminates, stays within its bound, and the bound is reached (how
     long the search takes is measured in benchmarks/, not asserted here)."""
-    report = check()
+    report = default_check
     assert report.verdict is CheckVerdict.PROVEN, report.format()
     assert report.complete
     assert report.longest_path_model_calls == report.bounds.max_model_calls == 1201
