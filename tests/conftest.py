@@ -6,7 +6,7 @@ memory, then SQLite: the stores that need no server), ``db_store`` (SQLite, then
 stores on a database) and ``any_store`` (all three). A PostgreSQL case is marked ``postgres``
 and skips, saying why, when no server answers.
 
-Profiles: ``dev`` (fast, the default), ``ci`` (thorough and derandomized; hypothesis loads it
+Profiles: ``dev`` (fast, the default), ``ci`` (derandomized, 100 examples; hypothesis loads it
 by itself when ``CI=true``), ``fuzz`` (long). Choose one with ``--hypothesis-profile=NAME``.
 """
 
@@ -28,6 +28,7 @@ from postgres_store import postgres_checkpointer
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from fsm_agent.analysis.checker import CheckReport
     from fsm_agent.persistence import (
         Checkpointer,
         InMemoryCheckpointer,
@@ -41,6 +42,7 @@ __all__ = [
     "any_store",
     "browser",
     "db_store",
+    "default_check",
     "docs_site",
     "exporter",
     "local_store",
@@ -55,7 +57,10 @@ os.environ.setdefault("FSM_AGENT_CHECK_DECLARATIONS", "1")
 settings.register_profile(
     "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-settings.register_profile("ci", settings.get_profile("ci"), max_examples=250)
+# ci: hypothesis's own example count, derandomized. 250 cost the default run about 20 s of CPU
+# (most of it in the checker's generated-policy proof) for examples that repeat every run; the
+# long search is the fuzz profile's.
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=100)
 settings.register_profile(
     "fuzz", max_examples=20_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
@@ -169,9 +174,18 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkp
     yield from _open(request.param, tmp_path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def default_check() -> CheckReport:
+    """The checker's report on the default policy: its search takes seconds, so it is made once
+    for the session (the report is frozen)."""
+    from fsm_agent.analysis.checker import check
+
+    return check()
+
+
+@pytest.fixture(scope="session")
 def docs_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The docs site, built once for this module's checks; the build must pass the check."""
+    """The docs site, built once for the session's checks; the build must pass the check."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed")
     site = tmp_path_factory.mktemp("site")
     assert build_site(ROOT, site) == []

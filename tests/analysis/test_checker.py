@@ -55,10 +55,10 @@ def _only(report: CheckReport, kind: FailureKind) -> list[Failure]:
 # --- sound policies are proven -----------------------------------------------------------------
 
 
-def test_default_policy_is_proven() -> None:
+def test_default_policy_is_proven(default_check: CheckReport) -> None:
     """The default policy terminates, stays within its bound, and the bound is reached (how
     long the search takes is measured in benchmarks/, not asserted here)."""
-    report = check()
+    report = default_check
     assert report.verdict is CheckVerdict.PROVEN, report.format()
     assert report.complete
     assert report.longest_path_model_calls == report.bounds.max_model_calls == 1201
@@ -377,11 +377,15 @@ def test_cli_missing_policy_file_exits_2(tmp_path: Path) -> None:
     assert _run(["--policy", str(tmp_path / "absent.json")]) == 2
 
 
-def test_cli_budget_violation_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_budget_violation_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`--model-call-budget` below the worst case fails with the shortest run over budget."""
-    assert _run(["--model-call-budget", "3"]) == 1
+    # A small policy: the default one's search (seconds) is test_default_policy_is_proven's.
+    policy = tmp_path / "policy.json"
+    policy.write_text(Policy(max_steps=3).model_dump_json())
+    assert _run(["--policy", str(policy), "--model-call-budget", "3"]) == 1
     out = capsys.readouterr().out
     assert "FAILED over_budget" in out
+    assert "counterexample (6 moves)" in out
 
 
 def test_the_request_limit_caps_the_summary_call_too() -> None:

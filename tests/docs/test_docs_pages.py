@@ -1,5 +1,7 @@
 """The docs pages stand alone: they cite no document outside the repository, state each
-measured figure once (on docs/performance.md), and are all in the docs site's navigation."""
+measured figure once (on docs/performance.md), and are all in the docs site's navigation; the
+built site shows the machine's picture and highlighted code on its home page, and the errors
+reference page without raw markup."""
 
 from __future__ import annotations
 
@@ -144,6 +146,21 @@ def test_code_is_highlighted_with_no_network(docs_site: Path) -> None:
     remote = re.compile(r'<(?:script|link)\b[^>]*(?:src|href)="(?:https?:)?//', re.IGNORECASE)
     loaded = {name: remote.findall(text) for name, text in _texts(docs_site).items()}
     assert {name: found for name, found in loaded.items() if found} == {}
+
+
+def test_the_home_page_shows_the_machine_and_code(docs_site: Path) -> None:
+    """The built home page shows the overview picture and a highlighted Python sample."""
+    home = (docs_site / "index.html").read_text(encoding="utf-8")
+    picture = re.search(r'<img [^>]*src="diagrams/agent\.svg"', home)
+    assert picture is not None and (docs_site / "diagrams" / "agent.svg").is_file()
+    assert re.search(r'<span class="kn">(from|import)</span>', home)
+
+
+def test_the_errors_page_shows_no_raw_markup(docs_site: Path) -> None:
+    """The exception tree on the errors reference page shows names, not ````literal```` markup."""
+    page = (docs_site / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
+    assert "FsmAgentError" in page and "RateLimitError" in page
+    assert "``" not in page
 
 
 def test_roles_resolve_in_the_scope_of_their_docstring(tmp_path: Path) -> None:

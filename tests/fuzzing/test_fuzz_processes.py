@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -136,6 +137,12 @@ def test_ctrl_c_stops_a_split_session_in_one_line(
     processes print no traceback, and end."""
     process = start("fuzz", "--jobs", "2", "--examples", "1000000")
     workers = _two_workers(process)
+    # The parent ignores Ctrl-C while it starts the workers (they inherit that), and a worker
+    # shows in /proc before the parent is done: a signal sent then was lost on a busy machine.
+    # A progress line comes from the parent's loop, after the start.
+    assert process.stderr is not None
+    ready, _, _ = select.select([process.stderr], [], [], BOUND_S)
+    assert ready and process.stderr.readline().startswith("fuzz: "), "no progress line"
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=BOUND_S)
     assert process.returncode == 130, err

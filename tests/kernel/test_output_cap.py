@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsm_agent import CompactionSettings, Message, Outcome, Policy, Role, State, StopReason, Usage
 from fsm_agent.kernel.states.calling import CONTINUE_PROMPT
-from fsm_agent.machine.checker import check
+from fsm_agent.machine.checker import CheckReport
 from fsm_agent.testing import ScriptedModel, finish, text
 from helpers import make_agent
 
@@ -64,9 +64,11 @@ def test_a_length_finish_near_the_context_budget_still_compacts() -> None:
     assert result.trace[outcomes.index(Outcome.LENGTH) + 1].source is State.COMPACTING
 
 
-def test_the_checker_proves_the_output_cap_rows_and_the_bound_is_unchanged() -> None:
+def test_the_checker_proves_the_output_cap_rows_and_the_bound_is_unchanged(
+    default_check: CheckReport,
+) -> None:
     """Continuations spend steps, so the default bound stands and both output-cap rows are used."""
-    report = check()
+    report = default_check
     assert report.proven, report.format()
     assert report.longest_path_model_calls == report.bounds.max_model_calls == 1201
     assert StopReason.OUTPUT_LIMIT in report.stop_reasons

@@ -27,7 +27,8 @@ SLOW_MARK = re.compile(
 
 def _pytest(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *args],
+        # -n 0: in one process, not the two worker processes of the suite's addopts.
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "-rs", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ from fsm_agent.events import Event
 from fsm_agent.messages import ModelRequest, ModelResponse, StreamDelta
 from fsm_agent.testing import ScriptedModel, Turn, VirtualClock
 
-__all__ = ["Held", "add", "boom", "look", "make_agent", "stream"]
+__all__ = ["Held", "add", "boom", "look", "make_agent", "stream", "virtual_runtime"]
 
 
 @tool
@@ -56,6 +56,12 @@ class Held(ScriptedModel):
             yield item
 
 
+def virtual_runtime(clock: VirtualClock | None = None) -> Runtime:
+    """A runtime on ``clock`` (a fresh virtual clock by default): its sleeps take no real time."""
+    clock = clock or VirtualClock()
+    return Runtime(sleep=clock.sleep, clock=clock.now)
+
+
 def make_agent(
     turns: Sequence[Turn],
     *,
@@ -71,7 +77,7 @@ def make_agent(
         model,
         tools=tools,
         policy=policy,
-        runtime=Runtime(sleep=clock.sleep, clock=clock.now),
+        runtime=virtual_runtime(clock),
         **kwargs,
     )
     return agent, model, clock

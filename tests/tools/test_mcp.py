@@ -99,6 +99,19 @@ class HTTPServer:
 
 @pytest.fixture
 def http_server() -> Iterator[HTTPServer]:
+    """A server of the test's own, which it may kill or restart."""
+    server = HTTPServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_http_server() -> Iterator[HTTPServer]:
+    """One server for the module's tests that leave it running (each server start costs a
+    second of CPU, importing the SDK)."""
     server = HTTPServer()
     server.start()
     try:
@@ -249,12 +262,13 @@ def test_the_policy_applies_to_mcp_tools_approval_output_limits_and_the_journal(
     assert tool_record.result is not None and "abab" in tool_record.result
 
 
-def test_mcp_tools_over_streamable_http(http_server: HTTPServer) -> None:
+def test_mcp_tools_over_streamable_http(shared_http_server: HTTPServer) -> None:
     model = ScriptedModel([tool_call("add", {"a": 20, "b": 22}), text("42")])
+    url = shared_http_server.url
 
     async def main() -> Any:
-        async with MCPServerHTTP(http_server.url) as server:
-            assert repr(server) == f"MCPServerHTTP('{http_server.url}')"
+        async with MCPServerHTTP(url) as server:
+            assert repr(server) == f"MCPServerHTTP('{url}')"
             return await Agent(model, tools=server.tools).run("Add.")
 
     result = run(main())
@@ -262,13 +276,15 @@ def test_mcp_tools_over_streamable_http(http_server: HTTPServer) -> None:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_progress_and_images_over_streamable_http(http_server: HTTPServer, mode: Any) -> None:
+def test_progress_and_images_over_streamable_http(
+    shared_http_server: HTTPServer, mode: Any
+) -> None:
     """Over streamable HTTP too, in either protocol mode, progress notifications are events and
     an image is a part."""
     model = ScriptedModel([tool_calls(("slow", {"steps": 2}), ("picture", {})), text("ok")])
 
     async def main() -> list[Any]:
-        async with MCPServerHTTP(http_server.url, mode=mode) as server:
+        async with MCPServerHTTP(shared_http_server.url, mode=mode) as server:
             return [e async for e in Agent(model, tools=server.tools).run_stream("Go.")]
 
     events = run(main())
