@@ -104,6 +104,7 @@ def _job(
 ) -> None:
     """One process's share of the session; everything it reports goes to ``messages``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (see the module)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while we started
     _die_with_parent()
     try:
         engine = Engine(None if target is None else load_factory(target), seed, mode, attacks)
@@ -167,17 +168,19 @@ def _terminate_stops_workers() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _ctrl_c_ignored() -> Iterator[None]:
-    """Ignore SIGINT meanwhile, in the main thread (where signals are handled): processes
-    started inside begin with it ignored, before :func:`_job` can say so."""
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT back meanwhile, in the main thread (where signals are handled): processes
+    started inside begin with it blocked (the mask outlives ``exec``) until :func:`_job` ignores
+    it. A Ctrl-C that arrives meanwhile waits, and reaches this process (as
+    ``KeyboardInterrupt``) when the block ends, once every process has started."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def fuzz_in_processes(
@@ -250,10 +253,10 @@ def _collect(
     counts: dict[int, _Counts] = {}
     paths: dict[int, set[int]] = {job: set() for job in range(jobs)}
     results: dict[int, _Result] = {}
-    with _ctrl_c_ignored():  # inherited by the new processes from their start
-        for process in processes:
-            process.start()
     try:
+        with _ctrl_c_held():  # inherited by the new processes from their start
+            for process in processes:
+                process.start()
         while len(results) < jobs:
             if end is not None and time.time() > end + _GRACE_S:
                 for job in set(range(jobs)) - set(results):
@@ -285,6 +288,8 @@ def _collect(
                 progress(_progress(counts, seen, time.perf_counter() - started))
     finally:
         for process in processes:
+            if process.pid is None:  # never started: starting an earlier one failed
+                continue
             if process.is_alive() and len(results) < jobs:
                 process.terminate()
             process.join(_GRACE_S)

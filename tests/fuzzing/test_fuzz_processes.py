@@ -5,6 +5,7 @@ workers gone) with generous bounds, and kills whatever it started on its way out
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import select
 import signal
@@ -137,9 +138,8 @@ def test_ctrl_c_stops_a_split_session_in_one_line(
     processes print no traceback, and end."""
     process = start("fuzz", "--jobs", "2", "--examples", "1000000")
     workers = _two_workers(process)
-    # The parent ignores Ctrl-C while it starts the workers (they inherit that), and a worker
-    # shows in /proc before the parent is done: a signal sent then was lost on a busy machine.
-    # A progress line comes from the parent's loop, after the start.
+    # A progress line comes from the parent's loop, once the workers have started and ignore
+    # Ctrl-C themselves (a Ctrl-C during their start: the test below).
     assert process.stderr is not None
     ready, _, _ = select.select([process.stderr], [], [], BOUND_S)
     assert ready and process.stderr.readline().startswith("fuzz: "), "no progress line"
@@ -149,6 +149,26 @@ def test_ctrl_c_stops_a_split_session_in_one_line(
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.splitlines()[-1] == "fsm-agent fuzz: interrupted", err
     wait_for(lambda: not any(alive(pid) for pid in workers), "the workers end")
+
+
+def test_ctrl_c_while_the_workers_start_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that arrives while the workers are being started stops the session once they
+    are (it was ignored, and the session ran on): the started workers end, none is left."""
+    started: list[multiprocessing.process.BaseProcess] = []
+    spawn = multiprocessing.get_context("spawn").Process
+    real_start = spawn.start
+
+    def start_then_ctrl_c(self: multiprocessing.process.BaseProcess) -> None:
+        real_start(self)
+        started.append(self)
+        if len(started) == 1:  # between the first worker's start and the second's
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(spawn, "start", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        fuzz_in_processes(None, jobs=2, examples=1_000_000, seed=0, max_seconds=3)
+    assert len(started) == 2  # the start is not cut half-way
+    assert all(p.exitcode is not None for p in started), "a worker was left running"
 
 
 def test_the_time_limit_cuts_an_example_that_would_run_for_minutes() -> None:
