@@ -454,7 +454,7 @@ class AgentTool(Tool):
     async def execute(
         self,
         call: ToolCall,
-        context: ToolContext[Any],
+        context: ToolContext[Any] | None,
         *,
         default_timeout_s: float | None = None,
     ) -> ToolExecution:
