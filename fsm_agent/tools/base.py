@@ -30,6 +30,7 @@ from ..values.messages import (
     arguments_too_deep,
 )
 from ..values.record import adapter, field_problem
+from .deadlines import Deadline, running_deadlines
 
 __all__ = [
     "HumanInputRequired",
@@ -232,13 +233,14 @@ class Tool:
         if self._context_param is not None:
             assert context is not None, f"tool {self.name!r} takes a ToolContext"
             kwargs[self._context_param] = context
-        timer: asyncio.Timeout | None = None
+        deadline: Deadline | None = None
         try:
-            if self.is_async:
-                async with (timer := asyncio.timeout(timeout)):
+            if self.is_async or self.threaded:
+                if timeout is not None:
+                    deadline = running_deadlines().start(timeout)
+                if self.is_async:
                     value = await self.fn(**kwargs)
-            elif self.threaded:
-                async with (timer := asyncio.timeout(timeout)):
+                else:
                     value = await _in_thread(self.name, self.fn, kwargs)
             else:
                 value = self.fn(**kwargs)
@@ -246,13 +248,16 @@ class Tool:
             return _completed(call, signal, started)
         except HumanInputRequired as ask:
             return _asked(call, ask, started)
-        except TimeoutError as exc:
-            if timer is None or not timer.expired():  # the tool's own, not our limit
-                return _failure(call, _raised(exc), exc, started)
+        except asyncio.CancelledError:
+            if deadline is None or not deadline.withdraw():  # not (only) our limit: it goes on
+                raise
             message = f"Error: tool '{self.name}' timed out after {timeout:g} s"
-            return _failure(call, message, exc, started)
+            return _failure(call, message, TimeoutError(message[7:]), started)
         except Exception as exc:
             return _failure(call, _raised(exc), exc, started)
+        finally:
+            if deadline is not None:
+                deadline.end()
         if isinstance(value, MovePhase):  # a move by code: the kernel makes or refuses it
             result = ToolResult(call_id=call.id, name=call.name, content=value.content)
             return ToolExecution(
