@@ -28,21 +28,20 @@ __all__ = ["Deadline", "Deadlines", "running_deadlines"]
 class Deadline:
     """One call's deadline: the task to cancel once the loop's clock reaches ``when``."""
 
-    __slots__ = ("cancelling", "done", "expired", "task", "when", "withdrawn")
+    __slots__ = ("cancelling", "expired", "task", "when", "withdrawn")
 
     def __init__(self, when: float, task: asyncio.Task[object]) -> None:
         self.when = when
-        self.task = task
+        self.task: asyncio.Task[object] | None = task  # None once the call ended
         self.cancelling = task.cancelling()  # the cancels already asked of the task
         self.expired = False  # the timer cancelled the task for this deadline
         self.withdrawn = False  # that cancel was taken back
-        self.done = False  # the call ended
 
     def withdraw(self) -> bool:
         """After the call raised ``CancelledError``: whether it was cut off by this deadline
         alone (its cancel is withdrawn; the call timed out). False when the deadline did not
         pass, or someone else asked the task to cancel too: that cancel goes on."""
-        if not self.expired:
+        if not self.expired or self.task is None:
             return False
         self.withdrawn = True
         return self.task.uncancel() <= self.cancelling
@@ -50,10 +49,11 @@ class Deadline:
     def end(self) -> None:
         """The call ended: the timer leaves it alone. A cancel of this deadline that the call
         swallowed is withdrawn, so that the task's count of cancel requests stays true."""
-        self.done = True
-        if self.expired and not self.withdrawn:
+        if self.expired and not self.withdrawn and self.task is not None:
             self.withdrawn = True
             self.task.uncancel()
+        # The entry may wait on the heap until its deadline: it does not keep the task alive.
+        self.task = None
 
 
 class Deadlines:
@@ -75,7 +75,7 @@ class Deadlines:
         assert task is not None, "a tool call runs in a task"
         deadline = Deadline(self.loop.time() + timeout_s, task)
         heap = self._heap
-        while heap and heap[0][2].done:  # the calls that ended, at the front
+        while heap and heap[0][2].task is None:  # the calls that ended, at the front
             heapq.heappop(heap)
         heapq.heappush(heap, (deadline.when, next(self._order), deadline))
         if deadline.when < self._armed_for:
@@ -93,9 +93,9 @@ class Deadlines:
         self._timer, self._armed_for = None, math.inf
         now = self.loop.time()
         heap = self._heap
-        while heap and (heap[0][2].done or heap[0][0] <= now):
+        while heap and (heap[0][2].task is None or heap[0][0] <= now):
             deadline = heapq.heappop(heap)[2]
-            if not deadline.done:
+            if deadline.task is not None:  # still running
                 deadline.expired = True
                 deadline.task.cancel()
         if heap:

@@ -170,3 +170,16 @@ def test_the_loop_keeps_one_set_of_deadlines_across_calls() -> None:
     first, second = asyncio.run(twice())
     assert first is second
     assert asyncio.run(current()) is not first
+
+
+def test_a_call_that_ended_leaves_its_task_to_be_freed_before_its_deadline() -> None:
+    """The deadline of an ended call may wait on the heap until it passes, without its task."""
+
+    async def main() -> None:
+        deadlines = running_deadlines()
+        deadline = deadlines.start(3600.0)
+        assert deadline.task is asyncio.current_task()
+        deadline.end()
+        assert deadline.task is None and not deadline.withdraw()
+
+    asyncio.run(main())
