@@ -145,7 +145,11 @@ class StepTool(Tool):
         self._intent: StepOptions = {"name": f"fsm_agent.intent.{inner.name}"}
 
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float | None = 30.0
+        self,
+        call: ToolCall,
+        context: ToolContext[Any] | None,
+        *,
+        default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """Run the tool in a step, or replay the step's recorded outcome."""
         intent = not self.inner.idempotent
@@ -159,7 +163,7 @@ class StepTool(Tool):
     async def _execute(
         self,
         call: ToolCall,
-        context: ToolContext[Any],
+        context: ToolContext[Any] | None,
         default_timeout_s: float | None,
         intent: bool,
         tickets: list[int],

@@ -293,7 +293,11 @@ class _Witnessed(Tool):
         self.ran = ran
 
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float | None = 30.0
+        self,
+        call: ToolCall,
+        context: ToolContext[Any] | None,
+        *,
+        default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """Note the call, then run the tool."""
         self.ran.append(call.id)

@@ -464,7 +464,7 @@ class AgentTool(Tool, Generic[ChildT]):
     async def execute(
         self,
         call: ToolCall,
-        context: ToolContext[Any],
+        context: ToolContext[Any] | None,
         *,
         default_timeout_s: float | None = None,
     ) -> ToolExecution:

@@ -151,8 +151,8 @@ def assert_declared(state: State, outcome: Outcome) -> None:
 
 
 # -- layer 3: apply ----------------------------------------------------------------------------
-async def apply(ctx: RunContext, move: Move) -> None:
-    """Layer 3: record ``move`` in the run state and checkpoint it."""
+def apply(ctx: RunContext, move: Move) -> None:
+    """Layer 3: record ``move`` in the run state (the driver then checkpoints it)."""
     rs = ctx.rs
     rs.counters = move.counters
     rs.state = dest = move.dest
@@ -166,8 +166,6 @@ async def apply(ctx: RunContext, move: Move) -> None:
         ctx.close_pending_calls(f"the run stopped ({rs.stop_reason})")
     if dest is _ABORTED and ctx.error is not None:
         rs.error = str(ctx.error)
-    if ctx.durable is not None:
-        await ctx.durable.moved(rs)  # the checkpoint, before anyone hears of the move
 
 
 # -- layer 4: publish --------------------------------------------------------------------------
@@ -277,7 +275,9 @@ async def drive(ctx: RunContext) -> None:
             move = decide(state, outcome, rs.counters)
             if deadline is not None:
                 rs.active_s = spent + (clock() - started)
-            await apply(ctx, move)
+            apply(ctx, move)
+            if ctx.durable is not None:
+                await ctx.durable.moved(rs)  # the checkpoint, before anyone hears of the move
             if observed or move.dest in _RESTING:
                 await publish(ctx, move)
     except asyncio.CancelledError:

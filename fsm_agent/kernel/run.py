@@ -115,7 +115,7 @@ class RunResult(Generic[OutputT]):
             counters=rs.counters,
             model_calls=rs.model_calls,
             tool_executions=rs.tool_executions
-            + sum(child.tool_executions for child in rs.children.values()),
+            + (sum(child.tool_executions for child in rs.children.values()) if rs.children else 0),
             error=error if state is State.ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
             pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
             run_state=rs,

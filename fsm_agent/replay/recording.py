@@ -365,7 +365,11 @@ class ReplayedTool(Tool):
         self._results = results
 
     async def execute(
-        self, call: ToolCall, context: ToolContext[Any], *, default_timeout_s: float | None = 30.0
+        self,
+        call: ToolCall,
+        context: ToolContext[Any] | None,
+        *,
+        default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """The recorded outcome of ``call``."""
         await asyncio.sleep(0)

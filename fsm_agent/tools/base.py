@@ -198,6 +198,13 @@ class Tool:
         return self._context_param is not None
 
     @property
+    def uses_context(self) -> bool:
+        """Whether a call of this tool is given a :class:`ToolContext`: the function takes one,
+        or a subclass runs its calls its own way (and may read it or pass it on). The kernel
+        builds no context for the other calls."""
+        return self._context_param is not None or type(self).execute is not Tool.execute
+
+    @property
     def reports_progress(self) -> bool:
         """Whether the tool may report progress: a listened run then runs it in a task of its
         own and emits its ``tool_progress`` events while it runs."""
@@ -206,13 +213,14 @@ class Tool:
     async def execute(
         self,
         call: ToolCall,
-        context: ToolContext[Any],
+        context: ToolContext[Any] | None,
         *,
         default_timeout_s: float | None = 30.0,
     ) -> ToolExecution:
         """Validate the call's arguments, run the function, and turn what happened into a
         result: never raises, except :class:`asyncio.CancelledError`. The tool's own
-        ``timeout_s`` wins over ``default_timeout_s`` (the policy's; ``None``: no limit)."""
+        ``timeout_s`` wins over ``default_timeout_s`` (the policy's; ``None``: no limit).
+        ``context`` may be ``None`` when the tool does not use one (see :attr:`uses_context`)."""
         timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
         started = time.perf_counter()
         try:
@@ -222,6 +230,7 @@ class Tool:
         except _TooDeep as exc:
             return _failure(call, str(exc), exc, started)
         if self._context_param is not None:
+            assert context is not None, f"tool {self.name!r} takes a ToolContext"
             kwargs[self._context_param] = context
         limit: _Limit | None = None
         try:

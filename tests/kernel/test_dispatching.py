@@ -11,6 +11,8 @@ from fsm_agent import (
     RunHandle,
     State,
     StopReason,
+    Tool,
+    ToolCall,
     ToolContext,
     ToolExecutionError,
     tool,
@@ -18,6 +20,7 @@ from fsm_agent import (
 from fsm_agent.events import ToolCallEvent, ToolResultEvent
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.testing import text, tool_call, tool_calls
+from fsm_agent.tools import ToolExecution
 from helpers import add, boom, make_agent, stream
 from invariants import check_history
 
@@ -139,6 +142,46 @@ def test_a_tool_asking_for_a_tool_context_gets_run_call_step_and_deps() -> None:
     result = agent.run_sync("go")
     assert seen == [(result.run_id, "c1", 1, {"k": 1})]
     assert "ctx" not in json.dumps(agent.tools["where"].definition.parameters)
+
+
+def test_a_tool_context_is_built_only_for_the_tools_that_use_one() -> None:
+    """A tool whose function takes no ToolContext is run without one (none is built); one that
+    takes it, or a subclass that runs its calls its own way, gets the call's context."""
+    seen: dict[str, object] = {}
+
+    class Wrapped(Tool):
+        async def execute(
+            self,
+            call: ToolCall,
+            context: ToolContext[Any] | None,
+            *,
+            default_timeout_s: float | None = 30.0,
+        ) -> ToolExecution:
+            seen[call.name] = context
+            return await super().execute(call, context, default_timeout_s=default_timeout_s)
+
+    def plain(x: int) -> int:
+        """Plain."""
+        return x
+
+    @tool
+    def told(ctx: ToolContext[None], x: int) -> int:
+        """Told."""
+        seen["told"] = ctx
+        return x
+
+    wrapped = Wrapped(plain, name="wrapped")
+    assert not tool(plain).uses_context
+    assert told.uses_context and wrapped.uses_context
+    calls = [tool_call(name, {"x": 1}, id=name) for name in ("plain", "told", "wrapped")]
+    agent, _, _ = make_agent(
+        [*calls, text("ok")], tools=[tool(plain), told, wrapped], policy=Policy(max_steps=10)
+    )
+    assert agent.run_sync("go").ok
+    assert isinstance(seen["told"], ToolContext) and isinstance(seen["wrapped"], ToolContext)
+    assert seen["wrapped"].call_id == "wrapped"  # type: ignore[attr-defined]
+    ran = asyncio.run(tool(plain).execute(ToolCall.create("c", "plain", {"x": 2}), None))
+    assert ran.result.content == "2"
 
 
 # -- bad input and faults ----------------------------------------------------------------------

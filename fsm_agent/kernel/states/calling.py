@@ -89,9 +89,9 @@ def _output_cut(ctx: RunContext, output_tokens: int) -> bool:
 
 def _cut_answer(messages: list[Message]) -> str | None:
     """The text of the cut answer this call continues, if it continues one."""
-    if len(messages) < 2 or messages[-1].text != CONTINUE_PROMPT:
+    if len(messages) < 2 or messages[-1].role is not Role.USER:
         return None
-    if messages[-1].role is not Role.USER or messages[-2].role is not Role.ASSISTANT:
+    if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not Role.ASSISTANT:
         return None
     return messages[-2].text
 

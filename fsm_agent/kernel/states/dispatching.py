@@ -25,7 +25,6 @@ results already recorded.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from typing import Literal
 
@@ -130,22 +129,14 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
         message = f"Error: the run's tool call limit ({limit}) is reached; this call was not run"
         return ToolExecution(tool_error(call, message))
     rs.tool_executions += 1
-    context = ToolContext(
-        run_id=rs.run_id,
-        call_id=call.id,
-        step=rs.counters.steps,
-        deps=ctx.deps,
-        cancel_requested=ctx.cancel_requested,
-        tool_outputs=rs.tool_outputs,
-    )
-    if reports is not None and found.reports_progress:
-        context = dataclasses.replace(context, progress=reporter(ctx, reports, call))
     durable = ctx.durable
     if durable is None:
+        context = _context(ctx, found, call, reports) if found.uses_context else None
         execution = await found.execute(
             call, context, default_timeout_s=plan.settings.tool_timeout_s
         )
     else:  # through the write-ahead journal: a recorded outcome is reused, not run again
+        context = _context(ctx, found, call, reports)  # its step keys the journal
         execution = await durable.execute_tool(found, call, context, plan.settings.tool_timeout_s)
     if execution.question is not None:
         return execution
@@ -160,6 +151,24 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
     if result is execution.result:
         return execution
     return execution._replace(result=result)
+
+
+def _context(
+    ctx: RunContext, found: Tool, call: ToolCall, reports: Reports | None
+) -> ToolContext[object]:
+    """The context of one call (with its progress reporter when someone listens)."""
+    rs = ctx.rs
+    context = ToolContext(
+        run_id=rs.run_id,
+        call_id=call.id,
+        step=rs.counters.steps,
+        deps=ctx.deps,
+        cancel_requested=ctx.cancel_requested,
+        tool_outputs=rs.tool_outputs,
+    )
+    if reports is not None and found.reports_progress:
+        context.progress = reporter(ctx, reports, call)
+    return context
 
 
 def _moved_by(ctx: RunContext, result: ToolResult, target: str) -> ToolResult:

@@ -119,7 +119,13 @@ async def call_model(
 
 async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
     """The call itself, with its journal entry and usage (see :func:`call_model`)."""
-    key, recorded = await _begin(ctx)
+    durable = ctx.durable
+    key: str | None = None
+    recorded: ModelResponse | ModelError | None = None
+    if durable is None:  # no journal to ask: the call is counted
+        ctx.rs.model_calls += 1
+    else:
+        key, recorded = await _begin(ctx)
     try:
         if recorded is not None:
             response = _replayed(recorded)
@@ -128,6 +134,8 @@ async def answer_quietly(ctx: RunContext, request: ModelRequest) -> Answer:
     except ModelError as exc:
         await _failed(ctx, key, request, exc)
         raise
+    if durable is None:
+        return _counted(ctx, request, response)
     return await _answered(ctx, key, request, response)
 
 
@@ -182,9 +190,14 @@ async def _answered(
     ctx: RunContext, key: str | None, request: ModelRequest, response: ModelResponse
 ) -> Answer:
     """Journal the response and add its usage to the run's."""
-    member = _chain_member(ctx)
     if ctx.durable is not None:
-        response = await ctx.durable.model_answered(key, response, model=member)
+        response = await ctx.durable.model_answered(key, response, model=_chain_member(ctx))
+    return _counted(ctx, request, response)
+
+
+def _counted(ctx: RunContext, request: ModelRequest, response: ModelResponse) -> Answer:
+    """Add the response's usage to the run's (and, in a chain, count which model answered)."""
+    member = _chain_member(ctx)
     if member is not None:  # which model of the chain answered, kept in the run state
         answered = ctx.rs.answered_by
         answered[member] = answered.get(member, 0) + 1
