@@ -100,7 +100,7 @@ class LoopSettings:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class PlanParts:
     """What a plan is compiled from, as its agent's user set it: kept in the plan, so that the
     kernel compiles a plan under another policy (a child's share of its parent's limits) or

@@ -21,6 +21,7 @@ from pydantic_core import to_json
 
 from ..errors import ToolDefinitionError
 from ..phases.table import MovePhase
+from ..values.define import record
 from ..values.messages import (
     MAX_ARGUMENT_DEPTH,
     ToolCall,
@@ -64,7 +65,7 @@ class HumanInputRequired(BaseException):
         self.question = question
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class ToolReturn:
     """What a tool may return instead of a plain value: the ``text`` the model reads, and
     ``parts`` (images, resource links), a ``structured`` value and ``metadata`` kept on the

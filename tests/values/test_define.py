@@ -20,6 +20,7 @@ from fsm_agent.kernel.states import verifying
 from fsm_agent.machine import guards, table
 from fsm_agent.phases import table as phases
 from fsm_agent.run import approval, events, output, state
+from fsm_agent.tools import base as tools
 from fsm_agent.values import define, messages, model_settings
 from fsm_agent.values.define import record
 from fsm_agent.values.record import Record
@@ -43,6 +44,7 @@ _MODULES = (
     plan,
     sharing,
     verifying,
+    tools,
 )
 RECORDS = [
     cls
