@@ -31,6 +31,7 @@ from ..values.messages import (
     arguments_too_deep,
 )
 from ..values.record import adapter, field_problem
+from .time_limit import CallLimit
 
 __all__ = [
     "HumanInputRequired",
@@ -233,13 +234,13 @@ class Tool:
         if self._context_param is not None:
             assert context is not None, f"tool {self.name!r} takes a ToolContext"
             kwargs[self._context_param] = context
-        limit: _Limit | None = None
+        limit: CallLimit | None = None
         try:
             if self.is_async or self.threaded:
                 running = (
                     self.fn(**kwargs) if self.is_async else _in_thread(self.name, self.fn, kwargs)
                 )
-                limit = _Limit(timeout)
+                limit = CallLimit(timeout)
                 try:
                     value = await running
                 except BaseException as exc:
@@ -440,48 +441,6 @@ def serialise_result(value: object) -> str:
         return to_json(value).decode()
     except Exception:  # pydantic_core raises several types for values it cannot serialise
         return f"{value} (note: the result was not JSON-serialisable; shown as text)"
-
-
-class _Limit:
-    """The time limit of one tool call: what ``asyncio.timeout`` does (the call's task is
-    cancelled when the time is up, and that cancel leaves as :class:`TimeoutError`), in one
-    object that is also the timer's callback. A call held in flight is walked by every garbage
-    collection; ``asyncio.timeout`` holds two bound methods besides, and a ``with`` block one
-    more, for each call."""
-
-    __slots__ = ("cancelling", "expired", "handle", "task")
-
-    def __init__(self, seconds: float | None) -> None:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("a tool's time limit needs a task")
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-        self.handle: asyncio.TimerHandle | None = None
-        if seconds is not None:
-            loop = asyncio.get_running_loop()
-            self.handle = loop.call_at(loop.time() + seconds, self)
-
-    def __call__(self) -> None:
-        """The time is up: cancel the call's task."""
-        self.handle = None
-        self.expired = True
-        self.task.cancel()
-
-    def end(self, error: BaseException | None) -> None:
-        """The call ended (raising ``error``): stop the timer; when the time was up, withdraw
-        the limit's cancel, and raise :class:`TimeoutError` if ``error`` is that cancel and no
-        other is pending (the caller's own cancel goes on as it came)."""
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
-        if (
-            self.expired
-            and self.task.uncancel() <= self.cancelling
-            and isinstance(error, asyncio.CancelledError)
-        ):
-            raise TimeoutError from error
 
 
 class _TooDeep(ValueError):
