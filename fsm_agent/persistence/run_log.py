@@ -13,9 +13,8 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
-from pydantic import JsonValue
 from pydantic_core import PydanticSerializationError
 
 from .. import errors
@@ -27,6 +26,9 @@ from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
 from .storable import storable_response, storable_result
 from .store_threads import Call, JobFailed, Lane, StoreThreads
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 T = TypeVar("T")
 
