@@ -6,9 +6,10 @@ Defaults: 200 steps, retries with exponential backoff, 3 consecutive failed tool
 
 from __future__ import annotations
 
+import copy
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -22,6 +23,8 @@ from .values.record import Record, adapter
 from .values.schema import Schema
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from pydantic import GetCoreSchemaHandler
     from pydantic_core import CoreSchema, ErrorDetails
 
@@ -63,8 +66,17 @@ class _PolicyValue(Record):
     __slots__ = ()
 
     def __init__(self, **data: Any) -> None:
-        """Type checkers read the fields' signature (see :func:`_policy_value`)."""
+        """The value of the fields in ``data`` (by name; the others take their defaults),
+        validated; raises :class:`PolicyError`. Type checkers read the fields' signature."""
         adapter(type(self)).validator.validate_python(data, self_instance=self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+        """A copy with the fields in ``update`` replaced, not validated (as a pydantic model's
+        ``model_copy``: the caller vouches for the values)."""
+        made = copy.copy(self)
+        for name, value in (update or {}).items():
+            object.__setattr__(made, name, value)
+        return made
 
     def _problems(self) -> list[str]:
         """What is wrong with the fields together (each is valid alone)."""
@@ -81,7 +93,8 @@ class _PolicyValue(Record):
 
     def __str__(self) -> str:
         """The fields as ``name=value`` pairs, as a pydantic model prints."""
-        return " ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        return " ".join(shown)
 
     def __setattr__(self, name: str, value: object) -> None:
         """Refuse the write as a frozen pydantic model does (a ``ValidationError``)."""
