@@ -10,7 +10,7 @@ import copy
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import field, fields
+from dataclasses import MISSING, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -76,6 +76,18 @@ class _PolicyValue(Record):
         made = copy.copy(self)
         for name, value in (update or {}).items():
             object.__setattr__(made, name, value)
+        return made
+
+    @classmethod
+    def _defaults(cls) -> Self:
+        """The value with every field at its default, as ``cls()`` builds it, but not validated
+        (the defaults are valid): a policy's nested values start so, and the validator of
+        their type waits until a value of it is given."""
+        made = object.__new__(cls)
+        for f in fields(cls):  # type: ignore[arg-type]
+            factory = f.default_factory
+            default = f.default if factory is MISSING else factory()
+            object.__setattr__(made, f.name, default)
         return made
 
     def _problems(self) -> list[str]:
@@ -318,7 +330,7 @@ class Policy(_PolicyValue):
     max_steps: Annotated[
         int | None, Schema(gt=0, le=_COUNT, description="successful model turns per run")
     ] = 200
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=RetryPolicy._defaults)
     max_consecutive_errors: Annotated[
         int, Schema(gt=0, le=_COUNT, description="failed tool turns in a row")
     ] = 3
@@ -352,10 +364,10 @@ class Policy(_PolicyValue):
             "run's wait does not count)",
         ),
     ] = None
-    usage_limits: UsageLimits = field(default_factory=UsageLimits)
-    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    usage_limits: UsageLimits = field(default_factory=UsageLimits._defaults)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings._defaults)
     summarize_on_max_steps: bool = True
-    tool_output: ToolOutputSettings = field(default_factory=ToolOutputSettings)
+    tool_output: ToolOutputSettings = field(default_factory=ToolOutputSettings._defaults)
     hook_timeout_s: Annotated[
         float, Schema(gt=0, le=_DAY_S, allow_inf_nan=False, description="per hook call")
     ] = 10.0
