@@ -2,6 +2,19 @@
 
 Defaults: 200 steps, retries with exponential backoff, 3 consecutive failed tool turns,
 3 compaction attempts in a row, a 30 s tool timeout.
+
+A policy and its parts (:class:`RetryPolicy`, :class:`UsageLimits`, :class:`CompactionSettings`,
+:class:`ToolOutputSettings`) are frozen dataclasses, equal when their fields are and hashable.
+Their constructors validate as a pydantic model's does, converting what they can (a mapping to
+a nested policy, ``"fail"`` to :attr:`ToolFailureMode.FAIL`, ``"5"`` to 5) and raising
+:class:`~fsm_agent.PolicyError` for what they cannot, naming each field; writing a field raises
+``pydantic.ValidationError``, as on a frozen model. ``model_validate``, ``model_validate_json``
+(the same checks, from a mapping or JSON text), ``model_dump``, ``model_dump_json`` and
+``model_copy`` (not validated) work as on a pydantic model, and the JSON is the same as when they
+were pydantic models, so recordings and policy files written before still load. For the fields
+use :func:`dataclasses.fields`; for the JSON schema,
+``fsm_agent.values.record.adapter(Policy).json_schema()``. The validator of each type is built
+when its first value is, so importing them imports no pydantic.
 """
 
 from __future__ import annotations
