@@ -26,11 +26,10 @@ class Schema:
     of ``Field``'s keywords (bounds, ``discriminator``, ``description``...), applied when the
     type's validator is built."""
 
-    __slots__ = ("_annotated", "field")
+    __slots__ = ("field",)
 
     def __init__(self, **field: Any) -> None:
         self.field = field
-        self._annotated: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"Schema({', '.join(f'{k}={v!r}' for k, v in self.field.items())})"
@@ -39,12 +38,9 @@ class Schema:
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
         """pydantic's schema of ``source`` under ``Field(**field)``."""
-        annotated = self._annotated.get(source)
-        if annotated is None:  # once per type: a nested value's schema is made once per adapter
-            from pydantic import Field
+        from pydantic import Field
 
-            annotated = self._annotated[source] = Annotated[source, Field(**self.field)]
-        return handler.generate_schema(annotated)
+        return handler.generate_schema(Annotated[source, Field(**self.field)])
 
 
 class Stored:
