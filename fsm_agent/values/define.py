@@ -5,8 +5,9 @@ every class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__
 ``__delattr__``), one ``exec`` each, when its module is imported. The messages, events, run
 state, table rows and the kernel's values are some eighty such classes, and compiling their
 methods was a third of what ``from fsm_agent import Agent`` cost. :func:`record` compiles only
-the ``__init__`` (the body a dataclass's has, so building a value costs what it did) and gives
-the class the others as functions shared by every record, which read the fields from the class.
+the ``__init__`` (the body a dataclass's has, except that a frozen value's fields are set
+through their slots' own setters, which costs a third of the dataclass's ``object.__setattr__``
+per field: a kernel step builds about ten values) and gives the class the others as functions shared by every record, which read the fields from the class.
 What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
 pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
 checks each value type against it.
