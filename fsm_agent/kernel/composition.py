@@ -58,6 +58,7 @@ __all__ = [
     "AgentTool",
     "ChildRunContext",
     "agent_bounds",
+    "agent_tools",
     "called_as",
     "children_bounds",
     "explored_model_calls",
@@ -563,6 +564,17 @@ def explored_model_calls(agent: Planned) -> int | None:
     )
 
 
+def agent_tools(agent: Planned) -> list[AgentTool[Any]]:
+    """The agents ``agent`` uses as tools, as their tools (with handoffs, those of every agent
+    that may hold the conversation)."""
+    return [
+        found
+        for each in _chain(plan_of(agent))
+        for found in each.tools.values()
+        if isinstance(found, AgentTool)
+    ]
+
+
 def children_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> list[ChildBounds]:
     """The worst case of each agent ``agent`` uses as a tool, by its tool name (with handoffs,
     those of every agent that may hold the conversation)."""
@@ -572,7 +584,5 @@ def children_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> 
             agent_bounds(found.agent, model_timeout_s=model_timeout_s),
             timeout_s=found.timeout_s,
         )
-        for each in _chain(plan_of(agent))
-        for found in each.tools.values()
-        if isinstance(found, AgentTool)
+        for found in agent_tools(agent)
     ]

@@ -7,7 +7,8 @@ state, table rows and the kernel's values are some eighty such classes, and comp
 methods was a third of what ``from fsm_agent import Agent`` cost. :func:`record` compiles only
 the ``__init__`` (the body a dataclass's has, except that a frozen value's fields are set
 through their slots' own setters, which costs a third of the dataclass's ``object.__setattr__``
-per field: a kernel step builds about ten values) and gives the class the others as functions shared by every record, which read the fields from the class.
+per field: a kernel step builds about ten values) and gives the class the others as functions
+shared by every record, which read the fields from the class.
 What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
 pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
 checks each value type against it.
@@ -21,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
 from functools import partial
 from operator import attrgetter
-from types import MemberDescriptorType
 from reprlib import recursive_repr
+from types import MemberDescriptorType
 from typing import Any, TypeVar, cast, overload
 
 from typing_extensions import dataclass_transform
