@@ -312,7 +312,10 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
     """Phase 2, in order: each call once the one before it has ended, until one asks a human,
     completes the task or fails under ``fail_fast``."""
     ctx = turn.ctx
-    for call in calls:
+    # By index: an iterator would be one more object for the collector to walk per run while
+    # its tool runs (a range's iterator is not tracked).
+    for index in range(len(calls)):
+        call = calls[index]
         if ctx.interrupt is not None or (ctx.deadline is not None and ctx.deadline_passed()):
             raise Interrupted
         if ctx.handle.pause_requested:
