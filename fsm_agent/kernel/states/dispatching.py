@@ -201,7 +201,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
         if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
             await _prepare_all(turn)
         to_run = ctx.turn_calls = turn.to_run()
-        if to_run and ctx.handle.pause_requested:
+        if to_run and ctx.pause_requested():
             turn.paused = True
         elif to_run and settings.parallel_tool_calls and len(to_run) > 1:
             await _run_together(turn, to_run)
@@ -318,7 +318,7 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
         call = calls[index]
         if ctx.interrupt is not None or (ctx.deadline is not None and ctx.deadline_passed()):
             raise Interrupted
-        if ctx.handle.pause_requested:
+        if ctx.pause_requested():
             turn.paused = True
             break
         if ctx.listening:
