@@ -130,14 +130,15 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
         return ToolExecution(tool_error(call, message))
     rs.tool_executions += 1
     durable = ctx.durable
+    context = _context(ctx, found, call, reports) if found.uses_context else None
     if durable is None:
-        context = _context(ctx, found, call, reports) if found.uses_context else None
         execution = await found.execute(
             call, context, default_timeout_s=plan.settings.tool_timeout_s
         )
     else:  # through the write-ahead journal: a recorded outcome is reused, not run again
-        context = _context(ctx, found, call, reports)  # its step keys the journal
-        execution = await durable.execute_tool(found, call, context, plan.settings.tool_timeout_s)
+        execution = await durable.execute_tool(
+            found, call, context, rs.counters.steps, plan.settings.tool_timeout_s
+        )
     if execution.question is not None:
         return execution
     result = execution.result
