@@ -29,7 +29,7 @@ from .context import RunContext
 from .durable_child import child_run_id
 from .plan import Plan, RunOwner
 from .resuming import refuse_finished
-from .run import RunHandle, RunResult, Runtime
+from .run import RunResult, Runtime
 
 __all__ = ["abandon_run"]
 
@@ -84,7 +84,7 @@ async def _abandoned(
     rs.stop_reason = move.stop
     rs.trace.append(move)
     if rs.pending_tool_calls:  # every call still waiting gets its one result
-        context = RunContext(plan, runtime, rs, listening=False, handle=RunHandle())
+        context = RunContext(plan, runtime, rs, listening=False)
         context.close_pending_calls("the run was abandoned")
     rs.resume_token = None
     run_id = rs.run_id

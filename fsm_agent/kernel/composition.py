@@ -47,7 +47,7 @@ from .driver import drive
 from .durable_child import child_run_id, open_child
 from .handoffs import declared_graph, handoff_graph
 from .plan import Plan, Planned, RunOwner, plan_of, with_policy
-from .run import RunHandle, RunResult, own_usage
+from .run import RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
 from .states.model_call import model_name
 
@@ -146,7 +146,6 @@ class ChildRunContext(RunContext):
             agent.runtime,
             state,
             listening=parent.listening,
-            handle=RunHandle(),
             agent=agent,
             model_settings=agent.model_settings,
         )
@@ -304,14 +303,13 @@ async def _run_granted(
         ctx.history = history
     elif rs.trace:
         ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
-    ctx.handle._attach(ctx)
     _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id, name)
     try:
         await drive(ctx)
     finally:
         del _CALLS[rs.run_id]
         _charge(parent, rs, segment)
-    result = ctx.handle.result
+    result = ctx.result
     assert result is not None, "the driver records the result when the run rests"
     return result
 

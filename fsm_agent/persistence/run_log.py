@@ -359,13 +359,19 @@ class RunLog:
         self._submit(self._record, key, encode_model_outcome(exc, model=model), self.version)
 
     async def execute_tool(
-        self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
+        self,
+        tool: Tool,
+        call: ToolCall,
+        context: ToolContext[object] | None,
+        step: int,
+        default_timeout_s: float | None,
     ) -> ToolExecution:
-        """Run one call through the journal: reuse a recorded outcome, settle a call a crash cut
-        short, or record the intent, run the tool and record its outcome."""
+        """Run one call, made at ``step``, through the journal: reuse a recorded outcome,
+        settle a call a crash cut short, or record the intent, run the tool and record its
+        outcome. ``context`` may be ``None`` when the tool does not use one."""
         if not self.journal:
             return _storable(await tool.execute(call, context, default_timeout_s=default_timeout_s))
-        key = f"{context.step}/tool/{call.id}"
+        key = f"{step}/tool/{call.id}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
             return _decode_tool(record.result, call)
