@@ -351,12 +351,23 @@ class RunLog:
             response = storable_response(response)
             encoded = encode_model_outcome(response, model=model)
         if key is not None:
-            self._submit(self._record, key, encoded, self.version)
+            self._model_outcome(key, encoded)
         return response
 
     async def model_failed(self, key: str, exc: Exception, *, model: str | None = None) -> None:
         """Record the error of the call ``key`` (and the chain's model that raised it)."""
-        self._submit(self._record, key, encode_model_outcome(exc, model=model), self.version)
+        self._model_outcome(key, encode_model_outcome(exc, model=model))
+
+    def _model_outcome(self, key: str, result: str) -> None:
+        """Record a model call's outcome after its intent. When the intent is still deferred
+        (nothing has been handed over since), the outcome takes its place: the two would be
+        made in the same transaction, where the intent alone is never seen."""
+        deferred = self._deferred
+        intent = (self._record_intent, (key, "model", self.version))
+        if isinstance(deferred, list) and deferred and deferred[-1] == intent:
+            deferred[-1] = (self._record, (key, result, self.version))
+        else:
+            self._submit(self._record, key, result, self.version)
 
     async def execute_tool(
         self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
