@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 __all__ = [
     "AT_ONCE_RUNS",
+    "MERGED_CHECKPOINTS",
     "RecordedToolError",
     "RunLog",
     "UnknownOutcome",
@@ -49,6 +50,9 @@ are made at once when the store can (``write_now``): for a few runs, handing the
 store's thread and waking the loop when they are done costs more than the commit; for many,
 the store's thread commits many runs' writes together, and the loop's thread is left to the
 runs."""
+
+MERGED_CHECKPOINTS = 16
+"""The most consecutive checkpoints of a run written as one (one statement inserts them)."""
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -161,6 +165,18 @@ class RunLog:
             self._lane.submit(fn, *args)
         self._queued += 1
 
+    def _submit_checkpoint(self, save: Callable[..., object], args: tuple[object, ...]) -> None:
+        """Hand a checkpoint over as :meth:`_submit` does; one deferred right after another
+        (nothing of the run's between them) joins it, to be written as one (the store's
+        ``write_prepared`` takes consecutive checkpoints of a run)."""
+        deferred = self._deferred
+        if self._split and isinstance(deferred, list) and deferred:
+            last, written = deferred[-1]
+            if last == save and len(written) < MERGED_CHECKPOINTS:
+                deferred[-1] = (save, written + args)
+                return
+        self._submit(save, *args)
+
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
         the write: a write is made whole or not at all."""
@@ -266,7 +282,7 @@ class RunLog:
             if self.waits_each or resting:
                 await self._write(save, *args)
             else:  # stored before the next call or rest (see the class)
-                self._submit(save, *args)
+                self._submit_checkpoint(save, args)
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
