@@ -125,9 +125,7 @@ def test_consecutive_checkpoints_written_as_one_are_each_stored(db_store: Checkp
         store.write_prepared(store.prepare_save(rs, version=4), store.prepare_save(rs, version=5))
     assert store.load("run_1").version == 4
     fresh = _state("run_2")
-    store.write_prepared(
-        store.prepare_save(fresh, version=1), store.prepare_save(fresh, version=2)
-    )
+    store.write_prepared(store.prepare_save(fresh, version=1), store.prepare_save(fresh, version=2))
     assert [c.version for c in store.checkpoints("run_2")] == [1, 2]
     assert {s.run_id: s.version for s in store.runs()} == {"run_1": 4, "run_2": 2}
 
