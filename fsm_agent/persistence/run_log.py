@@ -198,7 +198,8 @@ class RunLog:
                 return
         tail = self._rederived
         self._submit(save, *args)
-        self._rederived = tail + 1 if again else 0
+        if isinstance(self._deferred, list):  # deferred, not made at once
+            self._rederived = tail + 1 if again else 0
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not

@@ -735,3 +735,39 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
         asyncio.run(main())
     finally:
         log.close()
+
+
+def test_a_compaction_is_stored_before_the_next_call(sqlite_store: Checkpointer) -> None:
+    """A run nobody follows leaves for its next write only the checkpoints a resume re-derives
+    from the journal; a compaction that shortened the thread is not one of them: when the
+    model is called after it, the store holds the compacted thread (the move into ``calling``),
+    and after a turn with nothing to compact, the turn's checkpoint (``dispatching``)."""
+    from fsm_agent import CompactionSettings, Outcome
+
+    model = _Inspecting(sqlite_store, turns=100)  # compaction drops results: it never ends
+
+    @tool
+    def note(n: int) -> str:
+        """Note a number."""
+        return f"noted {n}"
+
+    settings = CompactionSettings(max_messages=6, strategies=("sliding_window",))
+    agent = Agent(
+        model,
+        tools=[note],
+        checkpointer=sqlite_store,
+        policy=Policy(max_steps=8, max_compaction_attempts=50, compaction=settings),
+        runtime=Runtime(new_id=lambda: "r1"),
+    )
+    model.run_id = "r1"
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    into_calling = [move.outcome for move in result.trace if move.dest is State.CALLING]
+    assert Outcome.COMPACTED in into_calling[1:] and Outcome.PROCEED in into_calling[1:]
+    expected = [State.CALLING] + [
+        State.CALLING if outcome is Outcome.COMPACTED else State.DISPATCHING
+        for outcome in into_calling[1:]
+    ]
+    expected.append(State.FINALIZING)  # the step limit's summary call
+    assert [state for state, _ in model.seen] == expected
+    assert all(not open_calls for _, open_calls in model.seen)
