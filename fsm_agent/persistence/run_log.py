@@ -265,9 +265,10 @@ class RunLog:
         try:
             if self._queued > self._stored:
                 await self.flush()
-        finally:
-            self._deferred, self._queued = deferred[-kept:], self._queued + kept
-            self._rederived = kept
+        finally:  # the kept ones go before any deferred meanwhile, as they were made first
+            added = self._deferred
+            self._deferred, self._queued = [*deferred[-kept:], *added], self._queued + kept
+            self._rederived = 0 if added else kept
 
     def close(self) -> None:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
