@@ -20,7 +20,8 @@ from pydantic_core import PydanticSerializationError
 
 from .. import errors
 from ..errors import ModelError
-from ..machine.table import TERMINAL, State, StopReason
+from ..machine.agent_machine import Move
+from ..machine.table import TERMINAL, Outcome, State, StopReason
 from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
@@ -32,6 +33,7 @@ T = TypeVar("T")
 
 __all__ = [
     "AT_ONCE_RUNS",
+    "MERGED_CHECKPOINTS",
     "RecordedToolError",
     "RunLog",
     "UnknownOutcome",
@@ -39,6 +41,7 @@ __all__ = [
     "in_store_thread",
     "load_checkpoint",
     "recorded_content",
+    "rederived",
     "store_threads_of",
     "unknown_result",
 ]
@@ -49,6 +52,9 @@ are made at once when the store can (``write_now``): for a few runs, handing the
 store's thread and waking the loop when they are done costs more than the commit; for many,
 the store's thread commits many runs' writes together, and the loop's thread is left to the
 runs."""
+
+MERGED_CHECKPOINTS = 16
+"""The most consecutive checkpoints of a run written as one (one statement inserts them)."""
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -64,6 +70,16 @@ UNKNOWN_QUESTION = (
     "not marked idempotent, so it was not run again. Did it take effect? Your answer becomes "
     "the call's result."
 )
+
+
+def rederived(move: Move) -> bool:
+    """Whether a resume re-derives ``move`` from the journal, so that its checkpoint need not
+    be stored before the run's next model call: the end of a tool turn (out of
+    ``dispatching`` into ``compacting``: resumed at the turn, the run reuses each tool outcome
+    the journal holds, and runs none again) and a ``compacting`` that had nothing to do."""
+    if move.source is State.DISPATCHING:
+        return move.dest is State.COMPACTING
+    return move.source is State.COMPACTING and move.outcome is Outcome.PROCEED
 
 
 def unknown_result(call: ToolCall) -> ToolResult:
@@ -126,6 +142,9 @@ class RunLog:
         # for the writes of a step, instead of a wake-up per write competing with the loop.
         self._defers = mode is Durability.SYNC and not heard
         self._deferred: list[Call] | tuple[()] = ()
+        # How many of the last deferred writes are checkpoints of moves a resume re-derives
+        # from the journal (see ``rederived``): a model call does not wait for them.
+        self._rederived = 0
         # Writes handed to the lane, and how many of the first of them are known stored: a
         # counter, not a flag, since parallel tool calls write and wait in any interleaving.
         self._queued = 0
@@ -157,9 +176,30 @@ class RunLog:
                 self._deferred.append((fn, args))
             else:
                 self._deferred = [(fn, args)]
+            self._rederived = 0
         else:
             self._lane.submit(fn, *args)
         self._queued += 1
+
+    def _submit_checkpoint(
+        self, save: Callable[..., object], args: tuple[object, ...], move: Move
+    ) -> None:
+        """Hand a checkpoint over as :meth:`_submit` does; one deferred right after another
+        (nothing of the run's between them) joins it, to be written as one (the store's
+        ``write_prepared`` takes consecutive checkpoints of a run)."""
+        deferred = self._deferred
+        again = rederived(move)
+        if self._split and isinstance(deferred, list) and deferred:
+            last, written = deferred[-1]
+            if last == save and len(written) < MERGED_CHECKPOINTS:
+                deferred[-1] = (save, written + args)
+                if not again:
+                    self._rederived = 0
+                return
+        tail = self._rederived
+        self._submit(save, *args)
+        if isinstance(self._deferred, list):  # deferred, not made at once
+            self._rederived = tail + 1 if again else 0
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
@@ -181,6 +221,7 @@ class RunLog:
         run's is on the lane, the deferred writes and this one are made here instead, in order,
         in one transaction."""
         deferred, self._deferred = self._deferred, ()
+        self._rederived = 0
         idle = (
             self._stored + len(deferred) == self._queued
             and lane.failed is None
@@ -210,9 +251,24 @@ class RunLog:
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
-        thread and not awaited yet (see the class)."""
-        if self._queued > self._stored and self.mode is Durability.SYNC:
+        thread and not awaited yet (see the class), except the last deferred ones when they
+        are checkpoints a resume re-derives from the journal (see ``rederived``): they are
+        made with the next write."""
+        if self._queued <= self._stored or self.mode is not Durability.SYNC:
+            return
+        kept = self._rederived
+        if not kept or not isinstance(self._deferred, list):
             await self.flush()
+            return
+        deferred = self._deferred
+        self._deferred, self._queued = deferred[:-kept] or (), self._queued - kept
+        try:
+            if self._queued > self._stored:
+                await self.flush()
+        finally:  # the kept ones go before any deferred meanwhile, as they were made first
+            added = self._deferred
+            self._deferred, self._queued = [*deferred[-kept:], *added], self._queued + kept
+            self._rederived = 0 if added else kept
 
     def close(self) -> None:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
@@ -266,7 +322,7 @@ class RunLog:
             if self.waits_each or resting:
                 await self._write(save, *args)
             else:  # stored before the next call or rest (see the class)
-                self._submit(save, *args)
+                self._submit_checkpoint(save, args, rs.trace[-1])
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
@@ -351,12 +407,23 @@ class RunLog:
             response = storable_response(response)
             encoded = encode_model_outcome(response, model=model)
         if key is not None:
-            self._submit(self._record, key, encoded, self.version)
+            self._model_outcome(key, encoded)
         return response
 
     async def model_failed(self, key: str, exc: Exception, *, model: str | None = None) -> None:
         """Record the error of the call ``key`` (and the chain's model that raised it)."""
-        self._submit(self._record, key, encode_model_outcome(exc, model=model), self.version)
+        self._model_outcome(key, encode_model_outcome(exc, model=model))
+
+    def _model_outcome(self, key: str, result: str) -> None:
+        """Record a model call's outcome after its intent. When the intent is still deferred
+        (nothing has been handed over since), the outcome takes its place: the two would be
+        made in the same transaction, where the intent alone is never seen."""
+        deferred = self._deferred
+        intent = (self._record_intent, (key, "model", self.version))
+        if isinstance(deferred, list) and deferred and deferred[-1] == intent:
+            deferred[-1] = (self._record, (key, result, self.version))
+        else:
+            self._submit(self._record, key, result, self.version)
 
     async def execute_tool(
         self,
