@@ -21,7 +21,8 @@ from typing import Any
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
 from ..machine.table import ANSWERED, TERMINAL, Outcome, State, StopReason
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
-from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
+from ..persistence.outcomes import decode_tool_outcome
+from ..persistence.run_log import in_store_thread, load_checkpoint
 from ..run.state import RunState
 from ..tools.output import cut_result
 from ..values.messages import ToolCall, ToolResult
@@ -168,7 +169,7 @@ def _journaled(call: ToolCall, record: EffectRecord | None) -> ToolResult | None
     if record.result is None:
         content = _UNKNOWN.format(name=call.name, id=call.id)
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
-    execution = _decode_tool(record.result, call)
+    execution = decode_tool_outcome(record.result, call)
     if execution.question is None:
         return execution.result
     content = _UNANSWERED.format(name=call.name, question=execution.question)

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn, TypeVar
 
-from pydantic import JsonValue
 from pydantic_core import PydanticSerializationError
 
-from .. import errors
 from ..errors import ModelError
 from ..machine.agent_machine import Move
 from ..machine.table import TERMINAL, Outcome, State, StopReason
@@ -26,6 +23,14 @@ from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
+from .outcomes import (  # RecordedToolError and recorded_content: their old path, kept
+    RecordedToolError,
+    decode_model_outcome,
+    decode_tool_outcome,
+    encode_model_outcome,
+    encode_tool_outcome,
+    recorded_content,
+)
 from .storable import storable_response, storable_result
 from .store_threads import Call, JobFailed, Lane, StoreThreads
 
@@ -89,10 +94,6 @@ def unknown_result(call: ToolCall) -> ToolResult:
     interrupted (the text tells the model what is known)."""
     content = UNKNOWN_RESULT.format(name=call.name, id=call.id)
     return ToolResult(call_id=call.id, name=call.name, content=content)
-
-
-class RecordedToolError(Exception):
-    """The error a tool raised in an earlier process, as its journal recorded it."""
 
 
 class RunLog:
@@ -386,7 +387,7 @@ class RunLog:
         key = f"{rs.counters.steps + 1}/model/{rs.model_calls}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
-            return None, _decode_model(record.result)
+            return None, decode_model_outcome(record.result)
         if record is None:
             await self.before_call()
             # Not awaited: an intent without an outcome and no record both mean "call it",
@@ -441,17 +442,17 @@ class RunLog:
         key = f"{step}/tool/{call.id}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
-            return _decode_tool(record.result, call)
+            return decode_tool_outcome(record.result, call)
         if record is None:
             await self._intent(key, "tool")
         elif not tool.idempotent:
             execution = self._unknown(call)
-            await self._result(key, _encode_tool(execution))
+            await self._result(key, encode_tool_outcome(execution))
             return execution
         execution = _storable(
             await tool.execute(call, context, default_timeout_s=default_timeout_s)
         )
-        await self._result(key, _encode_tool(execution))
+        await self._result(key, encode_tool_outcome(execution))
         return execution
 
     def _unknown(self, call: ToolCall) -> ToolExecution:
@@ -524,90 +525,3 @@ def _snapshot(rs: RunState) -> RunState:
             "answered_by": dict(rs.answered_by),
         }
     )
-
-
-def encode_model_outcome(outcome: ModelResponse | Exception, *, model: str | None = None) -> str:
-    """A model call's outcome as the journal stores it (:func:`_decode_model` reads it back):
-    the response, or the error with what classifying it needs; and ``model``, the fallback
-    chain's model that made the call, when given."""
-    by = "" if model is None else '"model":' + json.dumps(model) + ","
-    if isinstance(outcome, ModelResponse):
-        return "{" + by + '"response":' + outcome.model_dump_json() + "}"
-    error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
-    if isinstance(outcome, ModelError):
-        error.update(
-            type=type(outcome).__name__,
-            retryable=outcome.retryable,
-            retry_after=outcome.retry_after,
-            status_code=outcome.status_code,
-            provider=outcome.provider,
-        )
-    else:
-        error["message"] = f"the model raised {type(outcome).__name__}: {outcome}"
-    return json.dumps({"error": error} if model is None else {"model": model, "error": error})
-
-
-def _decode_model(text: str) -> ModelResponse | ModelError:
-    try:
-        data = json.loads(text)
-        if "response" in data:
-            return ModelResponse.model_validate(data["response"])
-        error = data["error"]
-        cls = getattr(errors, str(error["type"]), ModelError)
-        if not (isinstance(cls, type) and issubclass(cls, ModelError)):
-            cls = ModelError
-        return cls(
-            str(error["message"]),
-            retryable=error.get("retryable", False),
-            retry_after=error.get("retry_after"),
-            status_code=error.get("status_code"),
-            provider=error.get("provider"),
-        )
-    except (ValueError, KeyError, TypeError) as problem:
-        raise errors.CorruptCheckpointError(
-            f"a recorded model call does not decode ({problem})"
-        ) from None
-
-
-def _encode_tool(execution: ToolExecution) -> str:
-    return json.dumps(
-        {
-            "result": execution.result.model_dump(mode="json"),
-            "done": execution.done,
-            "final_message": execution.final_message,
-            "error": None if execution.error is None else repr(execution.error),
-            "question": execution.question,
-            "duration_s": execution.duration_s,
-            "phase": execution.phase,
-        }
-    )
-
-
-def recorded_content(text: str) -> str | None:
-    """The content of the tool result a journal record holds (``None`` when it does not
-    decode): a store may keep a cut output's full text as a reference to it."""
-    try:
-        content = json.loads(text)["result"]["content"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
-
-
-def _decode_tool(text: str, call: ToolCall) -> ToolExecution:
-    try:
-        data = json.loads(text)
-        result = ToolResult.model_validate(data["result"])
-        error = data["error"]
-        return ToolExecution(
-            result,
-            done=bool(data["done"]),
-            final_message=data["final_message"],
-            error=None if error is None else RecordedToolError(str(error)),
-            duration_s=float(data["duration_s"]),
-            question=data["question"],
-            phase=data.get("phase"),
-        )
-    except (ValueError, KeyError, TypeError) as problem:
-        raise errors.CorruptCheckpointError(
-            f"the recorded result of tool call {call.id!r} does not decode ({problem})"
-        ) from None

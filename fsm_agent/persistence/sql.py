@@ -41,7 +41,7 @@ from ..machine.table import State
 from ..run.state import RunState
 from ..values.messages import Message
 from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
-from .run_log import recorded_content
+from .outcomes import recorded_content
 from .sql_rows import (
     MESSAGES,
     MIGRATIONS,
