@@ -34,13 +34,13 @@ from dbos import DBOS, StepOptions
 from ..errors import ConfigurationError
 from ..kernel.agent import Agent, Runtime
 from ..models import Model
-from ..persistence.run_log import (
-    _decode_model,
-    _decode_tool,
-    _encode_tool,
+from ..persistence.outcomes import (
+    decode_model_outcome,
+    decode_tool_outcome,
     encode_model_outcome,
-    unknown_result,
+    encode_tool_outcome,
 )
+from ..persistence.run_log import unknown_result
 from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelRequest, ModelResponse, ToolCall
 
@@ -80,7 +80,7 @@ class StepModel:
             return encode_model_outcome(response)
 
         recorded = await DBOS.run_step_async(_MODEL_STEP, call)
-        outcome = fresh[0] if fresh else _decode_model(recorded)
+        outcome = fresh[0] if fresh else decode_model_outcome(recorded)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -183,12 +183,12 @@ class StepTool(Tool):
                     call, context, default_timeout_s=default_timeout_s
                 )
             fresh.append(execution)
-            return _encode_tool(execution)
+            return encode_tool_outcome(execution)
 
         await self.order.start(tickets[0])
         tickets.pop(0)
         recorded = await DBOS.run_step_async(self._step, run)
-        return fresh[0] if fresh else _decode_tool(recorded, call)
+        return fresh[0] if fresh else decode_tool_outcome(recorded, call)
 
 
 async def _same(value: str) -> str:

@@ -17,7 +17,8 @@ reported. Cases are decoded from seeded random bytes (the same seed, the same ex
 violation the bytes are shrunk (:mod:`.shrink`), and the report carries the shrunk case
 as a ready-to-paste pytest test. To fuzz your own agent, pass a factory ``make_agent(model) ->
 Agent`` (your tools, hooks, verifier, policy); the fuzzer gives it the scripted model and
-replaces the agent's runtime with its virtual clock.
+replaces the runtime of the agent, and of every agent it uses as a tool, with its virtual
+clock.
 
 :func:`fuzz` does not need hypothesis. The hypothesis strategies for your own property tests
 (``cases``, ``scripts``, ``policies``, ``hook_plans``, ``verifiers``) decode cases the same way;

@@ -14,6 +14,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from itertools import count
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 from ..errors import MCPServerError
 from ..hooks import MockResult, SkipTool
 from ..kernel.agent import Agent, RunHandle, RunResult, Runtime
-from ..kernel.composition import agent_bounds
+from ..kernel.composition import agent_bounds, agent_tools
 from ..kernel.plan import plan_of
 from ..kernel.states import Verdict
 from ..machine.table import TERMINAL, State
@@ -432,6 +433,33 @@ def run_case(
     return record
 
 
+def _on_virtual_time(agent: Agent[Any, Any], clock: VirtualClock) -> None:
+    """Give ``agent``, and every agent it uses as a tool at any depth, ``clock``'s time: their
+    backoff and slow tools take no real time, and a child's deadline is read on the clock its
+    parent's share was computed on. The jitter is seeded: the paused-and-resumed run and its
+    reference must draw the same backoff delays, or a deadline falls between different retries
+    (invariant 10). The run's own id is fixed; its children's are numbered in the order they
+    start."""
+    agent.runtime = Runtime(
+        sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
+    )
+    numbers = count(1)
+    below = [found.agent for found in agent_tools(agent)]
+    seen = {id(agent)}
+    while below:
+        child = below.pop()
+        if id(child) in seen:
+            continue
+        seen.add(id(child))
+        child.runtime = Runtime(
+            sleep=clock.sleep,
+            clock=clock.now,
+            random=random.Random(len(seen)),
+            new_id=lambda: f"run_fuzz_child_{next(numbers)}",
+        )
+        below.extend(found.agent for found in agent_tools(child))
+
+
 def _run_once(
     case: FuzzCase, make_agent: AgentFactory | None, loop: asyncio.AbstractEventLoop | None
 ) -> RunRecord:
@@ -452,11 +480,7 @@ def _run_once(
         agent = _default_agent(case, model, deps)
     if not isinstance(agent, Agent):
         raise TypeError(f"the agent factory returned {type(agent).__name__}, not an Agent")
-    # A seeded jitter: the paused-and-resumed run and its reference must draw the same backoff
-    # delays, or a deadline falls between different retries (invariant 10).
-    agent.runtime = Runtime(
-        sleep=clock.sleep, clock=clock.now, random=random.Random(0), new_id=lambda: "run_fuzz"
-    )
+    _on_virtual_time(agent, clock)
     # Its children (agents it uses as tools) and the agents it hands off to share the fuzzed
     # model; its phases' budgets bound its turns.
     computed = agent_bounds(agent)

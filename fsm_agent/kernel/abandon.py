@@ -21,7 +21,8 @@ from typing import Any
 from ..errors import ConfigurationError, RunAbandonedError, UnknownRunError
 from ..machine.table import ANSWERED, TERMINAL, Outcome, State, StopReason
 from ..persistence import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, EffectRecord
-from ..persistence.run_log import _decode_tool, in_store_thread, load_checkpoint
+from ..persistence.outcomes import decode_tool_outcome
+from ..persistence.run_log import in_store_thread, load_checkpoint
 from ..run.state import RunState
 from ..tools.output import cut_result
 from ..values.messages import ToolCall, ToolResult
@@ -29,7 +30,7 @@ from .context import RunContext
 from .durable_child import child_run_id
 from .plan import Plan, RunOwner
 from .resuming import refuse_finished
-from .run import RunHandle, RunResult, Runtime
+from .run import RunResult, Runtime
 
 __all__ = ["abandon_run"]
 
@@ -84,7 +85,7 @@ async def _abandoned(
     rs.stop_reason = move.stop
     rs.trace.append(move)
     if rs.pending_tool_calls:  # every call still waiting gets its one result
-        context = RunContext(plan, runtime, rs, listening=False, handle=RunHandle())
+        context = RunContext(plan, runtime, rs, listening=False)
         context.close_pending_calls("the run was abandoned")
     rs.resume_token = None
     run_id = rs.run_id
@@ -168,7 +169,7 @@ def _journaled(call: ToolCall, record: EffectRecord | None) -> ToolResult | None
     if record.result is None:
         content = _UNKNOWN.format(name=call.name, id=call.id)
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
-    execution = _decode_tool(record.result, call)
+    execution = decode_tool_outcome(record.result, call)
     if execution.question is None:
         return execution.result
     content = _UNANSWERED.format(name=call.name, question=execution.question)

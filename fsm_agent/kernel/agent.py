@@ -505,7 +505,7 @@ def _checked_prompt(system_prompt: object) -> str | None:
 
 
 def _result_of(ctx: RunContext) -> RunResult[Any]:
-    result = ctx.handle.result
+    result = ctx.result
     assert result is not None, "the driver records the result when the run rests"
     return result
 

@@ -47,7 +47,7 @@ from .driver import drive
 from .durable_child import child_run_id, open_child
 from .handoffs import declared_graph, handoff_graph
 from .plan import Plan, Planned, RunOwner, plan_of, with_policy
-from .run import RunHandle, RunResult, own_usage
+from .run import RunResult, own_usage
 from .sharing import Grant, grant_limits, release, spent_share
 from .states.model_call import model_name
 
@@ -58,6 +58,7 @@ __all__ = [
     "AgentTool",
     "ChildRunContext",
     "agent_bounds",
+    "agent_tools",
     "called_as",
     "children_bounds",
     "explored_model_calls",
@@ -145,7 +146,6 @@ class ChildRunContext(RunContext):
             agent.runtime,
             state,
             listening=parent.listening,
-            handle=RunHandle(),
             agent=agent,
             model_settings=agent.model_settings,
         )
@@ -303,14 +303,13 @@ async def _run_granted(
         ctx.history = history
     elif rs.trace:
         ctx.last_move = rs.trace[-1]  # a resumed child: a retry's backoff needs it
-    ctx.handle._attach(ctx)
     _CALLS[rs.run_id] = (parent.rs.run_id, context.call_id, name)
     try:
         await drive(ctx)
     finally:
         del _CALLS[rs.run_id]
         _charge(parent, rs, segment)
-    result = ctx.handle.result
+    result = ctx.result
     assert result is not None, "the driver records the result when the run rests"
     return result
 
@@ -563,6 +562,17 @@ def explored_model_calls(agent: Planned) -> int | None:
     )
 
 
+def agent_tools(agent: Planned) -> list[AgentTool[Any]]:
+    """The agents ``agent`` uses as tools, as their tools (with handoffs, those of every agent
+    that may hold the conversation)."""
+    return [
+        found
+        for each in _chain(plan_of(agent))
+        for found in each.tools.values()
+        if isinstance(found, AgentTool)
+    ]
+
+
 def children_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> list[ChildBounds]:
     """The worst case of each agent ``agent`` uses as a tool, by its tool name (with handoffs,
     those of every agent that may hold the conversation)."""
@@ -572,7 +582,5 @@ def children_bounds(agent: Planned, *, model_timeout_s: float | None = None) -> 
             agent_bounds(found.agent, model_timeout_s=model_timeout_s),
             timeout_s=found.timeout_s,
         )
-        for each in _chain(plan_of(agent))
-        for found in each.tools.values()
-        if isinstance(found, AgentTool)
+        for found in agent_tools(agent)
     ]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..persistence.run_log import RunLog
     from ..values.model_settings import ModelSettings
     from .plan import Plan
-    from .run import RunHandle, Runtime
+    from .run import RunHandle, RunResult, Runtime
 
 __all__ = [
     "ONE_REQUEST",
@@ -107,7 +107,9 @@ class RunContext:
     ``plan`` is the agent's plan when the run started: the run reads it, not the agent, so a
     policy assigned while it moves applies to the runs started after it. A handoff replaces it
     with the target's plan, which ``origin`` (the plan the run started with) compiles.
-    ``agent`` is the agent the run is for, handed only to user code (a ``before_run`` hook)."""
+    ``agent`` is the agent the run is for, handed only to user code (a ``before_run`` hook).
+    ``handle`` is the caller's :class:`RunHandle`, ``None`` when they passed none (a run
+    in flight then holds no handle for the garbage collector to walk)."""
 
     def __init__(
         self,
@@ -116,7 +118,7 @@ class RunContext:
         state: RunState,
         *,
         listening: bool,
-        handle: RunHandle,
+        handle: RunHandle | None = None,
         agent: object = None,
         model_settings: ModelSettings | None = None,
     ) -> None:
@@ -126,6 +128,7 @@ class RunContext:
         self.rs = state
         self.listening = listening
         self.handle = handle
+        self.result: RunResult[Any] | None = None  # set by the driver when the run rests
         self.deps: object = None
         self.input: Message | None = None
         # The run's containers start as the shared empty tuple: a run in flight holds no
@@ -169,6 +172,10 @@ class RunContext:
             and task.cancel()
         ):
             self.own_cancels += 1  # told apart from the caller's cancels in effect()
+
+    def pause_requested(self) -> bool:
+        """Whether the caller's handle asks the run to pause (see :meth:`RunHandle.pause`)."""
+        return self.handle is not None and self.handle.pause_requested
 
     @property
     def interrupted(self) -> Outcome:

@@ -229,7 +229,9 @@ def _terminal_event(ctx: RunContext) -> FinalEvent | AbortedEvent | SuspendedEve
 
 
 def _set_result(ctx: RunContext) -> RunResult[Any]:
-    result = ctx.handle.result = RunResult.of(ctx.rs, ctx.error, ctx.plan.output_spec)
+    result = ctx.result = RunResult.of(ctx.rs, ctx.error, ctx.plan.output_spec)
+    if ctx.handle is not None:
+        ctx.handle.result = result
     return result
 
 
@@ -289,7 +291,8 @@ async def drive(ctx: RunContext) -> None:
             timer.cancel()
         if ctx.durable is not None:
             ctx.durable.close()
-        ctx.handle._detach()
+        if ctx.handle is not None:
+            ctx.handle._detach()
 
 
 async def _record_cancel(ctx: RunContext) -> None:

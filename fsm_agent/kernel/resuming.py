@@ -77,7 +77,7 @@ def start_context(
         rs.model = " | ".join(model_name(m) for m in plan.models)
         message = storable_message(message)
         log = _run_log(agent, rs.run_id, 0, listening)
-    ctx = new_context(agent, plan, rs, handle or RunHandle(), deps, listening, log)
+    ctx = new_context(agent, plan, rs, handle, deps, listening, log)
     ctx.input = message
     ctx.model_settings = settings
     if history:
@@ -109,13 +109,13 @@ def new_context(
     agent: RunOwner,
     plan: Plan,
     rs: RunState,
-    handle: RunHandle,
+    handle: RunHandle | None,
     deps: object,
     listening: bool,
     durable: RunLog | None = None,
 ) -> RunContext:
     """The context of a started or resumed run of ``agent`` under ``plan``, attached to its
-    handle."""
+    handle (when the caller passed one)."""
     ctx = RunContext(
         plan,
         agent.runtime,
@@ -127,7 +127,8 @@ def new_context(
     )
     ctx.deps = deps if deps is not None else agent.deps
     ctx.durable = durable
-    handle._attach(ctx)
+    if handle is not None:
+        handle._attach(ctx)
     return ctx
 
 
@@ -157,8 +158,11 @@ async def resume_context(
             f"resume needs the ResumeHandle of a result; resuming run {resume!r} by its id "
             "needs an agent with a checkpointer"
         )
-    handle = handle or RunHandle()
-    if handle._rs is not None and handle._rs is not getattr(resume, "run_state", None):
+    if (
+        handle is not None
+        and handle._rs is not None
+        and handle._rs is not getattr(resume, "run_state", None)
+    ):
         raise InvalidInputError("a RunHandle controls one run; create a new one per run")
     rs = apply_decisions(resume, decisions if decisions is not None else {})
     ctx = new_context(agent, agent._plan, rs, handle, deps, listening)
@@ -198,8 +202,7 @@ async def _durable_resume_context(
     except BaseException:
         log.close()  # the store keeps nothing for a run that was not resumed
         raise
-    handle = handle or RunHandle()
-    if handle._rs is not None and handle._rs.run_id == run_id:
+    if handle is not None and handle._rs is not None and handle._rs.run_id == run_id:
         handle._ctx = handle._rs = None  # the same run, resumed from its checkpoint
         handle._pause_requested = False
     ctx = new_context(agent, plan, rs, handle, deps, listening, log)

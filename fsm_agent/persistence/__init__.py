@@ -124,8 +124,9 @@ class Checkpointer(Protocol):
     nothing and says ``False`` otherwise (SQLite does: see ``docs/durability.md``). A store
     may also offer ``forget(run_id)`` (drop what it keeps in memory for a run; called when the
     run's task ends),
-    ``prepare_save``/``write_prepared`` (encode on the loop's thread, write on the store's), as
-    the SQL stores do, and ``checkpoints(run_id)`` (every checkpoint of a run, oldest first: what
+    ``prepare_save``/``write_prepared`` (encode on the loop's thread, write on the store's;
+    ``write_prepared`` takes one checkpoint or several consecutive ones of a run), as the SQL
+    stores do, and ``checkpoints(run_id)`` (every checkpoint of a run, oldest first: what
     ``Agent.fork`` needs), as every store of this package does."""
 
     def save(self, state: RunState, *, version: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -176,9 +176,10 @@ class PostgresCheckpointer(SQLCheckpointer):
         """Every stored run, the most recently updated first."""
         return self._again(lambda: SQLCheckpointer.runs(self))
 
-    def write_prepared(self, prepared: PreparedSave) -> None:
-        """Store a checkpoint :meth:`~SQLCheckpointer.prepare_save` encoded."""
-        self._again(lambda: SQLCheckpointer.write_prepared(self, prepared))
+    def write_prepared(self, *prepared: PreparedSave) -> None:
+        """Store checkpoints :meth:`~SQLCheckpointer.prepare_save` encoded (consecutive ones
+        of one run, as one write)."""
+        self._again(lambda: SQLCheckpointer.write_prepared(self, *prepared))
 
     def _record(self, run_id: str, key: str, kind: str, result: str | None, version: int) -> None:
         self._again(lambda: SQLCheckpointer._record(self, run_id, key, kind, result, version))
@@ -188,8 +189,11 @@ class PostgresCheckpointer(SQLCheckpointer):
         with self._connection() as conn, conn.cursor() as cur:
             yield cur
 
-    def _advance(self, cur: Cursor, p: PreparedSave, now: float) -> bool:
+    def _advance(self, cur: Cursor, prepared: Sequence[PreparedSave], now: float) -> bool:
+        if len(prepared) > 1:  # two statements for them all
+            return super()._advance(cur, prepared, now)
         # One statement where SQLite needs two: a round trip less for every checkpoint.
+        (p,) = prepared
         cur.execute(
             self._sql(
                 "WITH moved AS (UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, "

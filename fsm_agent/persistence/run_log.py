@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from pydantic_core import PydanticSerializationError
 
-from .. import errors
 from ..errors import ModelError
-from ..machine.table import TERMINAL, State, StopReason
+from ..machine.agent_machine import Move
+from ..machine.table import TERMINAL, Outcome, State, StopReason
 from ..run.state import RunState
 from ..tools import Tool, ToolContext, ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
 from . import UNKNOWN_OUTCOME_PREFIX, Checkpoint, Checkpointer, Durability, EffectRecord
+from .outcomes import (  # RecordedToolError and recorded_content: their old path, kept
+    RecordedToolError,
+    decode_model_outcome,
+    decode_tool_outcome,
+    encode_model_outcome,
+    encode_tool_outcome,
+    recorded_content,
+)
 from .storable import storable_response, storable_result
 from .store_threads import Call, JobFailed, Lane, StoreThreads
 
@@ -34,6 +41,7 @@ T = TypeVar("T")
 
 __all__ = [
     "AT_ONCE_RUNS",
+    "MERGED_CHECKPOINTS",
     "RecordedToolError",
     "RunLog",
     "UnknownOutcome",
@@ -41,6 +49,7 @@ __all__ = [
     "in_store_thread",
     "load_checkpoint",
     "recorded_content",
+    "rederived",
     "store_threads_of",
     "unknown_result",
 ]
@@ -51,6 +60,9 @@ are made at once when the store can (``write_now``): for a few runs, handing the
 store's thread and waking the loop when they are done costs more than the commit; for many,
 the store's thread commits many runs' writes together, and the loop's thread is left to the
 runs."""
+
+MERGED_CHECKPOINTS = 16
+"""The most consecutive checkpoints of a run written as one (one statement inserts them)."""
 
 UnknownOutcome = Literal["model", "human"]
 """Who settles a non-idempotent call a crash cut short: the model (an "outcome unknown" error
@@ -68,6 +80,16 @@ UNKNOWN_QUESTION = (
 )
 
 
+def rederived(move: Move) -> bool:
+    """Whether a resume re-derives ``move`` from the journal, so that its checkpoint need not
+    be stored before the run's next model call: the end of a tool turn (out of
+    ``dispatching`` into ``compacting``: resumed at the turn, the run reuses each tool outcome
+    the journal holds, and runs none again) and a ``compacting`` that had nothing to do."""
+    if move.source is State.DISPATCHING:
+        return move.dest is State.COMPACTING
+    return move.source is State.COMPACTING and move.outcome is Outcome.PROCEED
+
+
 def unknown_result(call: ToolCall) -> ToolResult:
     """The result of a non-idempotent call a crash cut short, settled by the model. It is not
     marked an error: the call may well have succeeded, and counting it as a failed tool turn
@@ -75,10 +97,6 @@ def unknown_result(call: ToolCall) -> ToolResult:
     interrupted (the text tells the model what is known)."""
     content = UNKNOWN_RESULT.format(name=call.name, id=call.id)
     return ToolResult(call_id=call.id, name=call.name, content=content)
-
-
-class RecordedToolError(Exception):
-    """The error a tool raised in an earlier process, as its journal recorded it."""
 
 
 class RunLog:
@@ -128,6 +146,9 @@ class RunLog:
         # for the writes of a step, instead of a wake-up per write competing with the loop.
         self._defers = mode is Durability.SYNC and not heard
         self._deferred: list[Call] | tuple[()] = ()
+        # How many of the last deferred writes are checkpoints of moves a resume re-derives
+        # from the journal (see ``rederived``): a model call does not wait for them.
+        self._rederived = 0
         # Writes handed to the lane, and how many of the first of them are known stored: a
         # counter, not a flag, since parallel tool calls write and wait in any interleaving.
         self._queued = 0
@@ -159,9 +180,30 @@ class RunLog:
                 self._deferred.append((fn, args))
             else:
                 self._deferred = [(fn, args)]
+            self._rederived = 0
         else:
             self._lane.submit(fn, *args)
         self._queued += 1
+
+    def _submit_checkpoint(
+        self, save: Callable[..., object], args: tuple[object, ...], move: Move
+    ) -> None:
+        """Hand a checkpoint over as :meth:`_submit` does; one deferred right after another
+        (nothing of the run's between them) joins it, to be written as one (the store's
+        ``write_prepared`` takes consecutive checkpoints of a run)."""
+        deferred = self._deferred
+        again = rederived(move)
+        if self._split and isinstance(deferred, list) and deferred:
+            last, written = deferred[-1]
+            if last == save and len(written) < MERGED_CHECKPOINTS:
+                deferred[-1] = (save, written + args)
+                if not again:
+                    self._rederived = 0
+                return
+        tail = self._rederived
+        self._submit(save, *args)
+        if isinstance(self._deferred, list):  # deferred, not made at once
+            self._rederived = tail + 1 if again else 0
 
     async def _write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` after the run's previous write, awaited. A cancel stops the wait, not
@@ -183,6 +225,7 @@ class RunLog:
         run's is on the lane, the deferred writes and this one are made here instead, in order,
         in one transaction."""
         deferred, self._deferred = self._deferred, ()
+        self._rederived = 0
         idle = (
             self._stored + len(deferred) == self._queued
             and lane.failed is None
@@ -212,9 +255,24 @@ class RunLog:
 
     async def before_call(self) -> None:
         """Before a model call: in ``sync`` mode, wait for the writes handed to the store's
-        thread and not awaited yet (see the class)."""
-        if self._queued > self._stored and self.mode is Durability.SYNC:
+        thread and not awaited yet (see the class), except the last deferred ones when they
+        are checkpoints a resume re-derives from the journal (see ``rederived``): they are
+        made with the next write."""
+        if self._queued <= self._stored or self.mode is not Durability.SYNC:
+            return
+        kept = self._rederived
+        if not kept or not isinstance(self._deferred, list):
             await self.flush()
+            return
+        deferred = self._deferred
+        self._deferred, self._queued = deferred[:-kept] or (), self._queued - kept
+        try:
+            if self._queued > self._stored:
+                await self.flush()
+        finally:  # the kept ones go before any deferred meanwhile, as they were made first
+            added = self._deferred
+            self._deferred, self._queued = [*deferred[-kept:], *added], self._queued + kept
+            self._rederived = 0 if added else kept
 
     def close(self) -> None:
         """Let the store drop what it keeps in memory for the run, after the run's writes."""
@@ -268,7 +326,7 @@ class RunLog:
             if self.waits_each or resting:
                 await self._write(save, *args)
             else:  # stored before the next call or rest (see the class)
-                self._submit(save, *args)
+                self._submit_checkpoint(save, args, rs.trace[-1])
             self.version += 1
         elif mode is Durability.ASYNC:
             self.version += 1
@@ -332,7 +390,7 @@ class RunLog:
         key = f"{rs.counters.steps + 1}/model/{rs.model_calls}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
-            return None, _decode_model(record.result)
+            return None, decode_model_outcome(record.result)
         if record is None:
             await self.before_call()
             # Not awaited: an intent without an outcome and no record both mean "call it",
@@ -353,34 +411,51 @@ class RunLog:
             response = storable_response(response)
             encoded = encode_model_outcome(response, model=model)
         if key is not None:
-            self._submit(self._record, key, encoded, self.version)
+            self._model_outcome(key, encoded)
         return response
 
     async def model_failed(self, key: str, exc: Exception, *, model: str | None = None) -> None:
         """Record the error of the call ``key`` (and the chain's model that raised it)."""
-        self._submit(self._record, key, encode_model_outcome(exc, model=model), self.version)
+        self._model_outcome(key, encode_model_outcome(exc, model=model))
+
+    def _model_outcome(self, key: str, result: str) -> None:
+        """Record a model call's outcome after its intent. When the intent is still deferred
+        (nothing has been handed over since), the outcome takes its place: the two would be
+        made in the same transaction, where the intent alone is never seen."""
+        deferred = self._deferred
+        intent = (self._record_intent, (key, "model", self.version))
+        if isinstance(deferred, list) and deferred and deferred[-1] == intent:
+            deferred[-1] = (self._record, (key, result, self.version))
+        else:
+            self._submit(self._record, key, result, self.version)
 
     async def execute_tool(
-        self, tool: Tool, call: ToolCall, context: ToolContext[object], default_timeout_s: float
+        self,
+        tool: Tool,
+        call: ToolCall,
+        context: ToolContext[object] | None,
+        step: int,
+        default_timeout_s: float | None,
     ) -> ToolExecution:
-        """Run one call through the journal: reuse a recorded outcome, settle a call a crash cut
-        short, or record the intent, run the tool and record its outcome."""
+        """Run one call, made at ``step``, through the journal: reuse a recorded outcome,
+        settle a call a crash cut short, or record the intent, run the tool and record its
+        outcome. ``context`` may be ``None`` when the tool does not use one."""
         if not self.journal:
             return _storable(await tool.execute(call, context, default_timeout_s=default_timeout_s))
-        key = f"{context.step}/tool/{call.id}"
+        key = f"{step}/tool/{call.id}"
         record = self.effects.get(key)
         if record is not None and record.result is not None:
-            return _decode_tool(record.result, call)
+            return decode_tool_outcome(record.result, call)
         if record is None:
             await self._intent(key, "tool")
         elif not tool.idempotent:
             execution = self._unknown(call)
-            await self._result(key, _encode_tool(execution))
+            await self._result(key, encode_tool_outcome(execution))
             return execution
         execution = _storable(
             await tool.execute(call, context, default_timeout_s=default_timeout_s)
         )
-        await self._result(key, _encode_tool(execution))
+        await self._result(key, encode_tool_outcome(execution))
         return execution
 
     def _unknown(self, call: ToolCall) -> ToolExecution:
@@ -453,90 +528,3 @@ def _snapshot(rs: RunState) -> RunState:
             "answered_by": dict(rs.answered_by),
         }
     )
-
-
-def encode_model_outcome(outcome: ModelResponse | Exception, *, model: str | None = None) -> str:
-    """A model call's outcome as the journal stores it (:func:`_decode_model` reads it back):
-    the response, or the error with what classifying it needs; and ``model``, the fallback
-    chain's model that made the call, when given."""
-    by = "" if model is None else '"model":' + json.dumps(model) + ","
-    if isinstance(outcome, ModelResponse):
-        return "{" + by + '"response":' + outcome.model_dump_json() + "}"
-    error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
-    if isinstance(outcome, ModelError):
-        error.update(
-            type=type(outcome).__name__,
-            retryable=outcome.retryable,
-            retry_after=outcome.retry_after,
-            status_code=outcome.status_code,
-            provider=outcome.provider,
-        )
-    else:
-        error["message"] = f"the model raised {type(outcome).__name__}: {outcome}"
-    return json.dumps({"error": error} if model is None else {"model": model, "error": error})
-
-
-def _decode_model(text: str) -> ModelResponse | ModelError:
-    try:
-        data = json.loads(text)
-        if "response" in data:
-            return ModelResponse.model_validate(data["response"])
-        error = data["error"]
-        cls = getattr(errors, str(error["type"]), ModelError)
-        if not (isinstance(cls, type) and issubclass(cls, ModelError)):
-            cls = ModelError
-        return cls(
-            str(error["message"]),
-            retryable=error.get("retryable", False),
-            retry_after=error.get("retry_after"),
-            status_code=error.get("status_code"),
-            provider=error.get("provider"),
-        )
-    except (ValueError, KeyError, TypeError) as problem:
-        raise errors.CorruptCheckpointError(
-            f"a recorded model call does not decode ({problem})"
-        ) from None
-
-
-def _encode_tool(execution: ToolExecution) -> str:
-    return json.dumps(
-        {
-            "result": execution.result.model_dump(mode="json"),
-            "done": execution.done,
-            "final_message": execution.final_message,
-            "error": None if execution.error is None else repr(execution.error),
-            "question": execution.question,
-            "duration_s": execution.duration_s,
-            "phase": execution.phase,
-        }
-    )
-
-
-def recorded_content(text: str) -> str | None:
-    """The content of the tool result a journal record holds (``None`` when it does not
-    decode): a store may keep a cut output's full text as a reference to it."""
-    try:
-        content = json.loads(text)["result"]["content"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
-
-
-def _decode_tool(text: str, call: ToolCall) -> ToolExecution:
-    try:
-        data = json.loads(text)
-        result = ToolResult.model_validate(data["result"])
-        error = data["error"]
-        return ToolExecution(
-            result,
-            done=bool(data["done"]),
-            final_message=data["final_message"],
-            error=None if error is None else RecordedToolError(str(error)),
-            duration_s=float(data["duration_s"]),
-            question=data["question"],
-            phase=data.get("phase"),
-        )
-    except (ValueError, KeyError, TypeError) as problem:
-        raise errors.CorruptCheckpointError(
-            f"the recorded result of tool call {call.id!r} does not decode ({problem})"
-        ) from None

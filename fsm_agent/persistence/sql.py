@@ -41,7 +41,7 @@ from ..machine.table import State
 from ..run.state import RunState
 from ..values.messages import Message
 from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
-from .run_log import recorded_content
+from .outcomes import recorded_content
 from .sql_rows import (
     MESSAGES,
     MIGRATIONS,
@@ -308,16 +308,19 @@ class SQLCheckpointer:
             outputs=tuple((k, outputs[k]) for k in new_outputs),
         )
 
-    def write_prepared(self, prepared: PreparedSave) -> None:
-        """The writing half of :meth:`save`."""
+    def write_prepared(self, *prepared: PreparedSave) -> None:
+        """The writing half of :meth:`save`: one checkpoint, or consecutive checkpoints of one
+        run (as a run's writes made together hand them over), written as one (the run's row
+        moved once, the rows inserted by one statement)."""
         try:
             self._write_prepared(prepared)
         except BaseException:
-            self._saved.pop(prepared.run_id, None)  # the next checkpoint is written whole
+            self._saved.pop(prepared[0].run_id, None)  # the next checkpoint is written whole
             raise
 
-    def _write_prepared(self, p: PreparedSave) -> None:
-        run_id, version = p.run_id, p.version
+    def _write_prepared(self, prepared: Sequence[PreparedSave]) -> None:
+        first, last = prepared[0], prepared[-1]
+        run_id, version = first.run_id, first.version
         now = time.time()
         with self._writing() as cur:
             if version == 1:
@@ -327,25 +330,26 @@ class SQLCheckpointer:
                             "INSERT INTO {t}runs (run_id, version, state, stop_reason, steps, "
                             "updated_at) VALUES (?, ?, ?, ?, ?, ?)"
                         ),
-                        (run_id, 1, p.state, p.stop, p.steps, now),
+                        (run_id, last.version, last.state, last.stop, last.steps, now),
                     )
                 except Exception as exc:
                     if self._is_duplicate(exc):
                         raise conflict(run_id, version, 1) from None
                     raise
-                self._insert_checkpoint(cur, p, now)
-            elif not self._advance(cur, p, now):
+                self._insert_checkpoints(cur, prepared, now)
+            elif not self._advance(cur, prepared, now):
                 raise conflict(run_id, version, self._latest(cur, run_id))
-            for output_id, output in p.outputs:
-                key = self._journaled(cur, run_id, output_id, output)
-                cur.execute(
-                    self._sql(
-                        "INSERT INTO {t}outputs (run_id, output_id, text, journal_key) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, output_id) DO UPDATE SET "
-                        "text = excluded.text, journal_key = excluded.journal_key"
-                    ),
-                    (run_id, output_id, "" if key else output, key),
-                )
+            for p in prepared:
+                for output_id, output in p.outputs:
+                    key = self._journaled(cur, run_id, output_id, output)
+                    cur.execute(
+                        self._sql(
+                            "INSERT INTO {t}outputs (run_id, output_id, text, journal_key) "
+                            "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, output_id) DO UPDATE SET "
+                            "text = excluded.text, journal_key = excluded.journal_key"
+                        ),
+                        (run_id, output_id, "" if key else output, key),
+                    )
 
     def _journaled(self, cur: Cursor, run_id: str, output_id: str, output: str) -> str | None:
         """The key of the run's journal record whose tool result is ``output`` (the tool call
@@ -364,28 +368,46 @@ class SQLCheckpointer:
                 return str(key)
         return None
 
-    def _insert_checkpoint(self, cur: Cursor, p: PreparedSave, now: float) -> None:
+    def _insert_checkpoints(
+        self, cur: Cursor, prepared: Sequence[PreparedSave], now: float
+    ) -> None:
+        row = "(?, ?, ?, ?, ?, ?, ?, ?)"
         cur.execute(
             self._sql(
                 "INSERT INTO {t}checkpoints (run_id, version, saved_at, body, messages_from, "
-                "messages, trace_from, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                "messages, trace_from, trace) VALUES " + ", ".join([row] * len(prepared))
             ),
-            (p.run_id, p.version, now, p.body, p.messages_from, p.messages, p.trace_from, p.trace),
+            [
+                value
+                for p in prepared
+                for value in (
+                    p.run_id,
+                    p.version,
+                    now,
+                    p.body,
+                    p.messages_from,
+                    p.messages,
+                    p.trace_from,
+                    p.trace,
+                )
+            ],
         )
 
-    def _advance(self, cur: Cursor, p: PreparedSave, now: float) -> bool:
-        """Move the run's row from ``p.version - 1`` to ``p.version`` and insert the checkpoint;
-        ``False`` (nothing written) when the row no longer holds the previous version."""
+    def _advance(self, cur: Cursor, prepared: Sequence[PreparedSave], now: float) -> bool:
+        """Move the run's row from the version before the first of ``prepared`` to the last's
+        and insert them; ``False`` (nothing written) when the row no longer holds the version
+        before the first."""
+        first, last = prepared[0], prepared[-1]
         cur.execute(
             self._sql(
                 "UPDATE {t}runs SET version = ?, state = ?, stop_reason = ?, steps = ?, "
                 "updated_at = ? WHERE run_id = ? AND version = ?"
             ),
-            (p.version, p.state, p.stop, p.steps, now, p.run_id, p.version - 1),
+            (last.version, last.state, last.stop, last.steps, now, first.run_id, first.version - 1),
         )
         if cur.rowcount != 1:
             return False
-        self._insert_checkpoint(cur, p, now)
+        self._insert_checkpoints(cur, prepared, now)
         return True
 
     def _latest(self, cur: Cursor, run_id: str, *, lock: bool = True) -> int | None:

@@ -57,6 +57,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._busy_ms = max(0, int(timeout_s * 1000))
+        # Whether the connection waits ``timeout_s`` for a lock (as the store's thread does) or
+        # not at all (as ``write_now`` does): set when the other kind of use takes it.
+        self._waits = True
         self._fsync = fsync
         self._commits = 0  # since the WAL was last copied back into the database
         try:
@@ -83,8 +86,12 @@ class SQLiteCheckpointer(SQLCheckpointer):
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
-        """Serialise use of the connection and translate SQLite's errors."""
+        """Serialise use of the connection (which waits for another writer's lock up to
+        ``timeout_s``) and translate SQLite's errors."""
         with self._lock, self._translated():
+            if not self._waits:
+                self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                self._waits = True
             yield
 
     @contextmanager
@@ -126,11 +133,10 @@ class SQLiteCheckpointer(SQLCheckpointer):
         try:
             cur = conn.cursor()
             try:
-                cur.execute("PRAGMA busy_timeout=0")
-                try:
-                    cur.execute("BEGIN IMMEDIATE")
-                finally:
-                    cur.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                if self._waits:
+                    cur.execute("PRAGMA busy_timeout=0")
+                    self._waits = False
+                cur.execute("BEGIN IMMEDIATE")
             except sqlite3.Error:  # another writer holds the database: no waiting here
                 return False
             self._batch.cursor = cur

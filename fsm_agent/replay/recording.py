@@ -37,7 +37,7 @@ from ..kernel.states import Verdict
 from ..machine.table import Outcome, State
 from ..models import Model
 from ..models.scripted import Failure, ScriptPlayer, Turn, VirtualClock
-from ..persistence.run_log import RecordedToolError
+from ..persistence.outcomes import RecordedToolError
 from ..persistence.storable import storable_data
 from ..policy import Policy
 from ..run.events import (

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 
 __all__ = ["CallLimit"]
+
+
+_QUIET = threading.local()
+
+
+def _quiet_context() -> contextvars.Context:
+    """An empty context of this thread's own, for the timers' callbacks: they read no context
+    variable, and a copy of the caller's context for each would be one more object for every
+    garbage collection to walk per call in flight. One per thread, because a context is
+    entered by one thread at a time (each thread's loop runs its callbacks one by one)."""
+    try:
+        context: contextvars.Context = _QUIET.context
+    except AttributeError:
+        context = _QUIET.context = contextvars.Context()
+    return context
 
 
 class CallLimit:
@@ -26,7 +43,7 @@ class CallLimit:
         self.handle: asyncio.TimerHandle | None = None
         if seconds is not None:
             loop = asyncio.get_running_loop()
-            self.handle = loop.call_at(loop.time() + seconds, self)
+            self.handle = loop.call_at(loop.time() + seconds, self, context=_quiet_context())
 
     def __call__(self) -> None:
         """The time is up: cancel the call's task."""

@@ -5,8 +5,10 @@ every class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__
 ``__delattr__``), one ``exec`` each, when its module is imported. The messages, events, run
 state, table rows and the kernel's values are some eighty such classes, and compiling their
 methods was a third of what ``from fsm_agent import Agent`` cost. :func:`record` compiles only
-the ``__init__`` (the body a dataclass's has, so building a value costs what it did) and gives
-the class the others as functions shared by every record, which read the fields from the class.
+the ``__init__`` (the body a dataclass's has, except that a frozen value's fields are set
+through their slots' own setters, which costs a third of the dataclass's ``object.__setattr__``
+per field: a kernel step builds about ten values) and gives the class the others as functions
+shared by every record, which read the fields from the class.
 What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
 pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
 checks each value type against it.
@@ -18,8 +20,10 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
+from functools import partial
 from operator import attrgetter
 from reprlib import recursive_repr
+from types import MemberDescriptorType
 from typing import Any, TypeVar, cast, overload
 
 from typing_extensions import dataclass_transform
@@ -112,9 +116,9 @@ def _add(cls: type[Any], name: str, function: Callable[..., Any]) -> None:
 def _init(cls: type[Any], *, frozen: bool) -> Callable[..., None]:
     """The ``__init__`` a dataclass would compile: positional parameters, then keyword-only
     ones, with their defaults and factories, ``__post_init__`` called last; a frozen value's
-    fields set by ``object``."""
+    fields set through their slots (:func:`_slot_setter`)."""
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    scope: dict[str, Any] = {"__setattr": object.__setattr__, "__factory": _FACTORY}
+    scope: dict[str, Any] = {"__factory": _FACTORY}
     positional: list[str] = []
     keyword: list[str] = []
     body = []
@@ -132,7 +136,11 @@ def _init(cls: type[Any], *, frozen: bool) -> Callable[..., None]:
         else:
             param = name
         (keyword if f.kw_only else positional).append(param)
-        body.append(f"__setattr(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
+        if frozen:
+            scope[f"__set_{name}"] = _slot_setter(cls, name)
+            body.append(f"__set_{name}(self, {value})")
+        else:
+            body.append(f"self.{name} = {value}")
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
@@ -143,6 +151,21 @@ def _init(cls: type[Any], *, frozen: bool) -> Callable[..., None]:
     init.__module__, init.__qualname__ = cls.__module__, f"{cls.__qualname__}.__init__"
     init.__annotations__ = {f.name: f.type for f in fields} | {"return": None}
     return init
+
+
+def _slot_setter(cls: type[Any], name: str) -> Callable[[Any, Any], None]:
+    """What sets field ``name`` of a frozen value as it is built: its slot's own setter, which
+    costs a third of what ``object.__setattr__`` does (that looks the slot up by name on every
+    call); ``object.__setattr__`` for a field that is not a slot."""
+    slot = inspect.getattr_static(cls, name, None)
+    if isinstance(slot, MemberDescriptorType):
+        setter: Callable[[Any, Any], None] = slot.__set__
+        return setter
+    return partial(_set_by_name, name=name)
+
+
+def _set_by_name(value: Any, field_value: object, *, name: str) -> None:
+    object.__setattr__(value, name, field_value)
 
 
 _COMPARED: dict[type[Any], tuple[Callable[[Any], tuple[Any, ...]], ...]] = {}

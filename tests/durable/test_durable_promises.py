@@ -657,10 +657,11 @@ class _Inspecting:
 def test_sync_mode_stores_every_write_before_the_next_call(
     db_store: Checkpointer, listened: bool
 ) -> None:
-    """Durability ``sync``: when the model is called, the checkpoint of the move into
-    ``calling`` and every tool outcome before it are stored; when a tool runs, the move into
-    ``dispatching`` is. A run nobody follows waits once per call for them rather than for each
-    write, and must keep this promise all the same."""
+    """Durability ``sync``: when the model is called, every tool outcome before it is stored,
+    and the checkpoint of the move into ``calling``, except that a run nobody follows leaves
+    the checkpoints of the moves after a tool turn for its next write (the newest stored is
+    the turn's, from which a resume re-derives them); when a tool runs, the move into
+    ``dispatching`` is. A run nobody follows waits once per call rather than for each write."""
     model = _Inspecting(db_store, turns=3)
     at_tool: list[State] = []
 
@@ -684,7 +685,8 @@ def test_sync_mode_stores_every_write_before_the_next_call(
         result = agent.run_sync("go")
         assert result.ok and result.output == "done"
     assert at_tool == [State.DISPATCHING] * 3
-    assert model.seen == [(State.CALLING, [])] * 4
+    after_turns = State.CALLING if listened else State.DISPATCHING
+    assert model.seen == [(State.CALLING, [])] + [(after_turns, [])] * 3
     assert db_store.load("r1").state.state is State.DONE
 
 
@@ -733,3 +735,39 @@ def test_a_write_handed_over_during_a_wait_is_stored_before_the_next_call() -> N
         asyncio.run(main())
     finally:
         log.close()
+
+
+def test_a_compaction_is_stored_before_the_next_call(sqlite_store: Checkpointer) -> None:
+    """A run nobody follows leaves for its next write only the checkpoints a resume re-derives
+    from the journal; a compaction that shortened the thread is not one of them: when the
+    model is called after it, the store holds the compacted thread (the move into ``calling``),
+    and after a turn with nothing to compact, the turn's checkpoint (``dispatching``)."""
+    from fsm_agent import CompactionSettings, Outcome
+
+    model = _Inspecting(sqlite_store, turns=100)  # compaction drops results: it never ends
+
+    @tool
+    def note(n: int) -> str:
+        """Note a number."""
+        return f"noted {n}"
+
+    settings = CompactionSettings(max_messages=6, strategies=("sliding_window",))
+    agent = Agent(
+        model,
+        tools=[note],
+        checkpointer=sqlite_store,
+        policy=Policy(max_steps=8, max_compaction_attempts=50, compaction=settings),
+        runtime=Runtime(new_id=lambda: "r1"),
+    )
+    model.run_id = "r1"
+    result = agent.run_sync("go")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    into_calling = [move.outcome for move in result.trace if move.dest is State.CALLING]
+    assert Outcome.COMPACTED in into_calling[1:] and Outcome.PROCEED in into_calling[1:]
+    expected = [State.CALLING] + [
+        State.CALLING if outcome is Outcome.COMPACTED else State.DISPATCHING
+        for outcome in into_calling[1:]
+    ]
+    expected.append(State.FINALIZING)  # the step limit's summary call
+    assert [state for state, _ in model.seen] == expected
+    assert all(not open_calls for _, open_calls in model.seen)

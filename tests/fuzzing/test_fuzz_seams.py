@@ -162,7 +162,9 @@ def test_seams_catch_a_suspension_without_a_resume_handle(
 
     def result(ctx: RunContext) -> RunResult:
         found = dataclasses.replace(RunResult.of(ctx.rs, ctx.error), resume_handle=None)
-        ctx.handle.result = found
+        ctx.result = found
+        if ctx.handle is not None:
+            ctx.handle.result = found
         return found
 
     monkeypatch.setattr(driver, "_set_result", result)

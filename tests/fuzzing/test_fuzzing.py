@@ -20,6 +20,7 @@ from fsm_agent import (
     Policy,
     RateLimitError,
     RetryPolicy,
+    Runtime,
     State,
     StopReason,
     UsageLimits,
@@ -40,7 +41,16 @@ from fsm_agent.fuzzing import (
 )
 from fsm_agent.models import Model
 from fsm_agent.policy import limits_of
-from fsm_agent.testing import cases, fail, finish, fuzz_agent, text, tool_call, tool_calls
+from fsm_agent.testing import (
+    ScriptedModel,
+    cases,
+    fail,
+    finish,
+    fuzz_agent,
+    text,
+    tool_call,
+    tool_calls,
+)
 
 
 def small_agent(model: Model) -> Agent[Any, Any]:
@@ -323,3 +333,26 @@ def test_fuzz_refuses_limits_that_would_run_nothing(kwargs: dict[str, float], me
     """A session that could run no example is a configuration error, not an empty OK."""
     with pytest.raises(ConfigurationError, match=message):
         fuzz(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_child_agent_waits_on_the_cases_virtual_clock() -> None:
+    """A child agent (an agent used as a tool) retries on the case's virtual clock, as its
+    parent does: its backoff takes no real time and draws no real sleep."""
+    really_slept: list[float] = []
+
+    async def real_sleep(seconds: float) -> None:
+        really_slept.append(seconds)
+
+    def make_agent(model: Model) -> Agent[Any, Any]:
+        child = Agent(
+            ScriptedModel([fail(), text("the child's answer")]),
+            runtime=Runtime(sleep=real_sleep),
+        )
+        helper = child.as_tool(name="helper", description="Ask the helper.")
+        return Agent(model, tools=[helper])
+
+    case = FuzzCase(script=(tool_call("helper", {"task": "look"}), text("done")))
+    record = run_case(case, make_agent)
+    assert record.result.stop_reason is StopReason.COMPLETED
+    assert record.result.tool_executions == 1
+    assert really_slept == []

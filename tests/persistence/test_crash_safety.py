@@ -82,3 +82,19 @@ def test_a_kill_inside_a_tool_does_not_run_it_again(tmp_path: Path) -> None:
     assert Counter(case["log"])["charge"] == 1
     assert "outcome unknown" in json.dumps(case["state"]["messages"])
     assert case["state"]["stop_reason"] == "completed"
+
+
+def test_a_kill_in_the_model_call_after_a_tool_turn_runs_no_tool_again(tmp_path: Path) -> None:
+    """A run nobody follows stores its tool outcomes before its next model call, but not yet
+    the checkpoints of the moves after the turn (a resume re-derives them). Killed inside that
+    model call, the store's newest checkpoint is the tool turn's, with every outcome recorded;
+    the resumed run reuses them: the charge and the lookups run once, nothing reads "outcome
+    unknown", and the run completes (the lost answer is asked for again)."""
+    first, [case] = _cases(tmp_path, "in-model")
+    assert case["first"] == -9 and case["second"] == 0, case
+    assert case["stored"] == {"state": "dispatching", "open": []}
+    log = Counter(case["log"])
+    assert log["charge"] == 1 and log["lookup"] == Counter(first["log"])["lookup"] == 2
+    assert "outcome unknown" not in json.dumps(case["state"]["messages"])
+    assert case["state"]["stop_reason"] == "completed"
+    assert case["state"]["output"] == "Charged 5 after looking up a and b."

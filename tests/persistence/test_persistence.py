@@ -98,6 +98,38 @@ def test_a_stale_version_is_refused_and_writes_nothing(local_store: Checkpointer
     assert local_store.effects("run_1") == {}
 
 
+def test_consecutive_checkpoints_written_as_one_are_each_stored(db_store: Checkpointer) -> None:
+    """``write_prepared`` takes consecutive checkpoints of a run and writes them as one: each
+    is a row of its own (loaded, listed, forked from as if written alone), the run's row holds
+    the last; a stale first version refuses them all and writes none."""
+    store: Any = db_store
+    rs = _state(n=1)
+    store.write_prepared(store.prepare_save(rs, version=1))
+    prepared = []
+    for version, state in ((2, State.DISPATCHING), (3, State.COMPACTING), (4, State.CALLING)):
+        rs.state = state
+        rs.messages.append(Message.user(f"at {version}"))
+        prepared.append(store.prepare_save(rs, version=version))
+    store.write_prepared(*prepared)
+    assert [c.state.state for c in store.checkpoints("run_1")] == [
+        State.CALLING,
+        State.DISPATCHING,
+        State.COMPACTING,
+        State.CALLING,
+    ]
+    assert [len(c.state.messages) for c in store.checkpoints("run_1")] == [1, 2, 3, 4]
+    assert store.load("run_1").state == rs
+    [summary] = store.runs()
+    assert (summary.version, summary.state) == (4, State.CALLING)
+    with pytest.raises(CheckpointConflictError):
+        store.write_prepared(store.prepare_save(rs, version=4), store.prepare_save(rs, version=5))
+    assert store.load("run_1").version == 4
+    fresh = _state("run_2")
+    store.write_prepared(store.prepare_save(fresh, version=1), store.prepare_save(fresh, version=2))
+    assert [c.version for c in store.checkpoints("run_2")] == [1, 2]
+    assert {s.run_id: s.version for s in store.runs()} == {"run_1": 4, "run_2": 2}
+
+
 def test_an_unknown_run_id_is_a_typed_error(local_store: Checkpointer) -> None:
     """Loading a run the store never saw raises UnknownRunError naming it."""
     with pytest.raises(UnknownRunError, match="no checkpoint holds run 'nope'"):

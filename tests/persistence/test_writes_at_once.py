@@ -84,6 +84,30 @@ def test_writes_go_to_the_stores_thread_while_another_writer_holds_the_database(
     assert answers[0] is False and any(answers)
 
 
+def test_after_writes_made_at_once_the_stores_thread_still_waits_for_a_lock(
+    tmp_path: Path,
+) -> None:
+    """``write_now`` never waits for a lock, but the connection's other uses still do: after
+    writes made at once, a write on the store's thread waits for another writer's lock
+    (within ``timeout_s``) instead of failing with ``StoreLockedError`` at once."""
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path, timeout_s=5.0)
+    save = (partial(store.save, version=1), (RunState(run_id="run_x"),))
+    assert store.write_now([save]) is True
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    assert store.write_now([]) is False  # no waiting at once
+    release = threading.Timer(0.2, lambda: other.execute("COMMIT"))
+    release.start()
+    try:
+        store.save(RunState(run_id="run_y"), version=1)  # waits for the lock
+    finally:
+        release.join()
+        other.close()
+    assert {s.run_id for s in store.runs()} == {"run_x", "run_y"}
+    store.close()
+
+
 def test_a_store_that_fsyncs_makes_no_write_at_once(tmp_path: Path) -> None:
     """``fsync=True``: every commit would wait for the disk, so none is made at once."""
     store = SQLiteCheckpointer(tmp_path / "runs.db", fsync=True)
@@ -175,3 +199,31 @@ def test_many_runs_in_flight_write_through_the_stores_thread(
     assert all(asyncio.run(main()))
     store.close()
     assert writing and max(writing) <= AT_ONCE_RUNS
+
+
+def test_a_model_calls_intent_deferred_with_its_outcome_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run nobody follows makes a model call's intent and outcome in one transaction, where
+    the intent alone is never seen: only the outcome is written (a tool's intent, awaited
+    before the tool starts, still is)."""
+    intents: list[str] = []
+    record_intent = SQLiteCheckpointer.record_intent
+
+    def noted(self: SQLiteCheckpointer, run_id: str, key: str, kind: Any, *, version: int) -> None:
+        intents.append(kind)
+        record_intent(self, run_id, key, kind, version=version)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "record_intent", noted)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store, steps=2).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert intents == ["tool", "tool"]
+    effects = store.effects(result.run_state.run_id)
+    assert sorted(k for k, r in effects.items() if r.kind == "model") == [
+        "1/model/1",
+        "2/model/2",
+        "3/model/3",
+    ]
+    assert all(r.result is not None for r in effects.values())
+    store.close()

@@ -2,8 +2,10 @@
 SIGKILLs the run at a chosen boundary, and resumes it in a fresh process.
 
 Usage: ``python crash_worker.py DIR MODE`` where MODE is ``checkpoint`` (kill after each
-checkpoint in turn), ``any`` (after each write, effect records included) or ``in-tool`` (kill
-inside the non-idempotent charge, after its effect). One process is started per run and per
+checkpoint in turn), ``any`` (after each write, effect records included), ``in-tool`` (kill
+inside the non-idempotent charge, after its effect) or ``in-model`` (kill inside the model call
+that follows the charge's tool turn, on the store itself, whose run makes a step's writes
+together: what the store holds then is printed too). One process is started per run and per
 resume (``os.fork`` from this worker, which imported fsm_agent once); the outside world (the
 model's position, the tools' effects) is a log file that survives the kills. Prints one JSON
 line per case.
@@ -76,6 +78,23 @@ def _first(db: Path, log: Path, crash_after: int, at: str, kill_in_tool: bool) -
     agent.run_sync(PROMPT)
 
 
+def _in_model(db: Path, log: Path, stored: Path) -> None:
+    """Run on the store itself (no wrapper) and die inside the model call after the tool turn
+    with the charge (the fourth), noting what the store holds then."""
+    note = _note(log)
+
+    def noted(what: str) -> None:
+        note(what)
+        if what == "model" and _seen(log).count("model") == 4:
+            probe = SQLiteCheckpointer(db)
+            state = probe.load(RUN_ID).state.state
+            open_calls = [k for k, r in probe.effects(RUN_ID).items() if r.result is None]
+            stored.write_text(json.dumps({"state": state.value, "open": open_calls}))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    make_agent(SQLiteCheckpointer(db), noted).run_sync(PROMPT)
+
+
 def _resume(db: Path, log: Path, out: Path) -> None:
     store = SQLiteCheckpointer(db)
     agent = make_agent(store, _note(log), position=_seen(log).count("model"))
@@ -108,7 +127,7 @@ def main(directory: str, mode: str) -> None:
     print(
         json.dumps({"baseline": json.loads(baseline_out.read_text()), "log": _seen(baseline_log)})
     )
-    points = [0] if mode == "in-tool" else range(1, int(counting.read_text()) + 1)
+    points = [0] if mode in ("in-tool", "in-model") else range(1, int(counting.read_text()) + 1)
     at = "any" if mode == "any" else "checkpoint"
     for crash_after in points:
         db, log, out = (
@@ -116,7 +135,11 @@ def main(directory: str, mode: str) -> None:
             root / f"{crash_after}.log",
             root / f"{crash_after}.json",
         )
-        first = _in_child(partial(_first, db, log, crash_after, at, mode == "in-tool"))
+        stored = root / f"{crash_after}.stored.json"
+        if mode == "in-model":
+            first = _in_child(partial(_in_model, db, log, stored))
+        else:
+            first = _in_child(partial(_first, db, log, crash_after, at, mode == "in-tool"))
         second = _in_child(partial(_resume, db, log, out))
         case = {
             "crash_after": crash_after,
@@ -124,6 +147,7 @@ def main(directory: str, mode: str) -> None:
             "second": second,
             "log": _seen(log),
             "state": json.loads(out.read_text()) if out.exists() else None,
+            "stored": json.loads(stored.read_text()) if stored.exists() else None,
         }
         print(json.dumps(case), flush=True)
 

@@ -4,6 +4,8 @@ the calls beside it go on, and any other cancel goes on as a cancel."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import time
 
 import pytest
@@ -155,3 +157,40 @@ def test_a_cancel_the_tool_swallows_after_its_deadline_leaves_no_cancel_behind()
         return task.cancelling()
 
     assert asyncio.run(main()) == 0
+
+
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
+
+
+seen: list[str] = []  # the caller's context variable, as each cut call saw it
+
+
+@tool(timeout_s=0.05)
+async def hang_seen() -> str:
+    """Never answers in time; says whose context it runs in when it is cut."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        seen.append(_CALLER.get())
+        raise
+    return "late"
+
+
+def test_deadlines_hold_on_the_loops_of_several_threads_at_once() -> None:
+    """The timers of calls in flight on event loops of several threads fire together: each
+    call is cut at its own timeout, and runs in its caller's context variables."""
+
+    def cut_calls(name: str) -> list[ToolResult]:
+        async def main() -> list[ToolResult]:
+            _CALLER.set(name)
+            calls = [ToolCall.create(f"c{i}", "hang_seen", {}) for i in range(50)]
+            done = await asyncio.gather(*(hang_seen.execute(c, None) for c in calls))
+            return [execution.result for execution in done]
+
+        return asyncio.run(main())
+
+    seen.clear()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(cut_calls, ["a", "b", "c", "d"]))
+    assert all(r.is_error and "timed out after 0.05 s" in r.content for rs in found for r in rs)
+    assert sorted(set(seen)) == ["a", "b", "c", "d"] and len(seen) == 200

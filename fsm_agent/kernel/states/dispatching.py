@@ -130,14 +130,15 @@ async def _run(ctx: RunContext, call: ToolCall, reports: Reports | None = None) 
         return ToolExecution(tool_error(call, message))
     rs.tool_executions += 1
     durable = ctx.durable
+    context = _context(ctx, found, call, reports) if found.uses_context else None
     if durable is None:
-        context = _context(ctx, found, call, reports) if found.uses_context else None
         execution = await found.execute(
             call, context, default_timeout_s=plan.settings.tool_timeout_s
         )
     else:  # through the write-ahead journal: a recorded outcome is reused, not run again
-        context = _context(ctx, found, call, reports)  # its step keys the journal
-        execution = await durable.execute_tool(found, call, context, plan.settings.tool_timeout_s)
+        execution = await durable.execute_tool(
+            found, call, context, rs.counters.steps, plan.settings.tool_timeout_s
+        )
     if execution.question is not None:
         return execution
     result = execution.result
@@ -201,7 +202,7 @@ async def handle_dispatching(ctx: RunContext) -> Outcome:
         if hooks.before_tool or hooks.approve_tool or ctx.plan.approval_needed:
             await _prepare_all(turn)
         to_run = ctx.turn_calls = turn.to_run()
-        if to_run and ctx.handle.pause_requested:
+        if to_run and ctx.pause_requested():
             turn.paused = True
         elif to_run and settings.parallel_tool_calls and len(to_run) > 1:
             await _run_together(turn, to_run)
@@ -312,10 +313,13 @@ async def _run_in_order(turn: Turn, calls: list[ToolCall]) -> None:
     """Phase 2, in order: each call once the one before it has ended, until one asks a human,
     completes the task or fails under ``fail_fast``."""
     ctx = turn.ctx
-    for call in calls:
+    # By index: an iterator would be one more object for the collector to walk per run while
+    # its tool runs (a range's iterator is not tracked).
+    for index in range(len(calls)):
+        call = calls[index]
         if ctx.interrupt is not None or (ctx.deadline is not None and ctx.deadline_passed()):
             raise Interrupted
-        if ctx.handle.pause_requested:
+        if ctx.pause_requested():
             turn.paused = True
             break
         if ctx.listening:
