@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic_core import PydanticSerializationError
 
@@ -33,9 +33,6 @@ from .outcomes import (  # RecordedToolError and recorded_content: their old pat
 )
 from .storable import storable_response, storable_result
 from .store_threads import Call, JobFailed, Lane, StoreThreads
-
-if TYPE_CHECKING:
-    from pydantic import JsonValue
 
 T = TypeVar("T")
 
