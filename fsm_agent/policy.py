@@ -2,26 +2,44 @@
 
 Defaults: 200 steps, retries with exponential backoff, 3 consecutive failed tool turns,
 3 compaction attempts in a row, a 30 s tool timeout.
+
+A policy and its parts (:class:`RetryPolicy`, :class:`UsageLimits`, :class:`CompactionSettings`,
+:class:`ToolOutputSettings`) are frozen dataclasses, equal when their fields are and hashable.
+Their constructors validate as a pydantic model's does, converting what they can (a mapping to
+a nested policy, ``"fail"`` to :attr:`ToolFailureMode.FAIL`, ``"5"`` to 5) and raising
+:class:`~fsm_agent.PolicyError` for what they cannot, naming each field; writing a field raises
+``pydantic.ValidationError``, as on a frozen model. ``model_validate``, ``model_validate_json``
+(the same checks, from a mapping or JSON text), ``model_dump``, ``model_dump_json`` and
+``model_copy`` (not validated) work as on a pydantic model, and the JSON is the same as when they
+were pydantic models, so recordings and policy files written before still load. For the fields
+use :func:`dataclasses.fields`; for the JSON schema,
+``fsm_agent.values.record.adapter(Policy).json_schema()``. The validator of each type is built
+when its first value is, so importing them imports no pydantic.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import random
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, field, fields
 from enum import StrEnum
-from typing import Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ModelWrapValidatorHandler,
-    ValidationError,
-    model_validator,
-)
+from typing_extensions import dataclass_transform
 
 from .errors import PolicyError
 from .machine.table import Limits
+from .values.define import record
+from .values.record import Record, adapter
+from .values.schema import Schema
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema, ErrorDetails
 
 _COUNT = 1_000_000
 """The largest count a policy accepts (steps, retries, errors, calls, requests): a limit past it
@@ -48,25 +66,114 @@ __all__ = [
 ]
 
 
-class _PolicyModel(BaseModel):
-    """Frozen, strict-keyed model whose validation errors surface as :class:`PolicyError`."""
+class _PolicyValue(Record):
+    """A frozen policy value, validated when built: by its constructor (which, like a pydantic
+    model's, converts what it can, such as a mapping to a nested policy or ``"fail"`` to a
+    :class:`ToolFailureMode`) and where it is read back (``model_validate``, a recording).
+    Invalid input raises :class:`PolicyError`, naming each field and what is wrong with it.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built on first use
+    The validator is pydantic's, built from the fields' annotations when the first value of
+    the type is built (importing the type imports no pydantic).
+    """
 
-    @model_validator(mode="wrap")
+    __slots__ = ()
+
+    def __init__(self, **data: Any) -> None:
+        """The value of the fields in ``data`` (by name; the others take their defaults),
+        validated; raises :class:`PolicyError`. Type checkers read the fields' signature."""
+        adapter(type(self)).validator.validate_python(data, self_instance=self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+        """A copy with the fields in ``update`` replaced, not validated (as a pydantic model's
+        ``model_copy``: the caller vouches for the values)."""
+        made = copy.copy(self)
+        for name, value in (update or {}).items():
+            object.__setattr__(made, name, value)
+        return made
+
     @classmethod
-    def _as_policy_error(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        # pydantic only wraps ValueError/AssertionError, so a PolicyError raised here (or in an
-        # "after" validator, which runs outside this wrapper) passes through unchanged, also out
-        # of an enclosing model's validation.
+    def _defaults(cls) -> Self:
+        """The value with every field at its default, as ``cls()`` builds it, but not validated
+        (the defaults are valid): a policy's nested values start so, and the validator of
+        their type waits until a value of it is given."""
+        made = object.__new__(cls)
+        for f in fields(cls):  # type: ignore[arg-type]
+            factory = f.default_factory
+            default = f.default if factory is MISSING else factory()
+            object.__setattr__(made, f.name, default)
+        return made
+
+    def _problems(self) -> list[str]:
+        """What is wrong with the fields together (each is valid alone)."""
+        return []
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """The dataclass's schema, its fields checked together after it, and every problem
+        raised as one :class:`PolicyError`."""
+        from pydantic_core import core_schema
+
+        checked = core_schema.no_info_after_validator_function(_coherent, handler(source))
+        return core_schema.no_info_wrap_validator_function(_as_policy_error(cls), checked)
+
+    def __str__(self) -> str:
+        """The fields as ``name=value`` pairs, as a pydantic model prints."""
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        return " ".join(shown)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Refuse the write as a frozen pydantic model does (a ``ValidationError``)."""
+        from pydantic_core import ValidationError
+
+        raise ValidationError.from_exception_data(
+            type(self).__name__, [{"type": "frozen_instance", "loc": (name,), "input": value}]
+        )
+
+
+def _coherent(value: _PolicyValue) -> _PolicyValue:
+    problems = value._problems()
+    if problems:
+        raise PolicyError(f"invalid {type(value).__name__}: {'; '.join(problems)}")
+    return value
+
+
+def _as_policy_error(cls: type[_PolicyValue]) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    from pydantic_core import ValidationError
+
+    def validate(data: Any, handler: Callable[[Any], Any]) -> Any:
+        # pydantic only wraps ValueError/AssertionError, so a PolicyError raised in a check (or
+        # by a nested policy's validation) passes through unchanged.
         try:
             return handler(data)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}"
+                f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {_message(err)}"
                 for err in exc.errors(include_url=False)
             )
             raise PolicyError(f"invalid {cls.__name__}: {problems}") from None
+
+    return validate
+
+
+def _message(error: ErrorDetails) -> str:
+    # A dataclass's validator calls an unknown field an unexpected keyword argument; a policy
+    # is data (often a JSON file), and says it as a pydantic model did.
+    if error["type"] == "unexpected_keyword_argument":
+        return "Extra inputs are not permitted"
+    return error["msg"]
+
+
+_P = TypeVar("_P", bound=type[_PolicyValue])
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
+def _policy_value(cls: _P) -> _P:
+    """``cls`` made a frozen :func:`~fsm_agent.values.define.record` whose constructor
+    validates, and whose fields refuse writes as a pydantic model's do."""
+    made = record(cls)
+    made.__init__ = _PolicyValue.__init__  # type: ignore[method-assign]
+    made.__setattr__ = _PolicyValue.__setattr__  # type: ignore[method-assign]
+    return made
 
 
 class ToolFailureMode(StrEnum):
@@ -91,7 +198,8 @@ class LoopGuardAction(StrEnum):
     FINALIZE = "finalize"  # the run finalizes with stop reason repeated_tool_calls
 
 
-class RetryPolicy(_PolicyModel):
+@_policy_value
+class RetryPolicy(_PolicyValue):
     """How failed model calls are retried: exponential backoff with jitter.
 
     A retry happens only for errors the provider marks retryable. When the server says how long
@@ -99,23 +207,24 @@ class RetryPolicy(_PolicyModel):
     computed one; a server wait longer than ``max_delay_s`` ends the retries (the error is kept).
     """
 
-    max_retries: int = Field(
-        default=5, ge=0, le=_COUNT, description="retries after the first attempt"
+    max_retries: Annotated[
+        int, Schema(ge=0, le=_COUNT, description="retries after the first attempt")
+    ] = 5
+    base_delay_s: Annotated[float, Schema(ge=0, le=_DAY_S, allow_inf_nan=False)] = 1.0
+    max_delay_s: Annotated[float, Schema(ge=0, le=_DAY_S, allow_inf_nan=False)] = 60.0
+    jitter: Annotated[float, Schema(ge=0, le=1, allow_inf_nan=False, description="± fraction")] = (
+        0.2
     )
-    base_delay_s: float = Field(default=1.0, ge=0, le=_DAY_S, allow_inf_nan=False)
-    max_delay_s: float = Field(default=60.0, ge=0, le=_DAY_S, allow_inf_nan=False)
-    jitter: float = Field(default=0.2, ge=0, le=1, allow_inf_nan=False, description="± fraction")
     retryable_statuses: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
     honour_retry_after: bool = True
 
-    @model_validator(mode="after")
-    def _delays_ordered(self) -> Self:
+    def _problems(self) -> list[str]:
         if self.base_delay_s > self.max_delay_s:
-            raise PolicyError(
-                f"invalid RetryPolicy: base_delay_s ({self.base_delay_s}) must not exceed "
+            return [
+                f"base_delay_s ({self.base_delay_s}) must not exceed "
                 f"max_delay_s ({self.max_delay_s})"
-            )
-        return self
+            ]
+        return []
 
 
 def backoff_delay(
@@ -134,17 +243,18 @@ def backoff_delay(
     return min(retry.max_delay_s, max(0.0, delay))
 
 
-class UsageLimits(_PolicyModel):
+@_policy_value
+class UsageLimits(_PolicyValue):
     """Usage caps for one run; reaching one moves the run to ``finalizing``.
 
     ``max_requests`` counts model-call attempts, failed and retried ones included.
     """
 
-    max_requests: int | None = Field(default=None, gt=0, le=_COUNT)
-    max_input_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
-    max_output_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
-    max_total_tokens: int | None = Field(default=None, gt=0, le=_TOKENS)
-    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    max_requests: Annotated[int | None, Schema(gt=0, le=_COUNT)] = None
+    max_input_tokens: Annotated[int | None, Schema(gt=0, le=_TOKENS)] = None
+    max_output_tokens: Annotated[int | None, Schema(gt=0, le=_TOKENS)] = None
+    max_total_tokens: Annotated[int | None, Schema(gt=0, le=_TOKENS)] = None
+    max_cost_usd: Annotated[float | None, Schema(gt=0, le=1e9, allow_inf_nan=False)] = None
 
 
 class CompactionStrategyName(StrEnum):
@@ -155,7 +265,8 @@ class CompactionStrategyName(StrEnum):
     SLIDING_WINDOW = "sliding_window"  # the oldest call/result groups are dropped [S004]
 
 
-class CompactionSettings(_PolicyModel):
+@_policy_value
+class CompactionSettings(_PolicyValue):
     """When the context is compacted: above ``threshold`` × the context window.
 
     ``context_window`` overrides the model's declared window; with neither, only a ``length``
@@ -170,24 +281,25 @@ class CompactionSettings(_PolicyModel):
     the estimate of the history it was sent.
     """
 
-    threshold: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
-    context_window: int | None = Field(default=None, gt=0, le=_TOKENS)
-    keep_recent_messages: int = Field(default=2, ge=1)
-    target: float = Field(default=0.6, gt=0, le=1, allow_inf_nan=False, description="× the budget")
+    threshold: Annotated[float, Schema(gt=0, le=1, allow_inf_nan=False)] = 0.8
+    context_window: Annotated[int | None, Schema(gt=0, le=_TOKENS)] = None
+    keep_recent_messages: Annotated[int, Schema(ge=1)] = 2
+    target: Annotated[
+        float, Schema(gt=0, le=1, allow_inf_nan=False, description="× the budget")
+    ] = 0.6
     strategies: tuple[CompactionStrategyName, ...] = (
         CompactionStrategyName.TRIM_TOOL_OUTPUTS,
         CompactionStrategyName.SLIDING_WINDOW,
     )
-    max_messages: int | None = Field(default=None, ge=2, description="message-count window")
-    trim_tool_outputs_over: int = Field(default=200, ge=0, description="characters")
-    summary_max_tokens: int = Field(default=1024, gt=0, le=_TOKENS)
-    summary_prompt: str | None = Field(
-        default=None, description="replaces the built-in instructions"
-    )
+    max_messages: Annotated[int | None, Schema(ge=2, description="message-count window")] = None
+    trim_tool_outputs_over: Annotated[int, Schema(ge=0, description="characters")] = 200
+    summary_max_tokens: Annotated[int, Schema(gt=0, le=_TOKENS)] = 1024
+    summary_prompt: Annotated[
+        str | None, Schema(description="replaces the built-in instructions")
+    ] = None
     use_reported_usage: bool = True
 
-    @model_validator(mode="after")
-    def _coherent(self) -> Self:
+    def _problems(self) -> list[str]:
         problems: list[str] = []
         names = self.strategies
         if not names:
@@ -200,12 +312,11 @@ class CompactionSettings(_PolicyModel):
             and CompactionStrategyName.SLIDING_WINDOW not in names[names.index(summarize) + 1 :]
         ):
             problems.append("summarize must be followed by sliding_window (its fallback)")
-        if problems:
-            raise PolicyError(f"invalid CompactionSettings: {'; '.join(problems)}")
-        return self
+        return problems
 
 
-class ToolOutputSettings(_PolicyModel):
+@_policy_value
+class ToolOutputSettings(_PolicyValue):
     """How much of a tool's output goes into the history.
 
     A result longer than ``max_chars`` is cut to that length with a marker; its full text stays
@@ -215,87 +326,91 @@ class ToolOutputSettings(_PolicyModel):
     (``trimToolOutputs``). ``max_chars=None`` keeps outputs whole.
     """
 
-    max_chars: int | None = Field(default=50_000, ge=1_000, description="per result in the history")
-    keep_recent: int | None = Field(default=None, ge=0, description="tool results kept whole")
-    old_max_chars: int = Field(default=1_000, ge=0, description="older results are cut to this")
+    max_chars: Annotated[int | None, Schema(ge=1_000, description="per result in the history")] = (
+        50_000
+    )
+    keep_recent: Annotated[int | None, Schema(ge=0, description="tool results kept whole")] = None
+    old_max_chars: Annotated[int, Schema(ge=0, description="older results are cut to this")] = 1_000
 
 
-class Policy(_PolicyModel):
+@_policy_value
+class Policy(_PolicyValue):
     """Every limit of a run. Policies are data: they validate, serialise and print.
 
     Stop conditions are code, not data, so they are given to the :class:`~fsm_agent.Agent`.
     """
 
-    max_steps: int | None = Field(
-        default=200, gt=0, le=_COUNT, description="successful model turns per run"
-    )
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_consecutive_errors: int = Field(
-        default=3, gt=0, le=_COUNT, description="failed tool turns in a row"
-    )
-    max_total_errors: int | None = Field(
-        default=None, gt=0, le=_COUNT, description="model errors + failed turns"
-    )
-    max_compaction_attempts: int = Field(default=3, ge=0, le=_COUNT)
-    max_verifications: int = Field(
-        default=3, ge=0, le=_COUNT, description="rejections sent back to the model"
-    )
-    max_continuations: int = Field(
-        default=1,
-        ge=0,
-        le=_COUNT,
-        description="continuation turns after answers cut by the output cap",
-    )
+    max_steps: Annotated[
+        int | None, Schema(gt=0, le=_COUNT, description="successful model turns per run")
+    ] = 200
+    retry: RetryPolicy = field(default_factory=RetryPolicy._defaults)
+    max_consecutive_errors: Annotated[
+        int, Schema(gt=0, le=_COUNT, description="failed tool turns in a row")
+    ] = 3
+    max_total_errors: Annotated[
+        int | None, Schema(gt=0, le=_COUNT, description="model errors + failed turns")
+    ] = None
+    max_compaction_attempts: Annotated[int, Schema(ge=0, le=_COUNT)] = 3
+    max_verifications: Annotated[
+        int, Schema(ge=0, le=_COUNT, description="rejections sent back to the model")
+    ] = 3
+    max_continuations: Annotated[
+        int,
+        Schema(
+            ge=0, le=_COUNT, description="continuation turns after answers cut by the output cap"
+        ),
+    ] = 1
     require_done_tool: bool = False
-    tool_timeout_s: float = Field(default=30.0, gt=0, le=_DAY_S, allow_inf_nan=False)
+    tool_timeout_s: Annotated[float, Schema(gt=0, le=_DAY_S, allow_inf_nan=False)] = 30.0
     tool_failure_mode: ToolFailureMode = ToolFailureMode.CONTINUE
     parallel_tool_calls: bool = True
-    max_tool_calls: int | None = Field(
-        default=None, gt=0, le=_COUNT, description="tool executions per run"
-    )
-    max_wall_clock_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=_MONTH_S,
-        allow_inf_nan=False,
-        description="seconds of active running per run, summed over resumes (a suspended "
-        "run's wait does not count)",
-    )
-    usage_limits: UsageLimits = Field(default_factory=UsageLimits)
-    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    max_tool_calls: Annotated[
+        int | None, Schema(gt=0, le=_COUNT, description="tool executions per run")
+    ] = None
+    max_wall_clock_s: Annotated[
+        float | None,
+        Schema(
+            gt=0,
+            le=_MONTH_S,
+            allow_inf_nan=False,
+            description="seconds of active running per run, summed over resumes (a suspended "
+            "run's wait does not count)",
+        ),
+    ] = None
+    usage_limits: UsageLimits = field(default_factory=UsageLimits._defaults)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings._defaults)
     summarize_on_max_steps: bool = True
-    tool_output: ToolOutputSettings = Field(default_factory=ToolOutputSettings)
-    hook_timeout_s: float = Field(
-        default=10.0, gt=0, le=_DAY_S, allow_inf_nan=False, description="per hook call"
-    )
+    tool_output: ToolOutputSettings = field(default_factory=ToolOutputSettings._defaults)
+    hook_timeout_s: Annotated[
+        float, Schema(gt=0, le=_DAY_S, allow_inf_nan=False, description="per hook call")
+    ] = 10.0
     hook_failure_mode: HookFailureMode = HookFailureMode.CONTINUE
-    max_repeated_tool_calls: int | None = Field(
-        default=None,
-        ge=2,
-        le=_COUNT,
-        description="loop guard: the same calls this many times in a row",
-    )
+    max_repeated_tool_calls: Annotated[
+        int | None,
+        Schema(ge=2, le=_COUNT, description="loop guard: the same calls this many times in a row"),
+    ] = None
     on_repeated_tool_calls: LoopGuardAction = LoopGuardAction.WARN
-    max_handoffs: int | None = Field(
-        default=None,
-        ge=0,
-        le=_COUNT,
-        description="handoffs per run (None: each spends its turn's step, so max_steps bounds "
-        "them)",
-    )
+    max_handoffs: Annotated[
+        int | None,
+        Schema(
+            ge=0,
+            le=_COUNT,
+            description="handoffs per run (None: each spends its turn's step, so max_steps "
+            "bounds them)",
+        ),
+    ] = None
 
-    @model_validator(mode="after")
-    def _bounded(self) -> Self:
+    def _problems(self) -> list[str]:
         if (
             self.max_steps is None
             and self.max_wall_clock_s is None
             and self.usage_limits.max_requests is None
         ):
-            raise PolicyError(
-                "invalid Policy: max_steps=None leaves the run unbounded: set max_steps, "
+            return [
+                "max_steps=None leaves the run unbounded: set max_steps, "
                 "max_wall_clock_s or usage_limits.max_requests"
-            )
-        return self
+            ]
+        return []
 
 
 def limits_of(

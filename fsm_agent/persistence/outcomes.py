@@ -5,13 +5,15 @@ a tool call's execution, as JSON text, and read back (a record that does not dec
 from __future__ import annotations
 
 import json
-
-from pydantic import JsonValue
+from typing import TYPE_CHECKING
 
 from .. import errors
 from ..errors import ModelError
 from ..tools import ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 __all__ = [
     "RecordedToolError",

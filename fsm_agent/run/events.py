@@ -15,14 +15,16 @@ recording, the durable workflow's stream), and each type's ``model_validate`` an
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Annotated, Literal, TypeAlias
-
-from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from ..machine.table import Outcome, State, StopReason
 from ..values.define import record
 from ..values.messages import FinishReason, ModelRequest, ModelResponse, ToolCall, Usage
 from ..values.record import Record
+from ..values.schema import JsonValue, Schema
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
@@ -388,12 +390,23 @@ Event: TypeAlias = Annotated[
     | PhaseChangedEvent
     | HandoffEvent
     | ChildEvent,
-    Field(discriminator="type"),
+    Schema(discriminator="type"),
 ]
 
 
 TERMINAL_EVENT_TYPES = frozenset({"final", "aborted", "suspended"})
 
-event_adapter: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
-"""Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL line);
-its validator and serializer are built when first used, not at import."""
+if TYPE_CHECKING:
+    event_adapter: TypeAdapter[Event]
+    """Validates and serialises any event (``event_adapter.validate_json(line)`` reads a JSONL
+    line); made when first read, its validator and serializer built when first used."""
+
+
+def __getattr__(name: str) -> Any:
+    """``event_adapter``, made on first use (pydantic is imported then, not with the events)."""
+    if name != "event_adapter":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from pydantic import ConfigDict, TypeAdapter
+
+    made = globals()["event_adapter"] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
+    return made

@@ -15,16 +15,19 @@ it holds any text; the result is validated again when it is built.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
-from pydantic import JsonValue, TypeAdapter, ValidationError, create_model
+from pydantic_core import ValidationError
 
 from ..errors import ConfigurationError
 from ..machine.table import State
 from ..values.define import record
 from ..values.messages import OutputSchema
 from .state import RunState
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue, TypeAdapter
 
 __all__ = ["ANSWER_TOOL", "OutputSpec", "output_spec"]
 
@@ -53,6 +56,8 @@ class OutputSpec:
     def of(cls, output_type: Any) -> OutputSpec:
         """The spec of ``output_type``; raises :class:`~fsm_agent.ConfigurationError` when
         pydantic cannot validate it or give it a JSON schema."""
+        from pydantic import TypeAdapter, create_model
+
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(output_type)
             own = adapter.json_schema()

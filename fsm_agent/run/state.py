@@ -13,14 +13,13 @@ import re
 from dataclasses import field, fields
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, PlainSerializer
-
 from ..errors import SchemaVersionError
 from ..machine.agent_machine import Move
 from ..machine.table import Counters, State, StopReason
 from ..values.define import record
 from ..values.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
 from ..values.record import Record, adapter
+from ..values.schema import Stored
 
 __all__ = [
     "AgentUsage",
@@ -96,11 +95,11 @@ def _move_out(move: Move) -> dict[str, Any]:
     return stored
 
 
-StoredCounters = Annotated[Counters, BeforeValidator(_counters_in), PlainSerializer(_counters_out)]
+StoredCounters = Annotated[Counters, Stored(_counters_in, _counters_out)]
 """The run's counters as stored: an object of the counters that are not 0, by name (older
 positional lists load)."""
 
-StoredMove = Annotated[Move, BeforeValidator(_move_in), PlainSerializer(_move_out)]
+StoredMove = Annotated[Move, Stored(_move_in, _move_out)]
 """One move as stored: an object by field name, its counters by name (older positional lists
 load)."""
 

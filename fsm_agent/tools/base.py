@@ -9,15 +9,15 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import sys
 import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, NoReturn, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, create_model
-from pydantic_core import to_json
+from pydantic_core import ValidationError, to_json
 
 from ..errors import ToolDefinitionError
 from ..phases.table import MovePhase
@@ -31,7 +31,11 @@ from ..values.messages import (
     arguments_too_deep,
 )
 from ..values.record import adapter, field_problem
+from ..values.schema import JsonValue
 from .time_limit import CallLimit
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "HumanInputRequired",
@@ -435,12 +439,20 @@ def serialise_result(value: object) -> str:
     a value JSON cannot hold is shown with ``str()`` and a note, and the run goes on."""
     if isinstance(value, str):
         return value
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
+    if _is_model(value):
+        text: str = value.model_dump_json()  # type: ignore[attr-defined]
+        return text
     try:
         return to_json(value).decode()
     except Exception:  # pydantic_core raises several types for values it cannot serialise
         return f"{value} (note: the result was not JSON-serialisable; shown as text)"
+
+
+def _is_model(value: object) -> bool:
+    """Whether ``value`` is a pydantic model (none is before pydantic's model module loads,
+    which fsm_agent leaves to the first code that needs it)."""
+    main = sys.modules.get("pydantic.main")
+    return main is not None and isinstance(value, main.BaseModel)
 
 
 class _TooDeep(ValueError):
@@ -522,6 +534,8 @@ def _arguments_model(
                 "'str' parameter (besides an optional ToolContext)"
             )
         return params[0][0], None, {"type": "object", "additionalProperties": True}
+    from pydantic import ConfigDict, create_model
+
     fields: dict[str, Any] = {pname: (annotation, default) for pname, annotation, default in params}
     model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     schema = model.model_json_schema()

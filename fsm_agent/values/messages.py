@@ -24,13 +24,13 @@ from dataclasses import field
 from enum import StrEnum
 from typing import Annotated, Literal, TypeAlias
 
-from pydantic import Field, JsonValue
 from pydantic_core import from_json
 
 from ..errors import InvalidInputError
 from .deep_json import deep_json, value_depth
 from .define import record
 from .record import Record, field_problem
+from .schema import JsonValue, Schema
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -132,7 +132,7 @@ class ResourceLinkPart(Record):
     media_type: str | None = None
 
 
-ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Field(discriminator="type")]
+ToolResultPart: TypeAlias = Annotated[ImagePart | ResourceLinkPart, Schema(discriminator="type")]
 """What a tool result may carry beside its text."""
 
 
@@ -201,7 +201,7 @@ class ToolResult(Record):
 
 
 Part: TypeAlias = Annotated[
-    TextPart | ReasoningPart | ImagePart | ToolCall | ToolResult, Field(discriminator="type")
+    TextPart | ReasoningPart | ImagePart | ToolCall | ToolResult, Schema(discriminator="type")
 ]
 
 
@@ -323,13 +323,13 @@ class Usage(Record):
     Every count is 0 or more and the cost a finite number of US dollars, 0 or more (0 when it
     is not known): a NaN or negative value would silently disable the usage limits."""
 
-    requests: Annotated[int, Field(ge=0)] = 0
-    input_tokens: Annotated[int, Field(ge=0)] = 0
-    output_tokens: Annotated[int, Field(ge=0)] = 0
-    cache_read_tokens: Annotated[int, Field(ge=0)] = 0
-    cache_write_tokens: Annotated[int, Field(ge=0)] = 0
-    reasoning_tokens: Annotated[int, Field(ge=0)] = 0
-    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    requests: Annotated[int, Schema(ge=0)] = 0
+    input_tokens: Annotated[int, Schema(ge=0)] = 0
+    output_tokens: Annotated[int, Schema(ge=0)] = 0
+    cache_read_tokens: Annotated[int, Schema(ge=0)] = 0
+    cache_write_tokens: Annotated[int, Schema(ge=0)] = 0
+    reasoning_tokens: Annotated[int, Schema(ge=0)] = 0
+    cost_usd: Annotated[float, Schema(ge=0, allow_inf_nan=False)] = 0.0
 
     @property
     def total_tokens(self) -> int:

@@ -8,7 +8,12 @@ import random
 import pytest
 
 from fsm_agent import Policy, PolicyError, RetryPolicy
-from fsm_agent.policy import backoff_delay
+from fsm_agent.policy import (
+    CompactionSettings,
+    ToolOutputSettings,
+    UsageLimits,
+    backoff_delay,
+)
 
 
 def test_defaults_come_from_the_seeds() -> None:
@@ -26,6 +31,16 @@ def test_defaults_come_from_the_seeds() -> None:
     assert policy.max_compaction_attempts == 3
     assert policy.tool_timeout_s == 30.0
     assert policy.require_done_tool is False
+
+
+@pytest.mark.parametrize(
+    "kind", [Policy, RetryPolicy, UsageLimits, CompactionSettings, ToolOutputSettings]
+)
+def test_the_unvalidated_defaults_are_the_validated_ones(kind: type[Policy]) -> None:
+    """A policy's nested values start from their defaults without validation: the same value
+    the constructor validates."""
+    built = kind._defaults()
+    assert built == kind() and type(built) is kind
 
 
 @pytest.mark.parametrize(

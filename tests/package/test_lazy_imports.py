@@ -232,8 +232,10 @@ def test_help_and_version_load_no_command() -> None:
 
 def test_the_agent_loads_what_a_run_uses() -> None:
     """``from fsm_agent import Agent`` imports neither ``transitions`` (a run takes the compiled
-    lookup; the machine's definition is built on first use) nor what only some programs use:
-    the operations on stored runs (fork, abandon), agents as tools and the bounds' analysis."""
+    lookup; the machine's definition is built on first use), nor pydantic's model machinery
+    (``pydantic`` itself: the policy and the value types name pydantic's metadata without it,
+    and their validators are built on first use), nor what only some programs use: the
+    operations on stored runs (fork, abandon), agents as tools and the bounds' analysis."""
     modules = _modules(_loaded_after("from fsm_agent import Agent"))
     assert "fsm_agent.kernel.driver" in modules
     unneeded = (
@@ -241,6 +243,9 @@ def test_the_agent_loads_what_a_run_uses() -> None:
         "fsm_agent.kernel.abandon",
         "fsm_agent.kernel.composition",
         "fsm_agent.kernel.fork",
+        "pydantic",
+        "pydantic.main",
+        "pydantic.type_adapter",
         "transitions",
     )
     assert sorted(m for m in unneeded if m in modules) == []

@@ -12,9 +12,7 @@ which turns it into an outcome; anything else goes on unchanged. A
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
-
-from pydantic import JsonValue
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import (
     MalformedResponseError,
@@ -38,6 +36,9 @@ from ...values.messages import (
 )
 from ..context import ONE_REQUEST, Interrupted, RunContext
 from ..limits import usage_fault
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 __all__ = [
     "Answer",

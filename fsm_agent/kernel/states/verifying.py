@@ -21,7 +21,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable
 
-from pydantic import ValidationError
+from pydantic_core import ValidationError
 
 from ...errors import HookError, OutputValidationError
 from ...log import logger
