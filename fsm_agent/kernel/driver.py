@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from asyncio import current_task
 from typing import Any
 
@@ -38,6 +37,7 @@ from ..run.state import explained
 from .context import Interrupted, RunContext
 from .hooks import report_hook_failure
 from .limits import usage_exceeded
+from .plan import CHECK_ENV
 from .run import RunResult
 from .states import FAST_PATHS, HANDLERS
 
@@ -51,9 +51,6 @@ __all__ = [
     "ready_outcome",
 ]
 
-CHECK_ENV = "FSM_AGENT_CHECK_DECLARATIONS"
-"""The environment variable that turns on the driver's declaration check (the test suite sets
-it to ``1``): every outcome a handler reports must be declared for its state."""
 
 # Enum members read on every step, bound once: on Python 3.11 each read of one
 # (``State.DONE``) goes through ``EnumType.__getattr__`` (docs/performance.md, the traps).
@@ -73,10 +70,6 @@ _DECLARED = {state: declaration.all for state, declaration in DECLARATIONS.items
 class UndeclaredOutcomeError(FsmAgentError, AssertionError):
     """A state's handler reported an outcome its declaration does not list: a bug in the
     kernel (or in a custom table's declarations), caught by the driver's declaration check."""
-
-
-def _checking() -> bool:
-    return os.environ.get(CHECK_ENV, "") not in ("", "0")
 
 
 # -- layer 1: the next outcome ---------------------------------------------------------------
@@ -256,7 +249,7 @@ async def drive(ctx: RunContext) -> None:
     hooks = plan.hooks
     quiet = deadline is None and not plan.usage_limited and not plan.stop_conditions
     observed = bool(ctx.listening or hooks.on_transition)  # else only a rest is published
-    check = _checking()
+    check = plan.checks_declarations
     ctx.task = current_task()
     try:
         if hooks.before_run:

@@ -4,6 +4,7 @@ the check of the usage a model adapter reports before it counts."""
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from ..policy import Policy
 from ..values.messages import Usage
@@ -18,6 +19,7 @@ _COUNTS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+_counts = attrgetter(*_COUNTS)
 
 
 def usage_limited(policy: Policy) -> bool:
@@ -32,21 +34,9 @@ def usage_fault(usage: object) -> str | None:
     the run's usage would leave a limit never reached."""
     if not isinstance(usage, Usage):
         return f"the response's usage is a {type(usage).__name__}, not a Usage"
-    counts = (
-        usage.requests,
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cache_read_tokens,
-        usage.cache_write_tokens,
-        usage.reasoning_tokens,
-    )
-    if set(map(type, counts)) != {int} or min(counts) < 0:  # (bool is not int here)
-        name, count = next(
-            (name, count)
-            for name, count in zip(_COUNTS, counts, strict=True)
-            if type(count) is not int or count < 0
-        )
-        return f"it reported usage {name}={count!r}; a count must be an integer of 0 or more"
+    for count in _counts(usage):
+        if type(count) is not int or count < 0:  # (bool is not int here)
+            return _count_fault(usage)
     cost = usage.cost_usd
     if not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
         return (
@@ -54,6 +44,15 @@ def usage_fault(usage: object) -> str | None:
             "(report 0 when it is not known)"
         )
     return None
+
+
+def _count_fault(usage: Usage) -> str:
+    name, count = next(
+        (name, count)
+        for name, count in zip(_COUNTS, _counts(usage), strict=True)
+        if type(count) is not int or count < 0
+    )
+    return f"it reported usage {name}={count!r}; a count must be an integer of 0 or more"
 
 
 def usage_exceeded(policy: Policy, usage: Usage, model_calls: int) -> bool:

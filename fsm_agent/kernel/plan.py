@@ -16,6 +16,7 @@ of its runtime.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .run import Runtime
 
 __all__ = [
+    "CHECK_ENV",
     "LoopSettings",
     "Plan",
     "PlanParts",
@@ -56,11 +58,23 @@ __all__ = [
     "budget_stop",
     "compile_phases",
     "compile_plan",
+    "declarations_checked",
     "handoff_plan",
     "phase_stop_conditions",
     "plan_of",
     "with_policy",
 ]
+
+
+CHECK_ENV = "FSM_AGENT_CHECK_DECLARATIONS"
+"""The environment variable that turns on the driver's declaration check (the test suite sets
+it to ``1``): every outcome a handler reports must be declared for its state. It is read when
+an agent's plan is compiled, so it applies to the agents built while it is set."""
+
+
+def declarations_checked() -> bool:
+    """Whether :data:`CHECK_ENV` turns the declaration check on."""
+    return os.environ.get(CHECK_ENV, "") not in ("", "0")
 
 
 @record(kw_only=False)
@@ -155,6 +169,7 @@ class Plan:
     output_schema: OutputSchema | None  # the JSON schema of the answer (None: text output)
     handoffs: Mapping[str, Handoff[Any]]  # the agent's handoffs by their tool's name (often empty)
     parts: PlanParts  # what it was compiled from
+    checks_declarations: bool  # the driver checks each outcome against its state's declaration
     # The plans of handoff targets compiled under this one, by the target's own plan's id,
     # each with that plan (a target given a new prompt compiles a new one).
     handoff_plans: dict[int, tuple[Plan, Plan]] = field(default_factory=dict, repr=False)
@@ -338,6 +353,7 @@ def _compiled(parts: PlanParts) -> Plan:
         output_schema=None if output_spec is None else output_spec.schema,
         handoffs=by_tool_name(parts.handoffs),
         parts=parts,
+        checks_declarations=declarations_checked(),
     )
 
 

@@ -33,6 +33,7 @@ from fsm_agent.events import (
     TextEvent,
 )
 from fsm_agent.kernel import driver
+from fsm_agent.kernel.plan import declarations_checked, plan_of
 from fsm_agent.kernel.states import HANDLERS, SUMMARY_FALLBACK, Verdict
 from fsm_agent.machine.agent_machine import MEMO_LIMITS, AgentMachine
 from fsm_agent.machine.bounds import bounds
@@ -396,9 +397,11 @@ def test_an_undeclared_outcome_is_caught_by_the_driver(monkeypatch: pytest.Monke
 
 def test_the_declaration_check_is_off_without_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(driver.CHECK_ENV)
-    assert not driver._checking()
+    assert not declarations_checked()
+    agent, _, _ = make_agent([text("x")])
+    assert not plan_of(agent).checks_declarations  # read when the plan is compiled
     monkeypatch.setenv(driver.CHECK_ENV, "1")
-    assert driver._checking()
+    assert declarations_checked()
 
 
 # -- logging -----------------------------------------------------------------------------------
@@ -519,7 +522,7 @@ def test_fsm_agent_fuzz_turns_the_declaration_check_on(monkeypatch: pytest.Monke
 
     monkeypatch.delenv(driver.CHECK_ENV)
     assert main(["fuzz", "--examples", "3", "--seed", "1"]) == 0
-    assert driver._checking()
+    assert declarations_checked()
 
 
 # -- run_sync ----------------------------------------------------------------------------------
