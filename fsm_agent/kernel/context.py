@@ -44,6 +44,10 @@ __all__ = [
     "tool_message",
 ]
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one goes through
+# the enum's class attribute lookup (docs/performance.md, the traps).
+_TOOL = Role.TOOL
+
 T = TypeVar("T")
 
 ONE_REQUEST = Usage(requests=1)
@@ -240,7 +244,7 @@ class RunContext:
         rs = self.rs
         calls, results = rs.pending_tool_calls, rs.tool_results
         if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
-            self.append(Message(role=Role.TOOL, parts=(results[0],)))
+            self.append(Message(role=_TOOL, parts=(results[0],)))
         else:  # the common turn above: one call, finished
             finished = {r.call_id: r for r in results} if results else {}
             for call in calls:
@@ -248,7 +252,7 @@ class RunContext:
                 if result is None:
                     self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
                 else:
-                    self.append(Message(role=Role.TOOL, parts=(result,)))
+                    self.append(Message(role=_TOOL, parts=(result,)))
         rs.pending_tool_calls = []
         rs.tool_results = rs.approved_calls = rs.human_requests = ()
 
@@ -280,4 +284,4 @@ class RunContext:
 
 def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
     result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-    return Message(role=Role.TOOL, parts=(result,))
+    return Message(role=_TOOL, parts=(result,))

@@ -49,6 +49,11 @@ __all__ = [
     "thinking_budget",
 ]
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one goes through
+# the enum's class attribute lookup (docs/performance.md, the traps).
+_STOP, _TOOL_CALLS = FinishReason.STOP, FinishReason.TOOL_CALLS
+_ASSISTANT = Role.ASSISTANT
+
 JSONObject = dict[str, object]
 """A decoded JSON object whose values are checked where they are read."""
 
@@ -229,12 +234,12 @@ def reconcile(reason: FinishReason, parts: Sequence[Part]) -> tuple[FinishReason
         elif part.type == "text" and part.text:
             visible = True
     if calls and reason in _CALLS_STAND:
-        return FinishReason.TOOL_CALLS, list(parts)
+        return _TOOL_CALLS, list(parts)
     if calls:
         return reason, [p for p in parts if p.type != "tool_call"]
-    if reason is FinishReason.TOOL_CALLS:
+    if reason is _TOOL_CALLS:
         return FinishReason.ERROR, list(parts)
-    if reason is FinishReason.STOP and not visible:
+    if reason is _STOP and not visible:
         return FinishReason.OTHER, list(parts)
     return reason, list(parts)
 
@@ -260,7 +265,7 @@ def build_response(
         # The parts and usage are built values and the rest is checked above: validating the
         # wrappers would only re-check that.
         return ModelResponse(
-            message=Message(role=Role.ASSISTANT, parts=tuple(merged)),
+            message=Message(role=_ASSISTANT, parts=tuple(merged)),
             finish_reason=final_reason,
             raw_finish_reason=raw_reason,
             usage=usage,

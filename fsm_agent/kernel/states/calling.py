@@ -72,6 +72,11 @@ _KEPT = frozenset(
     {Outcome.TOOL_CALLS, Outcome.STOP, Outcome.OTHER, Outcome.CONTENT_FILTER, Outcome.OUTPUT_CUT}
 )
 """Outcomes whose message joins the history."""
+# Enum members read on every step, bound once: on Python 3.11 each read of one goes through
+# the enum's class attribute lookup (docs/performance.md, the traps).
+_TOOL_CALLS, _OTHER, _LENGTH = Outcome.TOOL_CALLS, Outcome.OTHER, Outcome.LENGTH
+_USER, _ASSISTANT = Role.USER, Role.ASSISTANT
+_CALLING = State.CALLING
 CONTINUE_PROMPT = (
     "Your previous answer was cut off by the output token limit. Continue exactly where it "
     "stopped, without repeating anything."
@@ -89,7 +94,7 @@ def _output_cut(ctx: RunContext, output_tokens: int) -> bool:
 
 def _cut_answer(messages: list[Message]) -> str | None:
     """The text of the cut answer this call continues, if it continues one."""
-    if len(messages) < 2 or messages[-1].role is not Role.USER:
+    if len(messages) < 2 or messages[-1].role is not _USER:
         return None
     if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not Role.ASSISTANT:
         return None
@@ -146,7 +151,7 @@ async def handle_calling(ctx: RunContext) -> Outcome:
     """One model call (after the backoff when this is a retry)."""
     move = ctx.last_move
     try:
-        if move is not None and move.source is State.CALLING:  # a retry, or the next model's turn
+        if move is not None and move.source is _CALLING:  # a retry, or the next model's turn
             waited = await _wait_before(ctx, move)
             if waited is not None:
                 return waited
@@ -221,7 +226,7 @@ def _request(ctx: RunContext) -> ModelRequest:
     plan = ctx.plan
     settings = plan.settings
     last = rs.messages[-1] if rs.messages else None
-    if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+    if last is not None and last.role is _ASSISTANT and not last.tool_calls:
         ctx.append(Message.user(CONTINUE_PROMPT))  # a continuation turn after an output cut
     if settings.keep_recent_outputs is not None:
         trim_old_outputs(
@@ -279,17 +284,17 @@ def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall])
     rs = ctx.rs
     message = response.message
     outcome = _FINISH_OUTCOMES[response.finish_reason]
-    if outcome is Outcome.TOOL_CALLS:
+    if outcome is _TOOL_CALLS:
         if not calls:
             outcome = Outcome.FINISH_ERROR  # says tool_calls, made none
     elif calls and outcome in _ANSWERS:
-        outcome = Outcome.TOOL_CALLS  # tool calls present: they are what the model wants
-    elif outcome is Outcome.LENGTH and _output_cut(ctx, response.usage.output_tokens):
+        outcome = _TOOL_CALLS  # tool calls present: they are what the model wants
+    elif outcome is _LENGTH and _output_cut(ctx, response.usage.output_tokens):
         outcome = Outcome.OUTPUT_CUT
     rs.last_text = message.text.strip()
     # An answer that ends the run on `other` keeps what the provider said; any other turn
     # clears it, so a later answer does not carry an earlier turn's reason.
-    rs.raw_finish_reason = response.raw_finish_reason if outcome is Outcome.OTHER else None
+    rs.raw_finish_reason = response.raw_finish_reason if outcome is _OTHER else None
     cut = _cut_answer(rs.messages)
     if cut is not None:  # a continuation: the answer so far is the cut part and this one
         rs.last_text = (cut + message.text).strip()
@@ -299,7 +304,7 @@ def _outcome_of(ctx: RunContext, response: ModelResponse, calls: list[ToolCall])
 def _keep(ctx: RunContext, message: Message, calls: list[ToolCall], outcome: Outcome) -> Message:
     """Add the answer to the history (its tool ``calls``, with unique ids, only when they are
     the outcome) and make them the pending calls; the message as kept."""
-    if outcome is not Outcome.TOOL_CALLS and calls:
+    if outcome is not _TOOL_CALLS and calls:
         message = Message(
             role=message.role,
             parts=tuple(p for p in message.parts if not isinstance(p, ToolCall)),

@@ -27,6 +27,10 @@ from .model_call import checked, current_model
 
 __all__ = ["FEEDBACK_PREFIX", "compacting_needs_nothing", "handle_compacting"]
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one goes through
+# the enum's class attribute lookup (docs/performance.md, the traps).
+_PROCEED, _LENGTH = Outcome.PROCEED, Outcome.LENGTH
+
 FEEDBACK_PREFIX = "Previous attempt was not complete. Feedback: "
 
 
@@ -37,7 +41,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     if rs.feedback is not None:
         return None
     move = ctx.last_move
-    if move is not None and move.outcome is Outcome.LENGTH:
+    if move is not None and move.outcome is _LENGTH:
         return None
     settings = ctx.plan.settings
     limit = settings.compact_above
@@ -46,7 +50,7 @@ def compacting_needs_nothing(ctx: RunContext) -> Outcome | None:
     max_messages = settings.max_messages
     if max_messages is not None and len(rs.messages) > max_messages:
         return None
-    return Outcome.PROCEED
+    return _PROCEED
 
 
 async def handle_compacting(ctx: RunContext) -> Outcome:

@@ -45,6 +45,10 @@ from .turn import Turn, tool_error
 
 __all__ = ["handle_dispatching"]
 
+# Enum members read on every step, bound once: on Python 3.11 each read of one goes through
+# the enum's class attribute lookup (docs/performance.md, the traps).
+_TOOLS_DONE = Outcome.TOOLS_DONE
+
 LOOP_WARNING = (
     "\n\n[loop guard: you have made the same tool calls {n} times in a row. Do not repeat "
     "them; change your approach, or answer with what you have.]"
@@ -372,7 +376,7 @@ def _turn_outcome(turn: Turn) -> tuple[Outcome, LoopDetectedEvent | None]:
     """The outcome of a turn whose every call has its result (done, all failed, repeated),
     and the loop guard's event when this turn trips it."""
     ctx, rs = turn.ctx, turn.ctx.rs
-    outcome, detected = Outcome.TOOLS_DONE, None
+    outcome, detected = _TOOLS_DONE, None
     if all(r.is_error for r in rs.tool_results):
         outcome = Outcome.TOOLS_FAILED
         # The reason, should the table end the run on this turn (its error limits).
