@@ -251,10 +251,14 @@ def build_response(
     usage: Usage,
     response_id: str | None,
     model_name: str | None,
+    *,
+    fragments: bool = True,
 ) -> ModelResponse:
-    """Reconcile and wrap the assembled parts into the final response."""
+    """Reconcile and wrap the assembled parts into the final response (``fragments``: the
+    parts may hold adjacent text or reasoning fragments to join, as a stream's do; a reader
+    that builds at most one text part and one reasoning part passes ``False``)."""
     final_reason, kept = reconcile(reason, parts)
-    merged = _merge_text(kept)
+    merged = _merge_text(kept) if fragments else kept
     if (
         _PARTS.issuperset(map(type, merged))
         and type(usage) is Usage

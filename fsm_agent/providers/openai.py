@@ -98,17 +98,22 @@ def _usage(value: object) -> Usage | None:
     usage = as_obj(value)
     if not usage:
         return None
-    prompt = as_obj(usage.get("prompt_tokens_details"))
-    completion = as_obj(usage.get("completion_tokens_details"))
+    prompt = usage.get("prompt_tokens_details")
+    completion = usage.get("completion_tokens_details")
     # The constructor validates nothing: each count is checked to be an integer of 0 or more
     # as it is read.
     return Usage(
         requests=1,
         input_tokens=as_count(usage.get("prompt_tokens")) or 0,
         output_tokens=as_count(usage.get("completion_tokens")) or 0,
-        cache_read_tokens=as_count(prompt.get("cached_tokens")) or 0,
-        reasoning_tokens=as_count(completion.get("reasoning_tokens")) or 0,
+        cache_read_tokens=_detail(prompt, "cached_tokens"),
+        reasoning_tokens=_detail(completion, "reasoning_tokens"),
     )
+
+
+def _detail(details: object, name: str) -> int:
+    """The count ``name`` of a usage's details object (0 when it is absent or not a count)."""
+    return (as_count(details.get(name)) or 0) if isinstance(details, dict) else 0
 
 
 def _user_content(message: Message) -> str | list[JSONObject]:
@@ -467,6 +472,7 @@ class OpenAIChatModel(ProviderBase):
             _usage(payload.get("usage")) or Usage(requests=1),
             as_str(payload.get("id")),
             as_str(payload.get("model")) or self._model,
+            fragments=False,  # one reasoning part, one text part, the calls
         )
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta | ModelResponse]:
