@@ -79,9 +79,9 @@ def declarations_checked() -> bool:
 
 @record(kw_only=False)
 class LoopSettings:
-    """The policy values the loop reads on every step, copied out of the policy once per
-    agent: a pydantic model's field read goes through its ``__getattr__`` hook and costs
-    several times a slot read."""
+    """The policy values the loop reads on every step, copied out of the policy and its nested
+    parts once per agent, with what they imply worked out (``fail_fast``, ``compact_above``):
+    one read each on the step, where the policy would take two or three and a computation."""
 
     parallel_tool_calls: bool
     max_tool_calls: int | None
