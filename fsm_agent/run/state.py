@@ -22,6 +22,7 @@ from ..values.record import Record, adapter
 from ..values.schema import Stored
 
 __all__ = [
+    "NO_USAGE",
     "AgentUsage",
     "HandoffChange",
     "HumanRequest",
@@ -104,7 +105,8 @@ StoredMove = Annotated[Move, Stored(_move_in, _move_out)]
 load)."""
 
 _NO_COUNTERS = Counters()  # immutable: every new run may share it
-_NO_USAGE = Usage()  # frozen: every new run may share it
+NO_USAGE = Usage()
+"""The usage of a run that has made no model call: frozen, so every new run shares it."""
 
 
 @record(frozen=False)
@@ -142,7 +144,7 @@ class AgentUsage(Record):
 
     run_id: str
     model: str | None = None  # by name (a fallback chain's, joined by " | ")
-    usage: Usage = _NO_USAGE
+    usage: Usage = NO_USAGE
     model_calls: int = 0
     tool_executions: int = 0
 
@@ -175,7 +177,7 @@ class RunState(Record):
     conversation_id: str | None = None  # the Conversation the run belongs to, if any
     state: State = State.IDLE
     counters: StoredCounters = _NO_COUNTERS
-    usage: Usage = _NO_USAGE
+    usage: Usage = NO_USAGE
     messages: list[Message] = field(default_factory=list)
     context_tokens: int = 0  # estimate for ``messages``, kept up to date as they change
     pending_tool_calls: list[ToolCall] = field(default_factory=list)
