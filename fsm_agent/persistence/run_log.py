@@ -421,10 +421,19 @@ class RunLog:
         made in the same transaction, where the intent alone is never seen."""
         deferred = self._deferred
         intent = (self._record_intent, (key, "model", self.version))
-        if isinstance(deferred, list) and deferred and deferred[-1] == intent:
-            deferred[-1] = (self._record, (key, result, self.version))
-        else:
+        if not (isinstance(deferred, list) and deferred and deferred[-1] == intent):
             self._submit(self._record, key, result, self.version)
+            return
+        del deferred[-1]
+        before = deferred[-1] if deferred else None
+        if self._split and before is not None and before[0] == self.store.write_prepared:  # type: ignore[attr-defined]
+            # Checkpoints deferred right before the call: the outcome goes before them, fenced
+            # by the version the run held then (the same transaction either way), so that the
+            # checkpoint after the call joins them, to be written as one.
+            fence = self.version - len(before[1])
+            deferred.insert(len(deferred) - 1, (self._record, (key, result, fence)))
+        else:
+            deferred.append((self._record, (key, result, self.version)))
 
     async def execute_tool(
         self,
