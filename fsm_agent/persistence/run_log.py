@@ -280,7 +280,7 @@ class RunLog:
                 lane.submit_all(self._deferred)
             self._deferred = ()
         if callable(forget):
-            if lane is None:
+            if lane is None or self._queued <= self._stored:  # nothing of the run is queued
                 forget(self.run_id)
             else:
                 with contextlib.suppress(RuntimeError):  # the store was closed already

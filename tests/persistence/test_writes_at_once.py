@@ -253,3 +253,15 @@ def test_a_tool_steps_checkpoints_are_written_by_one_statement(
     effects = store.effects(run_id)
     assert len(effects) == 7 and all(r.result is not None for r in effects.values())
     store.close()
+
+
+def test_a_run_whose_writes_were_all_made_at_once_starts_no_thread(tmp_path: Path) -> None:
+    """When every write of a run was made at once, the store forgets the run where it ends:
+    nothing of the run waits on the store's thread, so the thread is not started for it."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert not store.io_threads()._threads  # never started
+    assert not store._saved  # forgotten
+    assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
+    store.close()
