@@ -226,7 +226,8 @@ class SQLCheckpointer:
     def _sql(self, text: str) -> str:
         sql = self._queries.get(text)
         if sql is None:
-            sql = text.format(t=self._prefix, real=self.real).replace("?", self.placeholder)
+            sql = text.format(t=self._prefix, real=self.real, lock=self.lock_clause)
+            sql = sql.replace("?", self.placeholder)
             self._queries[text] = sql
         return sql
 
@@ -530,7 +531,7 @@ class SQLCheckpointer:
                 self._sql(
                     "INSERT INTO {t}effects (run_id, key, kind, result, recorded_at) "
                     "SELECT ?, ?, ?, ?, ? FROM {t}runs WHERE run_id = ? AND version = ?"
-                    f"{self.lock_clause} ON CONFLICT (run_id, key) DO UPDATE SET "
+                    "{lock} ON CONFLICT (run_id, key) DO UPDATE SET "
                     "result = excluded.result, recorded_at = excluded.recorded_at"
                 ),
                 (run_id, key, kind, result, time.time(), run_id, version),
