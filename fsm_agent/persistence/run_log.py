@@ -418,7 +418,8 @@ class RunLog:
     def _model_outcome(self, key: str, result: str) -> None:
         """Record a model call's outcome after its intent. When the intent is still deferred
         (nothing has been handed over since), the outcome takes its place: the two would be
-        made in the same transaction, where the intent alone is never seen."""
+        made in the same transaction, where the intent alone is never seen. It goes ahead of
+        checkpoints deferred right before the call, which the next checkpoint then joins."""
         deferred = self._deferred
         intent = (self._record_intent, (key, "model", self.version))
         if not (isinstance(deferred, list) and deferred and deferred[-1] == intent):
@@ -426,7 +427,8 @@ class RunLog:
             return
         del deferred[-1]
         before = deferred[-1] if deferred else None
-        if self._split and before is not None and before[0] == self.store.write_prepared:  # type: ignore[attr-defined]
+        store: Any = self.store
+        if self._split and before is not None and before[0] == store.write_prepared:
             # Checkpoints deferred right before the call: the outcome goes before them, fenced
             # by the version the run held then (the same transaction either way), so that the
             # checkpoint after the call joins them, to be written as one.
