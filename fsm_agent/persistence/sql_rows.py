@@ -24,7 +24,9 @@ __all__ = [
     "MIGRATIONS",
     "MOVES",
     "SEPARATE",
+    "body_json",
     "corrupt",
+    "encoded",
     "replayed",
     "row_json",
     "state_of",
@@ -63,6 +65,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 """The schema, one tuple of statements per version; a store at version ``n`` gets the rest."""
 
 
+def encoded(
+    encode: Callable[[], str], state: RunState, again: Callable[[RunState], str] | None
+) -> str:
+    """``encode()``; for a state holding text JSON cannot carry, the same part of a copy with
+    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`). Kept for
+    its import path: a checkpoint row is encoded by :func:`row_json`."""
+    try:
+        return encode()
+    except PydanticSerializationError:
+        clean = storable_state(state)
+        if again is None:
+            return body_json(clean)
+        return again(clean)
+
+
+def body_json(state: RunState) -> str:
+    """What a checkpoint row's body holds: the run state without the fields stored apart."""
+    # The serialiser itself: a TypeAdapter's dump_json is a Python layer over it.
+    return adapter(RunState).serializer.to_json(state, exclude=SEPARATE).decode()
+
+
 def row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str, str, str]:
     """What a checkpoint row holds of ``state``, as JSON text: its body (the run state without
     the fields stored apart), its messages from ``messages_from`` and its moves from
@@ -79,7 +102,7 @@ def _row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str
     # most checkpoints add one move and a message or none.
     messages, trace = state.messages, state.trace
     return (
-        adapter(RunState).serializer.to_json(state, exclude=SEPARATE).decode(),
+        body_json(state),
         MESSAGES.serializer.to_json(messages[messages_from:]).decode()
         if len(messages) > messages_from
         else "[]",
