@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from pydantic_core import PydanticSerializationError
+
 from .. import errors
 from ..errors import ModelError
 from ..tools import ToolExecution
 from ..values.messages import ModelResponse, ToolCall, ToolResult
+from ..values.record import adapter
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -35,7 +38,8 @@ def encode_model_outcome(outcome: ModelResponse | Exception, *, model: str | Non
     chain's model that made the call, when given."""
     by = "" if model is None else '"model":' + json.dumps(model) + ","
     if isinstance(outcome, ModelResponse):
-        return "{" + by + '"response":' + outcome.model_dump_json() + "}"
+        response = adapter(ModelResponse).serializer.to_json(outcome).decode()
+        return "{" + by + '"response":' + response + "}"
     error: dict[str, JsonValue] = {"type": "ModelError", "message": str(outcome)}
     if isinstance(outcome, ModelError):
         error.update(
@@ -73,9 +77,10 @@ def decode_model_outcome(text: str) -> ModelResponse | ModelError:
 
 
 def encode_tool_outcome(execution: ToolExecution) -> str:
-    return json.dumps(
+    """A tool call's execution as the journal stores it (:func:`decode_tool_outcome` reads it
+    back): its result, and what else the run needs of it."""
+    rest = json.dumps(
         {
-            "result": execution.result.model_dump(mode="json"),
             "done": execution.done,
             "final_message": execution.final_message,
             "error": None if execution.error is None else repr(execution.error),
@@ -84,6 +89,11 @@ def encode_tool_outcome(execution: ToolExecution) -> str:
             "phase": execution.phase,
         }
     )
+    try:  # the result through its serialiser, not through Python data and json
+        result = adapter(ToolResult).serializer.to_json(execution.result).decode()
+    except PydanticSerializationError:  # text JSON cannot carry as it is: escaped as it was
+        result = json.dumps(execution.result.model_dump(mode="json"))
+    return '{"result":' + result + "," + rest[1:]
 
 
 def recorded_content(text: str) -> str | None:

@@ -280,7 +280,7 @@ class RunLog:
                 lane.submit_all(self._deferred)
             self._deferred = ()
         if callable(forget):
-            if lane is None:
+            if lane is None or self._queued <= self._stored:  # nothing of the run is queued
                 forget(self.run_id)
             else:
                 with contextlib.suppress(RuntimeError):  # the store was closed already
@@ -418,13 +418,24 @@ class RunLog:
     def _model_outcome(self, key: str, result: str) -> None:
         """Record a model call's outcome after its intent. When the intent is still deferred
         (nothing has been handed over since), the outcome takes its place: the two would be
-        made in the same transaction, where the intent alone is never seen."""
+        made in the same transaction, where the intent alone is never seen. It goes ahead of
+        checkpoints deferred right before the call, which the next checkpoint then joins."""
         deferred = self._deferred
         intent = (self._record_intent, (key, "model", self.version))
-        if isinstance(deferred, list) and deferred and deferred[-1] == intent:
-            deferred[-1] = (self._record, (key, result, self.version))
-        else:
+        if not (isinstance(deferred, list) and deferred and deferred[-1] == intent):
             self._submit(self._record, key, result, self.version)
+            return
+        del deferred[-1]
+        before = deferred[-1] if deferred else None
+        store: Any = self.store
+        if self._split and before is not None and before[0] == store.write_prepared:
+            # Checkpoints deferred right before the call: the outcome goes before them, fenced
+            # by the version the run held then (the same transaction either way), so that the
+            # checkpoint after the call joins them, to be written as one.
+            fence = self.version - len(before[1])
+            deferred.insert(len(deferred) - 1, (self._record, (key, result, fence)))
+        else:
+            deferred.append((self._record, (key, result, self.version)))
 
     async def execute_tool(
         self,

@@ -33,8 +33,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ..errors import CorruptCheckpointError, SchemaVersionError, UnknownRunError
 from ..machine.table import State
@@ -43,12 +42,9 @@ from ..values.messages import Message
 from . import Checkpoint, EffectRecord, RunSummary, conflict, move_times
 from .outcomes import recorded_content
 from .sql_rows import (
-    MESSAGES,
     MIGRATIONS,
-    MOVES,
-    body_json,
-    encoded,
     replayed,
+    row_json,
     state_of,
     summaries,
 )
@@ -81,8 +77,7 @@ class Cursor(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedSave:
+class PreparedSave(NamedTuple):
     """A checkpoint encoded for writing (see :meth:`SQLCheckpointer.prepare_save`)."""
 
     run_id: str
@@ -125,6 +120,26 @@ def _changed_from(saved: list[Message], current: list[Message]) -> int:
     return limit
 
 
+class _InBatch:
+    """A batch's cursor, used as the context manager a store's call takes its cursor from:
+    the database's errors raised inside it are translated as a call of its own would have
+    them (one object for the batch, so that each of its calls sets up nothing)."""
+
+    __slots__ = ("cursor", "store")
+
+    def __init__(self, store: SQLCheckpointer, cursor: Cursor) -> None:
+        self.store = store
+        self.cursor = cursor
+
+    def __enter__(self) -> Cursor:
+        return self.cursor
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        if error is not None:
+            with self.store._translated():
+                raise error
+
+
 class SQLCheckpointer:
     """The checkpointer logic over a SQL dialect (see the module docstring)."""
 
@@ -141,7 +156,7 @@ class SQLCheckpointer:
         self._queries: dict[str, str] = {}
         self._io: StoreThreads | None = None
         self._io_lock = threading.Lock()
-        self._batch = threading.local()  # .cursor: the transaction of the thread's batch
+        self._batch = threading.local()  # .cursor: the thread's batch (an _InBatch), if any
 
     def io_threads(self) -> StoreThreads:
         """The threads an agent runs this store's calls on, so that the event loop's thread
@@ -158,29 +173,26 @@ class SQLCheckpointer:
         committed on exit (rolled back on error): the store's threads make the writes queued
         together in one commit."""
         with self._write() as cur:
-            self._batch.cursor = cur
+            self._batched(cur)
             try:
                 yield
             finally:
-                self._batch.cursor = None
+                self._batched(None)
 
     def _writing(self) -> AbstractContextManager[Cursor]:
         """A cursor in a write transaction: this thread's batch, or a transaction of its own."""
-        cur: Cursor | None = getattr(self._batch, "cursor", None)
-        return self._write() if cur is None else self._in_batch(cur)
+        batch: _InBatch | None = getattr(self._batch, "cursor", None)
+        return self._write() if batch is None else batch
 
     def _reading(self) -> AbstractContextManager[Cursor]:
         """A cursor for reading: this thread's batch (which sees its own writes), or a
         cursor of its own."""
-        cur: Cursor | None = getattr(self._batch, "cursor", None)
-        return self._read() if cur is None else self._in_batch(cur)
+        batch: _InBatch | None = getattr(self._batch, "cursor", None)
+        return self._read() if batch is None else batch
 
-    @contextmanager
-    def _in_batch(self, cur: Cursor) -> Iterator[Cursor]:
-        """The batch's cursor, the database's errors translated as a call of its own would
-        have them."""
-        with self._translated():
-            yield cur
+    def _batched(self, cur: Cursor | None) -> None:
+        """Make ``cur`` (a transaction's cursor) this thread's batch, or end it (``None``)."""
+        self._batch.cursor = None if cur is None else _InBatch(self, cur)
 
     def _stop_io(self) -> None:
         """Make the calls handed to the store's threads, then stop them."""
@@ -214,7 +226,8 @@ class SQLCheckpointer:
     def _sql(self, text: str) -> str:
         sql = self._queries.get(text)
         if sql is None:
-            sql = text.format(t=self._prefix, real=self.real).replace("?", self.placeholder)
+            sql = text.format(t=self._prefix, real=self.real, lock=self.lock_clause)
+            sql = sql.replace("?", self.placeholder)
             self._queries[text] = sql
         return sql
 
@@ -290,22 +303,19 @@ class SQLCheckpointer:
             self._saved[run_id] = _Saved(
                 version, list(messages), len(trace), frozenset(outputs) if outputs else _NONE
             )
+        body, new_messages, moves = row_json(state, messages_from, trace_from)
         return PreparedSave(
-            run_id=run_id,
-            version=version,
-            state=state.state.value,
-            stop=state.stop_reason.value if state.stop_reason is not None else None,
-            steps=state.counters.steps,
-            body=encoded(lambda: body_json(state), state, None),
-            messages_from=messages_from,
-            messages=encoded(
-                lambda: MESSAGES.dump_json(messages[messages_from:]).decode(),
-                state,
-                lambda clean: MESSAGES.dump_json(clean.messages[messages_from:]).decode(),
-            ),
-            trace_from=trace_from,
-            trace=MOVES.dump_json(trace[trace_from:]).decode(),
-            outputs=tuple((k, outputs[k]) for k in new_outputs),
+            run_id,
+            version,
+            state.state.value,
+            None if state.stop_reason is None else state.stop_reason.value,
+            state.counters.steps,
+            body,
+            messages_from,
+            new_messages,
+            trace_from,
+            moves,
+            tuple((k, outputs[k]) for k in new_outputs) if new_outputs else (),
         )
 
     def write_prepared(self, *prepared: PreparedSave) -> None:
@@ -521,7 +531,7 @@ class SQLCheckpointer:
                 self._sql(
                     "INSERT INTO {t}effects (run_id, key, kind, result, recorded_at) "
                     "SELECT ?, ?, ?, ?, ? FROM {t}runs WHERE run_id = ? AND version = ?"
-                    f"{self.lock_clause} ON CONFLICT (run_id, key) DO UPDATE SET "
+                    "{lock} ON CONFLICT (run_id, key) DO UPDATE SET "
                     "result = excluded.result, recorded_at = excluded.recorded_at"
                 ),
                 (run_id, key, kind, result, time.time(), run_id, version),

@@ -28,6 +28,7 @@ __all__ = [
     "corrupt",
     "encoded",
     "replayed",
+    "row_json",
     "state_of",
     "summaries",
 ]
@@ -68,7 +69,8 @@ def encoded(
     encode: Callable[[], str], state: RunState, again: Callable[[RunState], str] | None
 ) -> str:
     """``encode()``; for a state holding text JSON cannot carry, the same part of a copy with
-    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`)."""
+    that text replaced (see :func:`~fsm_agent.persistence.storable.storable_state`). Kept for
+    its import path: a checkpoint row is encoded by :func:`row_json`."""
     try:
         return encode()
     except PydanticSerializationError:
@@ -80,7 +82,32 @@ def encoded(
 
 def body_json(state: RunState) -> str:
     """What a checkpoint row's body holds: the run state without the fields stored apart."""
-    return adapter(RunState).dump_json(state, exclude=SEPARATE).decode()
+    # The serialiser itself: a TypeAdapter's dump_json is a Python layer over it.
+    return adapter(RunState).serializer.to_json(state, exclude=SEPARATE).decode()
+
+
+def row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str, str, str]:
+    """What a checkpoint row holds of ``state``, as JSON text: its body (the run state without
+    the fields stored apart), its messages from ``messages_from`` and its moves from
+    ``trace_from``. For a state holding text JSON cannot carry, those of a copy with that text
+    replaced (see :func:`~fsm_agent.persistence.storable.storable_state`)."""
+    try:
+        return _row_json(state, messages_from, trace_from)
+    except PydanticSerializationError:
+        return _row_json(storable_state(state), messages_from, trace_from)
+
+
+def _row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str, str, str]:
+    # The serialisers themselves (a TypeAdapter's dump_json is a Python layer over them);
+    # most checkpoints add one move and a message or none.
+    messages, trace = state.messages, state.trace
+    return (
+        body_json(state),
+        MESSAGES.serializer.to_json(messages[messages_from:]).decode()
+        if len(messages) > messages_from
+        else "[]",
+        MOVES.serializer.to_json(trace[trace_from:]).decode() if len(trace) > trace_from else "[]",
+    )
 
 
 def replayed(

@@ -139,7 +139,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
                 cur.execute("BEGIN IMMEDIATE")
             except sqlite3.Error:  # another writer holds the database: no waiting here
                 return False
-            self._batch.cursor = cur
+            self._batched(cur)
             try:
                 for index, (fn, args) in enumerate(calls):
                     try:
@@ -153,7 +153,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
                     conn.rollback()
                 raise
             finally:
-                self._batch.cursor = None
+                self._batched(None)
             self._commits += 1
             copy_back = self._commits == COPY_BACK_EVERY
         finally:

@@ -4,6 +4,7 @@ stored."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,11 @@ from fsm_agent.persistence import (
     SQLiteCheckpointer,
     open_checkpointer,
 )
+from fsm_agent.persistence.outcomes import decode_tool_outcome, encode_tool_outcome
 from fsm_agent.persistence.sql import MIGRATIONS
 from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.tools import ToolExecution
+from fsm_agent.values.messages import ToolCall, ToolResult
 from helpers import add
 
 
@@ -277,3 +281,37 @@ def test_the_step_limit_summary_call_is_journaled(local_store: Checkpointer) -> 
     effects = local_store.effects(result.run_id)
     assert sorted(effects) == ["1/model/1", "1/tool/call_0_0", "2/model/2"]
     assert "the summary" in (effects["2/model/2"].result or "")
+
+
+def test_a_tool_outcome_recorded_in_the_older_form_decodes_as_a_new_one() -> None:
+    """A journal record written by an earlier version (``json.dumps`` of the whole outcome:
+    spaces, non-ASCII escaped) decodes to what the current encoding of the same outcome does;
+    text JSON cannot carry as it is is still escaped, not refused."""
+    result = ToolResult(call_id="c1", name="look", content="café", metadata={"n": 1})
+    execution = ToolExecution(result, error=ValueError("no"), duration_s=0.5, phase="b")
+    older = json.dumps(
+        {
+            "result": result.model_dump(mode="json"),
+            "done": False,
+            "final_message": None,
+            "error": repr(execution.error),
+            "question": None,
+            "duration_s": 0.5,
+            "phase": "b",
+        }
+    )
+    call = ToolCall(id="c1", name="look", arguments={})
+    old, new = (
+        decode_tool_outcome(older, call),
+        decode_tool_outcome(encode_tool_outcome(execution), call),
+    )
+    assert old.result == new.result == result
+    assert (old.done, old.duration_s, old.phase, str(old.error)) == (
+        new.done,
+        new.duration_s,
+        new.phase,
+        str(new.error),
+    )
+    assert json.loads(encode_tool_outcome(execution)) == json.loads(older)
+    lone = ToolExecution(ToolResult(call_id="c1", name="look", content="x\udcff"))
+    assert decode_tool_outcome(encode_tool_outcome(lone), call).result.content == "x\udcff"

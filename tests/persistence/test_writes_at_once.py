@@ -227,3 +227,41 @@ def test_a_model_calls_intent_deferred_with_its_outcome_is_not_written(
     ]
     assert all(r.result is not None for r in effects.values())
     store.close()
+
+
+def test_a_tool_steps_checkpoints_are_written_by_one_statement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run nobody follows writes the two checkpoints after a tool turn, the model call's
+    outcome and the checkpoint after the call in one transaction: the outcome goes first
+    (fenced by the version the run held before those checkpoints), so that the three
+    checkpoints are written as one; what is stored is whole."""
+    written: list[int] = []
+    write_prepared = SQLiteCheckpointer.write_prepared
+
+    def counted(self: SQLiteCheckpointer, *prepared: Any) -> None:
+        written.append(len(prepared))
+        write_prepared(self, *prepared)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "write_prepared", counted)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store, steps=3).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert written[2:-1] == [3, 3, 3]  # after the first call; before the resting checkpoint
+    run_id = result.run_state.run_id
+    assert len(store.checkpoints(run_id)) == len(result.run_state.trace)
+    effects = store.effects(run_id)
+    assert len(effects) == 7 and all(r.result is not None for r in effects.values())
+    store.close()
+
+
+def test_a_run_whose_writes_were_all_made_at_once_starts_no_thread(tmp_path: Path) -> None:
+    """When every write of a run was made at once, the store forgets the run where it ends:
+    nothing of the run waits on the store's thread, so the thread is not started for it."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    result = _agent(store).run_sync("go")
+    assert result.ok and result.run_state is not None
+    assert not store.io_threads()._threads  # never started
+    assert not store._saved  # forgotten
+    assert len(store.checkpoints(result.run_state.run_id)) == len(result.run_state.trace)
+    store.close()
