@@ -153,50 +153,49 @@ def _used_rows(graph: _Graph) -> set[int]:
 
 def _missing_row_failures(graph: _Graph) -> list[Failure]:
     """The outcomes the kernel can report where the table has no row: one failure each."""
-    failures: list[Failure] = []
-    seen: set[tuple[State, Outcome]] = set()
-    for node, outcome in graph.missing:
-        state = graph.keys[node][0]
-        if (state, outcome) not in seen:  # the first found is the shortest (breadth-first)
-            seen.add((state, outcome))
-            failures.append(
-                Failure(
-                    FailureKind.MISSING_ROW,
-                    f"the kernel can report {outcome.value!r} in {state.value!r} and no row "
-                    "takes it",
-                    (*graph.path_to(node), (state, outcome)),
-                )
-            )
-    return failures
+    return _first_of_each(
+        graph,
+        graph.missing,
+        FailureKind.MISSING_ROW,
+        "the kernel can report {outcome!r} in {state!r} and no row takes it",
+    )
 
 
 def _unchecked_answer_failures(graph: _Graph, limits: Limits) -> list[Failure]:
     """Where answers must pass a check (a verifier, the done-tool requirement, an output type),
     each move that ends a run ``completed`` from anywhere but ``verifying``: one failure per
-    state it leaves, with the shortest path to it."""
+    state and outcome."""
     if not (limits.verification or limits.output_validation):
         return []
+    found = (
+        (node, outcome)
+        for node, out in enumerate(graph.edges)
+        if graph.keys[node][0] is not S.VERIFYING
+        for outcome, _row, target, _calls in out
+        if graph.keys[target][0] is S.FINALIZING and graph.keys[target][2] is StopReason.COMPLETED
+    )
+    return _first_of_each(
+        graph,
+        found,
+        FailureKind.UNCHECKED_ANSWER,
+        "{outcome!r} in {state!r} ends the run 'completed' without passing 'verifying'",
+    )
+
+
+def _first_of_each(
+    graph: _Graph, found: Iterable[tuple[int, Outcome]], kind: FailureKind, says: str
+) -> list[Failure]:
+    """One failure of ``kind`` per state and outcome in ``found`` (nodes and the outcome
+    reported there, in breadth-first order: the first found has the shortest path), its
+    message ``says`` with the state's and the outcome's values."""
     failures: list[Failure] = []
     seen: set[tuple[State, Outcome]] = set()
-    for node, out in enumerate(graph.edges):
+    for node, outcome in found:
         state = graph.keys[node][0]
-        for outcome, _row, target, _calls in out:
-            dest, _counters, stop, _made = graph.keys[target]
-            if (
-                dest is S.FINALIZING
-                and stop is StopReason.COMPLETED
-                and state is not S.VERIFYING
-                and (state, outcome) not in seen
-            ):
-                seen.add((state, outcome))
-                failures.append(
-                    Failure(
-                        FailureKind.UNCHECKED_ANSWER,
-                        f"{outcome.value!r} in {state.value!r} ends the run 'completed' "
-                        "without passing 'verifying'",
-                        (*graph.path_to(node), (state, outcome)),
-                    )
-                )
+        if (state, outcome) not in seen:
+            seen.add((state, outcome))
+            message = says.format(state=state.value, outcome=outcome.value)
+            failures.append(Failure(kind, message, (*graph.path_to(node), (state, outcome))))
     return failures
 
 
