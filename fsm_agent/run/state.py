@@ -17,12 +17,19 @@ from ..errors import SchemaVersionError
 from ..machine.agent_machine import Move
 from ..machine.table import Counters, State, StopReason
 from ..values.define import record
-from ..values.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
+from ..values.messages import (
+    NO_USAGE,
+    Message,
+    ModelResponse,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from ..values.record import Record, adapter
 from ..values.schema import Stored
 
 __all__ = [
-    "NO_USAGE",
     "AgentUsage",
     "HandoffChange",
     "HumanRequest",
@@ -105,8 +112,6 @@ StoredMove = Annotated[Move, Stored(_move_in, _move_out)]
 load)."""
 
 _NO_COUNTERS = Counters()  # immutable: every new run may share it
-NO_USAGE = Usage()
-"""The usage of a run that has made no model call: frozen, so every new run shares it."""
 
 
 @record(frozen=False)

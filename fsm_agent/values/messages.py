@@ -34,6 +34,7 @@ from .schema import JsonValue, Schema
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
+    "NO_USAGE",
     "FinishReason",
     "ImagePart",
     "Message",
@@ -340,7 +341,10 @@ class Usage(Record):
         return self.plus(other)
 
     def plus(self, other: Usage, *, requests: int = 0) -> Usage:
-        """The sum of both usages, with ``requests`` more requests."""
+        """The sum of both usages, with ``requests`` more requests (``other`` itself when this
+        is :data:`NO_USAGE`: a run's first answer builds no sum)."""
+        if self is NO_USAGE and not requests:
+            return other
         return Usage(
             requests=self.requests + other.requests + requests,
             input_tokens=self.input_tokens + other.input_tokens,
@@ -350,6 +354,10 @@ class Usage(Record):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
         )
+
+
+NO_USAGE = Usage()
+"""No usage at all: what a run has used before its first model call (frozen, so shared)."""
 
 
 def _empty_object_schema() -> dict[str, JsonValue]:

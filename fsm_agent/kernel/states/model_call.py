@@ -26,7 +26,6 @@ from ...run.events import (
     TextDeltaEvent,
     ToolCallDeltaEvent,
 )
-from ...run.state import NO_USAGE
 from ...values.messages import (
     ModelRequest,
     ModelResponse,
@@ -205,11 +204,7 @@ def _counted(ctx: RunContext, request: ModelRequest, response: ModelResponse) ->
         answered[member] = answered.get(member, 0) + 1
     # A provider that reports no request count made one all the same.
     unreported = 0 if response.usage.requests else 1
-    rs = ctx.rs
-    if rs.usage is NO_USAGE and not unreported:  # the first answer's usage is the run's
-        rs.usage = response.usage
-    else:
-        rs.usage = rs.usage.plus(response.usage, requests=unreported)
+    ctx.rs.usage = ctx.rs.usage.plus(response.usage, requests=unreported)
     return Answer(request, response, unreported)
 
 
