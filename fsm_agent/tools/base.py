@@ -32,10 +32,11 @@ from ..values.messages import (
 )
 from ..values.record import adapter, field_problem
 from ..values.schema import JsonValue
+from .definition import arguments_model, check_timeout, checked_name, description_of
 from .time_limit import CallLimit
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
+    pass
 
 __all__ = [
     "HumanInputRequired",
@@ -178,17 +179,17 @@ class Tool:
         if not callable(fn):
             raise ToolDefinitionError(f"a tool needs a function, got {type(fn).__name__}")
         self.fn = fn
-        self.name = _checked_name(name or fn.__name__)
+        self.name = checked_name(name or fn.__name__)
         self.is_async = inspect.iscoroutinefunction(fn)
-        _check_timeout(self.name, timeout_s, inline=not self.is_async and not threaded)
+        check_timeout(self.name, timeout_s, inline=not self.is_async and not threaded)
         self.timeout_s = timeout_s
         self.raw_arguments = raw_arguments
         self.threaded = threaded
         self.needs_approval = needs_approval
         self.idempotent = idempotent
         self._context_param, params = _parameters(fn, self.name)
-        self.description = _description(fn, self.name) if description is None else description
-        self._raw_param, self._args_model, schema = _arguments_model(
+        self.description = description_of(fn, self.name) if description is None else description
+        self._raw_param, self._args_model, schema = arguments_model(
             self.name, params, raw_arguments
         )
         self.definition = ToolDefinition(
@@ -488,61 +489,6 @@ def _returned(name: str, call: ToolCall, value: ToolReturn, started: float) -> T
     return ToolExecution(result, duration_s=time.perf_counter() - started)
 
 
-def _checked_name(name: str) -> str:
-    """``name``, checked to be a tool name a provider accepts."""
-    if not name.replace("_", "").replace("-", "").isalnum():
-        raise ToolDefinitionError(f"tool name {name!r} must use letters, digits, '_' and '-' only")
-    return name
-
-
-def _check_timeout(name: str, timeout_s: float | None, *, inline: bool) -> None:
-    """Refuse a timeout that is not positive, or one an ``inline`` sync tool could never
-    honour."""
-    if timeout_s is not None and not timeout_s > 0:
-        raise ToolDefinitionError(f"tool {name!r}: timeout_s must be > 0")
-    if timeout_s is not None and inline:
-        raise ToolDefinitionError(
-            f"tool {name!r}: a sync tool runs inline and cannot be cut off, so its "
-            "timeout_s would never apply; mark it @tool(threaded=True, timeout_s=...) or "
-            "make it async"
-        )
-
-
-def _description(fn: Callable[..., Any], name: str) -> str:
-    """The description the model reads: the summary of ``fn``'s docstring, which must have
-    one."""
-    description = _doc_summary(fn)
-    if not description:
-        raise ToolDefinitionError(
-            f"tool {name!r} has no description, and the model reads it to decide "
-            "when to call the tool: give the function a docstring, or pass "
-            "@tool(description=...) (description='' sends none on purpose)"
-        )
-    return description
-
-
-def _arguments_model(
-    name: str, params: list[tuple[str, Any, Any]], raw_arguments: bool
-) -> tuple[str | None, type[BaseModel] | None, dict[str, JsonValue]]:
-    """How a call's arguments reach the function, and their JSON schema: the one ``str``
-    parameter that takes them raw (``raw_arguments``), else a pydantic model of the
-    parameters that validates them."""
-    if raw_arguments:
-        if len(params) != 1 or params[0][1] is not str:
-            raise ToolDefinitionError(
-                f"tool {name!r} declares raw_arguments, so it must take exactly one "
-                "'str' parameter (besides an optional ToolContext)"
-            )
-        return params[0][0], None, {"type": "object", "additionalProperties": True}
-    from pydantic import ConfigDict, create_model
-
-    fields: dict[str, Any] = {pname: (annotation, default) for pname, annotation, default in params}
-    model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    return None, model, schema
-
-
 def _completed(call: ToolCall, signal: TaskComplete, started: float) -> ToolExecution:
     """The execution of a call whose tool raised :class:`TaskComplete`: it ends the run."""
     result = ToolResult(call_id=call.id, name=call.name, content=signal.message or "Task complete.")
@@ -572,11 +518,6 @@ def _validation_message(name: str, exc: ValidationError) -> str:
         for err in exc.errors(include_url=False)
     )
     return f"Error: invalid arguments for tool '{name}': {problems}. Fix them and call again."
-
-
-def _doc_summary(fn: Callable[..., Any]) -> str:
-    doc = inspect.getdoc(fn) or ""
-    return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
 
 
 def _parameters(fn: Callable[..., Any], name: str) -> tuple[str | None, list[tuple[str, Any, Any]]]:
