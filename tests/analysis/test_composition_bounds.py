@@ -13,7 +13,7 @@ import pytest
 from fsm_agent import Agent, Policy, ProviderServerError, RetryPolicy, UsageLimits, tool
 from fsm_agent.machine.bounds import ChildBounds, bounds
 from fsm_agent.testing import ScriptedModel, Turn, fail, text, tool_call, tool_calls
-from helpers import make_agent, virtual_runtime
+from helpers import make_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_RETRY = RetryPolicy(max_retries=0)
@@ -230,14 +230,7 @@ def _fuzzed_pair(model: Any) -> Agent[Any, Any]:
     """A parent and a child on one fuzzed model: the child's generated turns make it loop,
     fail, abort or answer, as the parent's do."""
     lookup = Counted()
-    # The fuzzer puts the agent it is given on its virtual clock, not the child inside its tool:
-    # on the real clock the child's retry backoff waited out seconds of the run.
-    child = Agent(
-        model,
-        tools=[lookup.tool],
-        policy=Policy(max_steps=2, max_tool_calls=1),
-        runtime=virtual_runtime(),
-    )
+    child = Agent(model, tools=[lookup.tool], policy=Policy(max_steps=2, max_tool_calls=1))
     return Agent(
         model,
         tools=[lookup.tool, child.as_tool(name="research", description="Research.")],

@@ -11,7 +11,7 @@ from fsm_agent import Agent, Policy, RetryPolicy, StopReason, UsageLimits, tool
 from fsm_agent.events import ChildEvent, Event, FinalEvent, ToolCallEvent, ToolResultEvent
 from fsm_agent.messages import Role, ToolResult
 from fsm_agent.testing import ScriptedModel, text, tool_call, tool_calls
-from helpers import look, make_agent, stream, virtual_runtime
+from helpers import look, make_agent, stream
 
 SPECIALISTS = ("legal", "finance", "tech")
 
@@ -127,11 +127,9 @@ def test_parallel_children_reach_the_explored_composed_bound() -> None:
 def _parallel_composition(model: Any) -> Agent[Any, Any]:
     """A parent calling two children in parallel turns under a shared max_requests, all on
     one fuzzed model."""
-    # The fuzzer puts the agent it is given on its virtual clock, not the children inside its
-    # tools: on the real clock their retry backoff waited out seconds of the run.
     child = Policy(max_steps=2, max_tool_calls=1)
-    first = Agent(model, tools=[look], policy=child, runtime=virtual_runtime())
-    second = Agent(model, tools=[look], policy=child, runtime=virtual_runtime())
+    first = Agent(model, tools=[look], policy=child)
+    second = Agent(model, tools=[look], policy=child)
     return Agent(
         model,
         tools=[

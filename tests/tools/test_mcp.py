@@ -97,27 +97,26 @@ class HTTPServer:
             self.process.wait()
 
 
-@pytest.fixture
-def http_server() -> Iterator[HTTPServer]:
-    """A server of the test's own, which it may kill or restart."""
+def _served() -> Iterator[HTTPServer]:
     server = HTTPServer()
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def http_server() -> Iterator[HTTPServer]:
+    """A server of the test's own, which it may kill or restart."""
+    yield from _served()
 
 
 @pytest.fixture(scope="module")
 def shared_http_server() -> Iterator[HTTPServer]:
     """One server for the module's tests that leave it running (each server start costs a
     second of CPU, importing the SDK)."""
-    server = HTTPServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _served()
 
 
 def results(result: Any) -> list[tuple[str, bool]]:
