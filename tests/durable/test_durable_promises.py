@@ -625,6 +625,7 @@ def test_the_lag_benchmark_still_runs(tmp_path: Path) -> None:
     row = asyncio.run(durable_lag._in_flight(5, 1, store, 0.01))
     store.close()
     assert row["ok"] == 5 and row["timeouts"] == 0 and row["peak"] >= 1
+    assert row["full"].startswith("full collections among the runs: ")
 
 
 class _Inspecting:
