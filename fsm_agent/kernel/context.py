@@ -19,6 +19,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import Outcome
 from ..run.events import ChildEvent, Event, ToolProgressEvent
 from ..run.state import RunState
+from ..values.define import builder
 from ..values.messages import (
     Message,
     Role,
@@ -47,6 +48,7 @@ __all__ = [
 # Enum members read on every step, bound once: on Python 3.11 each read of one goes through
 # the enum's class attribute lookup (docs/performance.md, the traps).
 _TOOL = Role.TOOL
+_new_message = builder(Message)  # a tool result's message, one per call: see builder()
 
 T = TypeVar("T")
 
@@ -244,7 +246,7 @@ class RunContext:
         rs = self.rs
         calls, results = rs.pending_tool_calls, rs.tool_results
         if len(calls) == 1 and len(results) == 1 and results[0].call_id == calls[0].id:
-            self.append(Message(role=_TOOL, parts=(results[0],)))
+            self.append(_new_message(role=_TOOL, parts=(results[0],)))
         else:  # the common turn above: one call, finished
             finished = {r.call_id: r for r in results} if results else {}
             for call in calls:
@@ -252,7 +254,7 @@ class RunContext:
                 if result is None:
                     self.append(tool_message(call, f"Error: not run: {why}", is_error=True))
                 else:
-                    self.append(Message(role=_TOOL, parts=(result,)))
+                    self.append(_new_message(role=_TOOL, parts=(result,)))
         rs.pending_tool_calls = []
         rs.tool_results = rs.approved_calls = rs.human_requests = ()
 
@@ -284,4 +286,4 @@ class RunContext:
 
 def tool_message(call: ToolCall, content: str, *, is_error: bool) -> Message:
     result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-    return Message(role=_TOOL, parts=(result,))
+    return _new_message(role=_TOOL, parts=(result,))

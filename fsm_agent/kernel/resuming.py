@@ -15,6 +15,7 @@ from ..persistence.run_log import RunLog, load_checkpoint
 from ..persistence.storable import storable_message
 from ..run.approval import HumanDecision, ResumeHandle, apply_decisions
 from ..run.state import RunState
+from ..values.define import builder
 from ..values.messages import Message, validate_history
 from ..values.model_settings import ModelSettings, merge_settings, settings_request
 from ..values.record import field_problem
@@ -27,6 +28,8 @@ from .run import RunHandle
 from .states.model_call import model_name
 
 __all__ = ["new_context", "refuse_finished", "resume_context", "start_context"]
+
+_new_state = builder(RunState)  # one per run: see builder()
 
 
 def start_context(
@@ -64,7 +67,7 @@ def start_context(
         )
     validate_history(history)
     plan = agent._plan
-    rs = RunState(run_id=agent.runtime.new_id())
+    rs = _new_state(run_id=agent.runtime.new_id())
     if conversation_id is not None:
         if not isinstance(conversation_id, str) or not conversation_id:
             raise InvalidInputError(

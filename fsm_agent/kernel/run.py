@@ -18,7 +18,7 @@ from ..machine.agent_machine import Move
 from ..machine.table import Counters, Outcome, State, StopReason
 from ..run.approval import ResumeHandle
 from ..run.state import AgentUsage, RunState
-from ..values.define import record
+from ..values.define import builder, record
 from ..values.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class RunResult(Generic[OutputT]):
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
         suspended = state is State.SUSPENDED and rs.resume_token is not None
-        return RunResult(
+        return _new_result(  # one per run: see builder()
             run_id=rs.run_id,
             output=rs.output if output is None else output.result_value(rs),
             stop_reason=rs.stop_reason,
@@ -177,6 +177,7 @@ class RunResult(Generic[OutputT]):
 
 
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
+_new_result = builder(RunResult)
 
 
 class _Moving(Protocol):

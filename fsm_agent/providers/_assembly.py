@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import JsonValue, ValidationError
 
 from ..errors import MalformedResponseError
+from ..values.define import builder
 from ..values.messages import (
     FinishReason,
     ImagePart,
@@ -53,6 +54,9 @@ __all__ = [
 # the enum's class attribute lookup (docs/performance.md, the traps).
 _STOP, _TOOL_CALLS = FinishReason.STOP, FinishReason.TOOL_CALLS
 _ASSISTANT = Role.ASSISTANT
+# What a response is built of, built on every model call: see :func:`builder`.
+_new_response, _new_message = builder(ModelResponse), builder(Message)
+_new_call, _new_text = builder(ToolCall), builder(TextPart)
 
 JSONObject = dict[str, object]
 """A decoded JSON object whose values are checked where they are read."""
@@ -146,7 +150,7 @@ def text_part(text: str) -> TextPart:
     """A text part of what came off the wire, a string (checked here): nothing else to
     validate."""
     if type(text) is str:
-        return TextPart(text=text)
+        return _new_text(text=text)
     return adapter(TextPart).validate_python({"text": text})
 
 
@@ -167,7 +171,7 @@ def finish_tool_call(
     if provider_data is None and type(name) is str and type(raw) is str:
         # Every field is checked here or by the parser, which validates the arguments as
         # JSON values while it reads them: validating the call again would repeat that work.
-        return ToolCall(
+        return _new_call(
             id=call_id if type(call_id) is str and call_id else new_call_id(),
             name=name,
             arguments_json=raw,
@@ -268,8 +272,8 @@ def build_response(
     ):
         # The parts and usage are built values and the rest is checked above: validating the
         # wrappers would only re-check that.
-        return ModelResponse(
-            message=Message(role=_ASSISTANT, parts=tuple(merged)),
+        return _new_response(
+            message=_new_message(role=_ASSISTANT, parts=tuple(merged)),
             finish_reason=final_reason,
             raw_finish_reason=raw_reason,
             usage=usage,

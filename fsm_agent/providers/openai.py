@@ -18,6 +18,7 @@ import httpx
 from pydantic import JsonValue
 
 from ..errors import MalformedResponseError, ProviderServerError
+from ..values.define import builder
 from ..values.messages import (
     FinishReason,
     ImagePart,
@@ -60,6 +61,7 @@ from ._sse import SSEDecoder
 __all__ = ["EmptyContent", "OpenAIChatModel", "openai_finish_reason"]
 
 _PROVIDER = "openai"
+_new_usage = builder(Usage)  # the reader's values are built on every model call
 _OFFICIAL_HOST = "api.openai.com"
 
 _FINISH: dict[str, FinishReason] = {
@@ -102,7 +104,7 @@ def _usage(value: object) -> Usage | None:
     completion = usage.get("completion_tokens_details")
     # The constructor validates nothing: each count is checked to be an integer of 0 or more
     # as it is read.
-    return Usage(
+    return _new_usage(
         requests=1,
         input_tokens=as_count(usage.get("prompt_tokens")) or 0,
         output_tokens=as_count(usage.get("completion_tokens")) or 0,

@@ -21,7 +21,7 @@ from pydantic_core import ValidationError, to_json
 
 from ..errors import ToolDefinitionError
 from ..phases.table import MovePhase
-from ..values.define import record
+from ..values.define import builder, record
 from ..values.messages import (
     MAX_ARGUMENT_DEPTH,
     ToolCall,
@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 DepsT = TypeVar("DepsT")
+_new_result = builder(ToolResult)  # one per tool call: see builder()
 
 
 class TaskComplete(BaseException):
@@ -272,7 +273,7 @@ class Tool:
             )
         if isinstance(value, ToolReturn):
             return _returned(self.name, call, value, started)
-        result = ToolResult(call_id=call.id, name=call.name, content=serialise_result(value))
+        result = _new_result(call_id=call.id, name=call.name, content=serialise_result(value))
         return ToolExecution(result, duration_s=time.perf_counter() - started)
 
     def _arguments(self, call: ToolCall) -> dict[str, Any]:
@@ -286,8 +287,8 @@ class Tool:
                     f"arrays deeper than {MAX_ARGUMENT_DEPTH} levels. Send flatter arguments."
                 )
             parsed = self._args_model.model_validate_json(call.arguments_json)
-        else:
-            parsed = self._args_model.model_validate(call.arguments)
+        else:  # the model's validator itself: ``model_validate`` passes it six default options
+            parsed = self._args_model.__pydantic_validator__.validate_python(call.arguments)
         # The validated model keeps exactly its fields' values in its ``__dict__`` (it refuses
         # extra arguments): a copy of it, not a read of each field through pydantic's hook.
         return dict(parsed.__dict__)
@@ -440,6 +441,8 @@ def serialise_result(value: object) -> str:
     a value JSON cannot hold is shown with ``str()`` and a note, and the run goes on."""
     if isinstance(value, str):
         return value
+    if type(value) is int and value.bit_length() <= 64:
+        return str(value)  # its JSON, for less than ``to_json`` costs (str() refuses huge ones)
     if _is_model(value):
         text: str = value.model_dump_json()  # type: ignore[attr-defined]
         return text

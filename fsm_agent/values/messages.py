@@ -28,7 +28,7 @@ from pydantic_core import from_json
 
 from ..errors import InvalidInputError
 from .deep_json import deep_json, value_depth
-from .define import record
+from .define import builder, record
 from .record import Record, field_problem
 from .schema import JsonValue, Schema
 
@@ -274,11 +274,15 @@ class Message(Record):
     @classmethod
     def system(cls, text: str) -> Message:
         """A system (instructions) message."""
+        if cls is Message:  # see builder()
+            return _new_message(role=Role.SYSTEM, parts=(_new_text(text=text),))
         return cls(role=Role.SYSTEM, parts=(TextPart(text=text),))
 
     @classmethod
     def user(cls, text: str, *images: ImagePart) -> Message:
         """A user message with text and optional images."""
+        if cls is Message:  # one per run at least: see builder()
+            return _new_message(role=Role.USER, parts=(_new_text(text=text), *images))
         return cls(role=Role.USER, parts=(TextPart(text=text), *images))
 
     @classmethod
@@ -317,6 +321,9 @@ class Message(Record):
         return [p for p in self.parts if isinstance(p, ToolResult)]
 
 
+_new_message, _new_text = builder(Message), builder(TextPart)
+
+
 @record
 class Usage(Record):
     """Token (and optional cost) usage of one or more model calls.
@@ -345,7 +352,7 @@ class Usage(Record):
         is :data:`NO_USAGE`: a run's first answer builds no sum)."""
         if self is NO_USAGE and not requests:
             return other
-        return Usage(
+        return _usage(  # a run adds one per answer
             requests=self.requests + other.requests + requests,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
@@ -356,6 +363,7 @@ class Usage(Record):
         )
 
 
+_usage = builder(Usage)
 NO_USAGE = Usage()
 """No usage at all: what a run has used before its first model call (frozen, so shared)."""
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import pytest
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
 from fsm_agent import (
     Policy,
@@ -217,6 +218,8 @@ def test_values_are_serialised_and_unserialisable_ones_are_stringified() -> None
             return "<opaque>"
 
     assert serialise_result({"a": [1, 2]}) == '{"a":[1,2]}'
+    for number in (0, -5, 2**63, -(2**64), 2**70, 10**5000, True, False):  # each as JSON
+        assert serialise_result(number) == to_json(number).decode()
     assert serialise_result(Point(x=1)) == '{"x":1}'
     assert serialise_result(datetime.date(2026, 1, 2)) == '"2026-01-02"'
     assert serialise_result(Opaque()).startswith("<opaque> (note: the result was not JSON")

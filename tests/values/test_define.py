@@ -223,3 +223,46 @@ def test_an_undocumented_record_is_documented_by_its_signature() -> None:
     read from the compiled ``__init__`` rather than from ``object.__init__``'s text, which would
     compile the tokenizer's expressions at import."""
     assert events._Event.__doc__ == _reference(events._Event).__doc__ == "_Event(*, run_id: 'str')"
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.__name__)
+def test_a_builder_makes_what_the_class_makes(cls: type[Any]) -> None:
+    """``builder(cls)`` takes the constructor's parameters and builds an equal value of the
+    same type (defaults, factories and ``__post_init__`` included), as frozen as one the
+    class built; a record that defines its own ``__init__`` has no builder."""
+    if vars(cls).get("__init__") is not define._INITS[cls]:
+        with pytest.raises(TypeError, match="not a type defined by @record"):
+            define.builder(cls)
+        return
+    build = define.builder(cls)
+    parameters = inspect.signature(build).parameters
+    assert list(parameters.values()) == list(inspect.signature(cls).parameters.values())
+    kwargs = _required(cls)
+    built, made = _outcome(lambda: build(**kwargs)), _outcome(lambda: cls(**kwargs))
+    if isinstance(made, tuple):  # __post_init__ refused the values: the builder too
+        assert built == made
+        return
+    assert type(built) is cls
+    assert _ADDRESS.sub("", define._repr(built)) == _ADDRESS.sub("", define._repr(made))
+    name = dataclasses.fields(cls)[0].name
+    assert _outcome(lambda: setattr(built, name, 1)) == _outcome(lambda: setattr(made, name, 1))
+
+
+def test_a_builder_is_refused_for_other_types_and_runs_post_init() -> None:
+    """Only a record type has a builder; a builder's value has its factories' fresh defaults
+    and what its ``__post_init__`` set."""
+
+    @record
+    class Value(Record):
+        items: list[int] = dataclasses.field(default_factory=list)
+        seen: tuple[int, ...] = ()
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "seen", tuple(self.items))
+
+    build = define.builder(Value)
+    assert build(items=[2]).seen == (2,)
+    assert build().items == [] and build().items is not build().items
+    for other in (dict, type("Plain", (), {})):
+        with pytest.raises(TypeError, match="not a type defined by @record"):
+            define.builder(other)

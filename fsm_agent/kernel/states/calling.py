@@ -32,6 +32,7 @@ from ...run.events import (
     UsageEvent,
 )
 from ...tools.output import trim_old_outputs
+from ...values.define import builder
 from ...values.messages import (
     FinishReason,
     Message,
@@ -65,6 +66,7 @@ _FINISH_OUTCOMES = {
     FinishReason.ERROR: Outcome.FINISH_ERROR,
     FinishReason.OTHER: Outcome.OTHER,
 }
+_new_request = builder(ModelRequest)  # one per model call: see builder()
 
 
 _ANSWERS = frozenset({Outcome.STOP, Outcome.OTHER})  # answers that tool calls override
@@ -247,7 +249,7 @@ def _request(ctx: RunContext) -> ModelRequest:
         tools = (*tools, plan.pager.definition)
     model_settings = ctx.model_settings
     if model_settings is None:
-        return ModelRequest(
+        return _new_request(
             messages=messages,
             tools=tools,
             parallel_tool_calls=settings.parallel_tool_calls if tools else None,
