@@ -246,6 +246,9 @@ def test_a_builder_makes_what_the_class_makes(cls: type[Any]) -> None:
     assert _ADDRESS.sub("", define._repr(built)) == _ADDRESS.sub("", define._repr(made))
     name = dataclasses.fields(cls)[0].name
     assert _outcome(lambda: setattr(built, name, 1)) == _outcome(lambda: setattr(made, name, 1))
+    copied = pickle.loads(pickle.dumps(built))
+    assert type(copied) is cls
+    assert _ADDRESS.sub("", define._repr(copied)) == _ADDRESS.sub("", define._repr(made))
 
 
 def test_a_builder_is_refused_for_other_types_and_runs_post_init() -> None:
