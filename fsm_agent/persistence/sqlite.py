@@ -164,8 +164,10 @@ class SQLiteCheckpointer(SQLCheckpointer):
                         fn(*args)
                     except Exception as exc:
                         raise JobFailed(index, exc) from exc
-                with self._translated():
+                try:
                     cur.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    raise _translate(exc, self.path) from exc
             except BaseException:
                 if conn.in_transaction:
                     conn.rollback()
