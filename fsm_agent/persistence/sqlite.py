@@ -10,9 +10,11 @@ thread as before.
 The WAL is copied back into the database (a checkpoint, which fsyncs what the commits wrote)
 on a thread and a connection of its own, never by a commit on the loop's thread, and while the
 runs go on writing: a WAL checkpoint lets writers append to the WAL meanwhile. The frames they
-append are copied by further passes while many are left, and the last few with the store's
-connection held (a short wait for the runs' writes), so that the next commit starts the WAL
-over from its beginning instead of growing it.
+append are copied by further passes while many are left. A commit after a pass that nothing was
+appended during starts the WAL over from its beginning; when the runs kept writing through
+every pass and the WAL has grown long (:data:`HELD_FRAMES`), the last frames are copied with the
+store's connection held (a short wait for the runs' writes), so that the next commit starts it
+over instead of growing it.
 """
 
 from __future__ import annotations
