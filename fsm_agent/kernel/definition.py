@@ -59,9 +59,15 @@ for an agent with phases and ``output`` only for one with an output type, so the
 of the others stay as they were)."""
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""The types of most values a fingerprint walks, returned as they are without further checks."""
+
+
 def _canonical(value: object) -> object:
     """``value`` with every set as a sorted list: a set's iteration order depends on how it was
     built, so two equal policies could otherwise give two fingerprints."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, dict):
         return {key: _canonical(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -307,8 +307,8 @@ class SQLCheckpointer:
         return PreparedSave(
             run_id,
             version,
-            state.state.value,
-            None if state.stop_reason is None else state.stop_reason.value,
+            state.state._value_,  # the value as a plain attribute (``value`` is a property)
+            None if state.stop_reason is None else state.stop_reason._value_,
             state.counters.steps,
             body,
             messages_from,

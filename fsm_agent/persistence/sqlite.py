@@ -5,8 +5,16 @@ an fsync: tens of microseconds, less than handing the write to the store's threa
 the event loop when it is done. So a run's writes that would wait for nothing (the connection
 free, no other writer holding the database) are made where the run asks for them, on the
 event loop's thread (:meth:`SQLiteCheckpointer.write_now`); any other is handed to the store's
-thread as before. The WAL is copied back into the database (a checkpoint, which does fsync) by
-the store's thread, never by a commit on the loop's.
+thread as before.
+
+The WAL is copied back into the database (a checkpoint, which fsyncs what the commits wrote)
+on a thread and a connection of its own, never by a commit on the loop's thread, and while the
+runs go on writing: a WAL checkpoint lets writers append to the WAL meanwhile. The frames they
+append are copied by further passes while many are left. A commit after a pass that nothing was
+appended during starts the WAL over from its beginning; when the runs kept writing through
+every pass and the WAL has grown long (:data:`HELD_FRAMES`), the last frames are copied with the
+store's connection held (a short wait for the runs' writes), so that the next commit starts it
+over instead of growing it.
 """
 
 from __future__ import annotations
@@ -30,13 +38,24 @@ from .store_threads import Call, JobFailed
 
 __all__ = ["SQLiteCheckpointer"]
 
+_COPY = "PRAGMA wal_checkpoint(PASSIVE)"
 _FULL = 13  # SQLITE_FULL
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 _CORRUPT = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 COPY_BACK_EVERY = 200
-"""Commits between two copies of the WAL back into the database, made by the store's thread
+"""Commits between two copies of the WAL back into the database, made on a thread of their own
 (a few pages a commit: about SQLite's own automatic checkpoint, every 1,000 pages, which the
 store turns off so that no commit on an event loop's thread makes one)."""
+COPY_PASSES = 4
+"""The most passes a copy back makes while the runs write (each copies what the runs appended
+during the one before)."""
+QUIET_FRAMES = 64
+"""A pass that copied at most this many WAL frames (pages) was short: the copy back stops."""
+HELD_FRAMES = 4_000
+"""The WAL's length (frames of a page, 4 KiB by default) from which a copy back that the runs
+kept writing through copies what they appended with their writes held, so that the WAL starts
+over (one that does not leaves it to the next copy back, or to the first commit after a pass
+that nothing was appended during)."""
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
@@ -62,6 +81,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
         self._waits = True
         self._fsync = fsync
         self._commits = 0  # since the WAL was last copied back into the database
+        self._copier: threading.Thread | None = None  # the copy back under way, if any
+        self._copying: sqlite3.Connection | None = None  # its connection, opened by the first
+        self._closed = False
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
@@ -117,9 +139,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 raise
-            self._commits += 1
-            if self._commits >= COPY_BACK_EVERY:
-                self._copy_back()
+            self._committed()
 
     def write_now(self, calls: Sequence[Call]) -> bool:
         """Make ``calls`` in one transaction on the caller's thread, when that waits for
@@ -146,38 +166,59 @@ class SQLiteCheckpointer(SQLCheckpointer):
                         fn(*args)
                     except Exception as exc:
                         raise JobFailed(index, exc) from exc
-                with self._translated():
+                try:
                     cur.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    raise _translate(exc, self.path) from exc
             except BaseException:
                 if conn.in_transaction:
                     conn.rollback()
                 raise
             finally:
                 self._batched(None)
-            self._commits += 1
-            copy_back = self._commits == COPY_BACK_EVERY
+            self._committed()
         finally:
             self._lock.release()
-        if copy_back:  # on the store's thread, after the writes queued there
-            self.io_threads().lane().submit(self._copied_back)
         return True
 
-    def _copied_back(self) -> None:
-        if getattr(self._batch, "cursor", None) is not None:
-            return  # in a batch, which holds the connection: its commit copies the WAL back
-        with self._guard():
-            if self._commits >= COPY_BACK_EVERY:
-                self._copy_back()
+    def _committed(self) -> None:
+        """Count a commit (with the connection held); every ``COPY_BACK_EVERY`` of them, start
+        copying the WAL back, unless a copy back is still under way."""
+        self._commits += 1
+        if self._commits < COPY_BACK_EVERY or self._closed:
+            return
+        if self._copier is not None and self._copier.is_alive():
+            return
+        self._commits = 0
+        self._copier = threading.Thread(
+            target=self._copy_back, name="fsm-agent-copy-back", daemon=True
+        )
+        self._copier.start()
 
     def _copy_back(self) -> None:
-        """Copy the WAL back into the database (with the connection held), as SQLite's
-        automatic checkpoint would; a failure leaves the WAL as it is, to be copied next time."""
-        self._commits = 0
+        """Copy the WAL back into the database, as SQLite's automatic checkpoint would, on the
+        copy back's own connection while the runs write (see the module docstring); a failure
+        leaves the WAL as it is, to be copied next time."""
         try:
-            # Read to its end: a statement left unfinished keeps a read open on the connection,
-            # and every later BEGIN IMMEDIATE of write_now would fail.
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
+            copying = self._copying
+            if copying is None:
+                copying = self._copying = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False
+                )
+                copying.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'NORMAL'}")
+            before = 0  # frames copied by the pass before
+            for _ in range(COPY_PASSES):
+                ((busy, frames, copied),) = copying.execute(_COPY).fetchall()  # read to the end
+                # A pass that had few frames to copy was short: few were appended meanwhile.
+                if busy or frames - before <= QUIET_FRAMES:
+                    break
+                before = copied
+            if not busy and frames >= HELD_FRAMES:
+                with self._guard():  # what was appended meanwhile, with the runs' writes held
+                    # Read to its end: a statement left unfinished keeps a read open on the
+                    # connection, and every later BEGIN IMMEDIATE of write_now would fail.
+                    self._conn.execute(_COPY).fetchall()
+        except (sqlite3.Error, FsmAgentError) as exc:
             logger.warning("%s: the WAL was not copied back into the database: %s", self, exc)
 
     @contextmanager
@@ -189,8 +230,16 @@ class SQLiteCheckpointer(SQLCheckpointer):
         return isinstance(exc, sqlite3.IntegrityError)
 
     def close(self) -> None:
-        """Wait for the calls handed to the store's thread, then close the connection."""
+        """Wait for the calls handed to the store's thread and for a copy back under way, then
+        close the connections."""
         self._stop_io()
+        with self._lock:
+            self._closed = True
+            copier = self._copier
+        if copier is not None:
+            copier.join()
+        if self._copying is not None:
+            self._copying.close()
         with self._lock:
             self._conn.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import field, fields
+from itertools import compress
 from typing import Annotated, Any, Literal
 
 from ..errors import SchemaVersionError
@@ -87,19 +88,23 @@ def _move_in(value: object) -> object:
 
 def _counters_out(counters: Counters) -> dict[str, int]:
     """The counters that are not 0, by name (a missing counter reads 0)."""
-    return {name: value for name, value in zip(Counters._fields, counters, strict=True) if value}
+    return dict(compress(zip(_COUNTER_NAMES, counters, strict=True), counters))
+
+
+_COUNTER_NAMES = Counters._fields
 
 
 def _move_out(move: Move) -> dict[str, Any]:
+    # ``_value_``: the member's value as a plain attribute (``value`` is a Python property).
     stored: dict[str, Any] = {
-        "source": move.source.value,
-        "outcome": move.outcome.value,
-        "dest": move.dest.value,
+        "source": move.source._value_,
+        "outcome": move.outcome._value_,
+        "dest": move.dest._value_,
         "row": move.row,
         "counters": _counters_out(move.counters),
     }
     if move.stop is not None:
-        stored["stop"] = move.stop.value
+        stored["stop"] = move.stop._value_
     return stored
 
 

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from fsm_agent import Handoff, Policy, RunHandle
+from fsm_agent import Agent, Handoff, Policy, RunHandle, tool
 from fsm_agent.events import ToolResultEvent
-from fsm_agent.kernel.plan import handoff_plan, with_policy
+from fsm_agent.kernel.plan import handoff_plan, plan_of, with_policy
 from fsm_agent.kernel.run import RunResult
-from fsm_agent.testing import text, tool_call
+from fsm_agent.testing import ScriptedModel, text, tool_call
 from helpers import make_agent
 
 
@@ -128,3 +128,23 @@ def test_a_new_system_prompt_reaches_the_model_of_later_runs() -> None:
     assert [m.role.value for m in firsts] == ["system", "system"]
     assert [m.text for m in firsts] == ["Be brief.", "Be thorough."]
     assert agent._plan.definition != before
+
+
+def test_a_definitions_fingerprint_is_the_one_stored_runs_hold() -> None:
+    """The fingerprint of a given definition stays what earlier versions stored (a stored run
+    resumes only under the same fingerprint), however it is computed."""
+
+    @tool(idempotent=True)
+    def lookup(order: str, limit: int = 3) -> str:
+        """Look an order up."""
+        return order
+
+    agent = Agent(
+        ScriptedModel([text("ok")]),
+        tools=[lookup],
+        system_prompt="Be brief.",
+        policy=Policy(max_steps=7),
+    )
+    assert plan_of(agent).definition == (
+        "tools=2bbd926a7b758bb8;system_prompt=fecef222d7732bb7;policy=88a3985efb948337"
+    )

@@ -136,11 +136,11 @@ def test_a_write_that_fails_at_once_is_rolled_back_and_named(tmp_path: Path) -> 
     store.close()
 
 
-def test_the_wal_is_copied_back_on_the_stores_thread(
+def test_the_wal_is_copied_back_on_a_thread_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Commits made at once never copy the WAL back into the database (that fsyncs); the
-    store's thread does, once every ``COPY_BACK_EVERY`` commits."""
+    """Commits made at once never copy the WAL back into the database (that fsyncs): a thread
+    of the store's does, once every ``COPY_BACK_EVERY`` commits."""
     monkeypatch.setattr(sqlite_store, "COPY_BACK_EVERY", 4)
     copied: list[int] = []
     copy_back = SQLiteCheckpointer._copy_back
@@ -160,6 +160,85 @@ def test_the_wal_is_copied_back_on_the_stores_thread(
     assert asyncio.run(main())
     store.close()
     assert copied and loop_thread[0] not in copied
+
+
+def test_writes_are_made_at_once_while_the_wal_is_copied_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy back of the WAL (which waits for the disk) does not hold the runs' writes: it
+    copies on a connection of its own, and a write made meanwhile is made at once."""
+    monkeypatch.setattr(sqlite_store, "COPY_BACK_EVERY", 2)
+    copying, release = threading.Event(), threading.Event()
+    copy_back = SQLiteCheckpointer._copy_back
+
+    def slow(self: SQLiteCheckpointer) -> None:
+        copying.set()
+        release.wait(10)
+        copy_back(self)
+
+    monkeypatch.setattr(SQLiteCheckpointer, "_copy_back", slow)
+    store = SQLiteCheckpointer(tmp_path / "runs.db")  # its schema: the first commit
+    save = (partial(store.save, version=1), (RunState(run_id="run_x"),))
+    assert store.write_now([save]) is True  # the second: the copy back starts
+    assert copying.wait(10)
+    try:
+        saved = store.write_now([(partial(store.save, version=1), (RunState(run_id="run_y"),))])
+    finally:
+        release.set()
+    assert saved is True
+    store.close()
+    assert {s.run_id for s in store_runs(tmp_path / "runs.db")} == {"run_x", "run_y"}
+
+
+def test_the_wal_starts_over_after_a_copy_back_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the WAL is ``HELD_FRAMES`` long, a copy back copies what was committed during its
+    passes with the writes held, so that the next commit starts the WAL over (the file does
+    not grow) instead of appending to it."""
+    monkeypatch.setattr(sqlite_store, "COPY_BACK_EVERY", 10**6)  # copied back by the test
+    monkeypatch.setattr(sqlite_store, "HELD_FRAMES", 1)
+    path = tmp_path / "runs.db"
+    wal = path.parent / (path.name + "-wal")
+    store = SQLiteCheckpointer(path)
+    for n in range(20):
+        assert store.write_now([(partial(store.save, version=1), (RunState(run_id=f"run_{n}"),))])
+    copying = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    class WrittenThrough:
+        """The copy back's connection; another writer's commit spans each of its passes."""
+
+        def execute(self, sql: str) -> WrittenThrough:
+            other.execute("BEGIN IMMEDIATE")
+            self.rows = copying.execute(sql).fetchall()
+            other.execute("INSERT INTO meta (key, value) VALUES (?, '')", (str(self.rows),))
+            other.execute("COMMIT")
+            return self
+
+        def fetchall(self) -> list[Any]:
+            return self.rows
+
+        def close(self) -> None:
+            copying.close()
+
+    store._copying = WrittenThrough()  # type: ignore[assignment]
+    store._copy_back()
+    length = wal.stat().st_size
+    assert store.write_now([(partial(store.save, version=1), (RunState(run_id="run_x"),))])
+    assert wal.stat().st_size == length
+    other.close()
+    store.close()
+    assert len(store_runs(path)) == 21
+
+
+def store_runs(path: Path) -> list[Any]:
+    """The runs stored at ``path``, read by a store of its own."""
+    store = SQLiteCheckpointer(path)
+    try:
+        return store.runs()
+    finally:
+        store.close()
 
 
 @tool(name="add")
