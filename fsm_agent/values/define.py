@@ -12,6 +12,9 @@ shared by every record, which read the fields from the class.
 What it returns is a standard dataclass (``dataclasses.fields`` and ``replace``, pydantic,
 pickling work as before) that behaves as the decorator's would: ``tests/values/test_define.py``
 checks each value type against it.
+
+:func:`builder` gives a record type a function that builds its values for less than a class
+call costs; the kernel builds the values of every step with one.
 """
 
 from __future__ import annotations
