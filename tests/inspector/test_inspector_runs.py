@@ -51,8 +51,13 @@ def _approver(store: Any) -> Agent[Any, Any]:
     )
 
 
+POLLS = 3_000
+"""How many times (every 20 ms) a test asks for a run's state before it fails: a minute, far
+longer than a resume takes on a loaded machine (ten seconds were once not enough)."""
+
+
 async def _wait_for(http: httpx.AsyncClient, run_id: str, state: str) -> dict[str, Any]:
-    for _ in range(500):
+    for _ in range(POLLS):
         detail: dict[str, Any] = (await http.get(f"/api/runs/{run_id}", headers=AUTH)).json()
         if detail["state"] == state and not detail["resuming"]:
             return detail
@@ -230,7 +235,7 @@ def test_a_failed_resume_is_shown_only_while_the_run_stays_where_it_failed(
         inspector = build(sqlite_store, agent=broken, token=TOKEN)
         async with client(inspector) as http:
             assert (await http.post(f"{url}/decisions", json=body, headers=AUTH)).status_code == 202
-            for _ in range(500):
+            for _ in range(POLLS):
                 failed = (await http.get(url, headers=AUTH)).json()
                 if failed["resume_error"] is not None:
                     break
