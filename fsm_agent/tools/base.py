@@ -15,7 +15,7 @@ import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, NoReturn, TypeVar, overload
+from typing import Any, Generic, NamedTuple, NoReturn, TypeVar, overload
 
 from pydantic_core import ValidationError, to_json
 
@@ -34,9 +34,6 @@ from ..values.record import adapter, field_problem
 from ..values.schema import JsonValue
 from .definition import arguments_model, check_timeout, checked_name, description_of
 from .time_limit import CallLimit
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "HumanInputRequired",
@@ -280,15 +277,17 @@ class Tool:
         if self._raw_param is not None:
             return {self._raw_param: call.arguments_json}
         assert self._args_model is not None
+        # The model's validator itself: ``model_validate`` passes it six default options.
+        validator = self._args_model.__pydantic_validator__
         if call.arguments is None:  # unparseable JSON: let validation explain it [S000 §4.2]
             if arguments_too_deep(call.arguments_json):
                 raise _TooDeep(
                     f"Error: invalid arguments for tool '{self.name}': they nest objects and "
                     f"arrays deeper than {MAX_ARGUMENT_DEPTH} levels. Send flatter arguments."
                 )
-            parsed = self._args_model.model_validate_json(call.arguments_json)
-        else:  # the model's validator itself: ``model_validate`` passes it six default options
-            parsed = self._args_model.__pydantic_validator__.validate_python(call.arguments)
+            parsed = validator.validate_json(call.arguments_json)
+        else:
+            parsed = validator.validate_python(call.arguments)
         # The validated model keeps exactly its fields' values in its ``__dict__`` (it refuses
         # extra arguments): a copy of it, not a read of each field through pydantic's hook.
         return dict(parsed.__dict__)

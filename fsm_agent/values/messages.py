@@ -352,7 +352,7 @@ class Usage(Record):
         is :data:`NO_USAGE`: a run's first answer builds no sum)."""
         if self is NO_USAGE and not requests:
             return other
-        return _usage(  # a run adds one per answer
+        return _new_usage(  # a run adds one per answer
             requests=self.requests + other.requests + requests,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
@@ -363,7 +363,7 @@ class Usage(Record):
         )
 
 
-_usage = builder(Usage)
+_new_usage = builder(Usage)
 NO_USAGE = Usage()
 """No usage at all: what a run has used before its first model call (frozen, so shared)."""
 

@@ -177,20 +177,22 @@ def test_a_record_compiles_one_method_where_the_dataclass_decorator_compiles_six
     assert compiled == [dataclasses] * 6
 
 
+@record
+class _Seen(Record):
+    """A record with a factory default and a ``__post_init__`` that sets another field."""
+
+    items: list[int] = dataclasses.field(default_factory=list)
+    seen: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seen", tuple(self.items))
+
+
 def test_post_init_runs_and_a_factory_makes_a_new_default_each_time() -> None:
     """``__post_init__`` runs after the fields are set; a ``default_factory`` is called per
     value, and a value given for its field is kept."""
-
-    @record
-    class Value(Record):
-        items: list[int] = dataclasses.field(default_factory=list)
-        seen: tuple[int, ...] = ()
-
-        def __post_init__(self) -> None:
-            object.__setattr__(self, "seen", tuple(self.items))
-
-    first, second = Value(), Value(items=[1])
-    assert first.items == [] and first.items is not Value().items
+    first, second = _Seen(), _Seen(items=[1])
+    assert first.items == [] and first.items is not _Seen().items
     assert second.seen == (1,)
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.seen = ()  # type: ignore[misc]
@@ -254,16 +256,7 @@ def test_a_builder_makes_what_the_class_makes(cls: type[Any]) -> None:
 def test_a_builder_is_refused_for_other_types_and_runs_post_init() -> None:
     """Only a record type has a builder; a builder's value has its factories' fresh defaults
     and what its ``__post_init__`` set."""
-
-    @record
-    class Value(Record):
-        items: list[int] = dataclasses.field(default_factory=list)
-        seen: tuple[int, ...] = ()
-
-        def __post_init__(self) -> None:
-            object.__setattr__(self, "seen", tuple(self.items))
-
-    build = define.builder(Value)
+    build = define.builder(_Seen)
     assert build(items=[2]).seen == (2,)
     assert build().items == [] and build().items is not build().items
     for other in (dict, type("Plain", (), {})):

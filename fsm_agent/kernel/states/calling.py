@@ -98,7 +98,7 @@ def _cut_answer(messages: list[Message]) -> str | None:
     """The text of the cut answer this call continues, if it continues one."""
     if len(messages) < 2 or messages[-1].role is not _USER:
         return None
-    if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not Role.ASSISTANT:
+    if messages[-1].text != CONTINUE_PROMPT or messages[-2].role is not _ASSISTANT:
         return None
     return messages[-2].text
 
