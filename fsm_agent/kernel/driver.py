@@ -19,7 +19,8 @@ closed, whatever ended the loop. A cancel of the caller's task is recorded as th
 goes on, unchanged. User code cannot end the loop early: hooks, verifiers and stop conditions
 each have a defined outcome (see ``docs/hooks.md``). An error that is not user code's (a
 checkpoint store that fails, a bug in a model adapter) goes on unchanged and leaves the run at
-its last good checkpoint, so it can be resumed by its id.
+its last good checkpoint, so it can be resumed by its id: as for a cancel, the run's writes are
+stored before it goes on, so the store does not change after the caller hears of it.
 """
 
 from __future__ import annotations
@@ -278,6 +279,11 @@ async def drive(ctx: RunContext) -> None:
     except asyncio.CancelledError:
         ctx.take_own_cancels()
         await _record_cancel(ctx)
+        raise
+    except Exception:
+        if ctx.durable is not None:  # the run's writes stored before the error goes on
+            with contextlib.suppress(Exception):  # the error goes on, whatever the store says
+                await ctx.durable.interrupted()
         raise
     finally:
         if timer is not None:

@@ -340,8 +340,10 @@ class RunLog:
             self.version += 1
 
     async def interrupted(self) -> None:
-        """The run's task was cancelled: store what was handed to the store's thread, and
-        nothing more, so that the run resumes from its latest checkpoint."""
+        """The run stopped without resting (its task was cancelled, or an error went through
+        the driver): store what was handed over or deferred, and nothing more, so that the run
+        resumes from its latest checkpoint and the store does not change after the caller
+        hears of the ending."""
         await self.flush()
 
     def _save(self, rs: RunState, version: int) -> None:

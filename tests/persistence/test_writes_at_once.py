@@ -9,19 +9,20 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, tool
+from fsm_agent import Agent, State, tool
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.persistence import sqlite as sqlite_store
 from fsm_agent.persistence.run_log import AT_ONCE_RUNS
 from fsm_agent.persistence.store_threads import JobFailed
 from fsm_agent.run_state import RunState
-from fsm_agent.testing import ScriptedModel, text, tool_call
+from fsm_agent.testing import ScriptedModel, fail, text, tool_call
 from helpers import add
 
 
@@ -306,6 +307,35 @@ def test_a_model_calls_intent_deferred_with_its_outcome_is_not_written(
     ]
     assert all(r.result is not None for r in effects.values())
     store.close()
+
+
+class _SlowThread(SQLiteCheckpointer):
+    """A store whose writes on its own thread take a while: a write left to it after the run
+    ended would land after the caller had looked."""
+
+    def write_prepared(self, *prepared: Any) -> None:
+        """Wait on the store's thread, then write."""
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        super().write_prepared(*prepared)
+
+
+def test_a_run_that_fails_leaves_nothing_to_be_written_after_it(tmp_path: Path) -> None:
+    """A run whose model adapter raises (not a model error: the run stops, not at rest) has
+    every write stored when the error reaches the caller, the checkpoints it deferred after
+    its tool turn included: the store does not change afterwards (it did, once the store's
+    thread got to them)."""
+    store = _SlowThread(tmp_path / "runs.db", fsync=True)  # its writes go to its thread
+    model = ScriptedModel([tool_call("add", {"a": 1, "b": 1}), fail(RuntimeError("it broke"))])
+    with pytest.raises(RuntimeError, match="it broke"):
+        Agent(model, tools=[add], checkpointer=store).run_sync("go")
+    (run,) = store.runs()
+    seen = store.load(run.run_id)
+    store.close()  # after whatever was still handed to its thread
+    again = SQLiteCheckpointer(tmp_path / "runs.db")
+    assert again.load(run.run_id).version == seen.version
+    assert seen.state.state is State.CALLING  # where it broke, the moves after the tool turn in
+    again.close()
 
 
 def test_a_tool_steps_checkpoints_are_written_by_one_statement(
