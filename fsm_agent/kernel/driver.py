@@ -281,9 +281,7 @@ async def drive(ctx: RunContext) -> None:
         await _record_cancel(ctx)
         raise
     except Exception:
-        if ctx.durable is not None:  # the run's writes stored before the error goes on
-            with contextlib.suppress(Exception):  # the error goes on, whatever the store says
-                await ctx.durable.interrupted()
+        await _store_before_error(ctx)
         raise
     finally:
         if timer is not None:
@@ -292,6 +290,15 @@ async def drive(ctx: RunContext) -> None:
             ctx.durable.close()
         if ctx.handle is not None:
             ctx.handle._detach()
+
+
+async def _store_before_error(ctx: RunContext) -> None:
+    """An error goes through the driver: the run's writes are stored first (those handed over
+    and those deferred), so the store does not change after the caller hears of the error,
+    which goes on whatever the store says."""
+    if ctx.durable is not None:
+        with contextlib.suppress(Exception):
+            await ctx.durable.interrupted()
 
 
 async def _record_cancel(ctx: RunContext) -> None:
