@@ -26,7 +26,7 @@ from ..compaction import Compactor
 from ..errors import ConfigurationError, ModelError
 from ..machine.agent_machine import AgentMachine, Move
 from ..machine.guards import Limits
-from ..machine.table import LIMITS, Counter, Counters, Outcome, State
+from ..machine.table import Counters, Outcome, State
 from ..models import Model, ModelChain
 from ..phases import CompiledPhases, Phases
 from ..policy import Policy, ToolFailureMode, limits_of
@@ -332,8 +332,8 @@ def _compiled(parts: PlanParts) -> Plan:
         decide=machine.deciding(limits),
         settings=LoopSettings.of(policy, getattr(model, "context_window", None)),
         usage_limited=usage_limited(policy),
-        limit_states=_limit_states(machine),
-        switch_rows=_switch_rows(machine),
+        limit_states=machine.limit_states,
+        switch_rows=machine.switch_rows,
         models=models,
         falls_back_on=falls_back_on,
         streams=_streams(models, parts.streams),
@@ -377,25 +377,11 @@ def _streams(models: tuple[Model, ...], override: bool | None) -> bool:
 
 def _models(model: Model) -> tuple[tuple[Model, ...], Callable[[ModelError], bool] | None]:
     """The models a call goes down (a chain's, in order) and when it falls back."""
-    if isinstance(model, ModelChain):
+    # A model without ``models`` is no chain; on Python 3.11 a protocol's isinstance gathers
+    # its members on each call, about a third of building an agent.
+    if hasattr(model, "models") and isinstance(model, ModelChain):
         return model.models, model.falls_back_on
     return (model,), None
-
-
-def _limit_states(machine: AgentMachine) -> frozenset[State]:
-    """The states whose handler a reached usage limit replaces."""
-    return frozenset(
-        s for s, declared in machine.declarations.items() if declared.interrupts >= LIMITS
-    )
-
-
-def _switch_rows(machine: AgentMachine) -> frozenset[int]:
-    """The rows that move a model call down a fallback chain (with no backoff)."""
-    return frozenset(
-        i
-        for i, row in enumerate(machine.rows)
-        if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
-    )
 
 
 def _tools(

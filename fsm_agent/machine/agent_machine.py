@@ -24,9 +24,11 @@ from ..errors import DefinitionError, FsmAgentError
 from .guards import guard_value_combinations
 from .table import (
     DECLARATIONS,
+    LIMITS,
     NON_TERMINAL,
     TABLE,
     TERMINAL,
+    Counter,
     Counters,
     Declaration,
     Guard,
@@ -139,6 +141,7 @@ class AgentMachine:
         self._index = {key: tuple(rows) for key, rows in grouped.items()}
         self._probe = _Probe()
         self._moves: dict[Limits, dict[State, dict[Outcome, dict[Counters, Move]]]] = {}
+        self._deciders: dict[Limits, Callable[[State, Outcome, Counters], Move]] = {}
         self.outcomes_by_state: dict[State, frozenset[Outcome]] = {
             state: frozenset(o for (s, o) in self._index if s is state) for state in State
         }
@@ -163,16 +166,29 @@ class AgentMachine:
         of decided again, and the traces of all those runs share them (a ``Move`` is
         immutable). The memory is shared by every agent whose limits are equal, and bounded:
         each (state, outcome) starts over once it holds ``MEMO_SIZE`` moves, and the machine
-        keeps the moves of the ``MEMO_LIMITS`` sets of limits asked for most recently."""
-        remembered = self._moves
+        keeps the moves of the ``MEMO_LIMITS`` sets of limits asked for most recently. Agents
+        under equal limits get the same function, so building one adds no object per agent."""
+        remembered, deciders = self._moves, self._deciders
         moves = remembered.pop(limits, None)
-        if moves is None:  # one dict per (state, outcome) the table knows: no key to build
-            moves = {state: {} for state in State}
-            for state, outcome in self._index:
-                moves[state][outcome] = {}
-            while len(remembered) >= MEMO_LIMITS:  # forget the limits used longest ago
-                del remembered[next(iter(remembered))]
-        remembered[limits] = moves  # the most recently used last
+        if moves is not None:
+            decider = deciders.pop(limits)
+            remembered[limits] = moves  # the most recently used last
+            deciders[limits] = decider
+            return decider
+        while len(remembered) >= MEMO_LIMITS:  # forget the limits used longest ago
+            oldest = next(iter(remembered))
+            del remembered[oldest], deciders[oldest]
+        moves = {state: {} for state in State}  # a dict per (state, outcome): no key to build
+        for state, outcome in self._index:
+            moves[state][outcome] = {}
+        remembered[limits] = moves
+        decider = deciders[limits] = self._remembering(limits, moves)
+        return decider
+
+    def _remembering(
+        self, limits: Limits, moves: dict[State, dict[Outcome, dict[Counters, Move]]]
+    ) -> Callable[[State, Outcome, Counters], Move]:
+        """:meth:`decide` under ``limits``, looking moves up in ``moves`` first."""
         decide = self.decide
 
         def decide_remembered(state: State, outcome: Outcome, counters: Counters) -> Move:
@@ -187,6 +203,23 @@ class AgentMachine:
             return move
 
         return decide_remembered
+
+    @cached_property
+    def limit_states(self) -> frozenset[State]:
+        """The states a reached limit interrupts (a deadline, a usage limit or a stop
+        condition): those declaring every one of them."""
+        return frozenset(
+            s for s, declared in self.declarations.items() if declared.interrupts >= LIMITS
+        )
+
+    @cached_property
+    def switch_rows(self) -> frozenset[int]:
+        """The rows that move a model call down a fallback chain (with no backoff)."""
+        return frozenset(
+            i
+            for i, row in enumerate(self.rows)
+            if any(u.counter is Counter.MODEL_SWITCHES and not u.reset for u in row.updates)
+        )
 
     @cached_property
     def definition(self) -> Machine:

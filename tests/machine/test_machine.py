@@ -66,6 +66,7 @@ def test_remembered_moves_are_the_decided_moves(limits: Limits) -> None:
             assert remembered(state, outcome, counters) is first
             again = machine.deciding(Limits(**{f: getattr(limits, f) for f in limits.__slots__}))
             assert again(state, outcome, counters) is first
+    assert again is remembered  # one function per set of limits: an agent adds none
 
 
 def test_remembered_moves_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -239,3 +240,23 @@ def test_a_counter_update_changes_its_counter_only(counter: Counter) -> None:
         assert [v for i, v in enumerate(after) if i != position] == [
             v for i, v in enumerate(counters) if i != position
         ]
+
+
+def test_the_machine_names_its_limit_states_and_switch_rows_once() -> None:
+    """The states a reached limit interrupts are the working states, and the rows that move a
+    call down a fallback chain leave and re-enter `calling`; both are computed once per
+    machine, so every agent on it shares them."""
+    machine = AgentMachine()
+    assert machine.limit_states == {
+        State.COMPACTING,
+        State.CALLING,
+        State.DISPATCHING,
+        State.VERIFYING,
+    }
+    switches = [machine.rows[i] for i in sorted(machine.switch_rows)]
+    assert [(r.source, r.outcome, r.dest) for r in switches] == [
+        (State.CALLING, Outcome.RETRYABLE_ERROR, State.CALLING),
+        (State.CALLING, Outcome.FALLBACK, State.CALLING),
+    ]
+    assert machine.switch_rows is machine.switch_rows
+    assert machine.limit_states is machine.limit_states
