@@ -16,11 +16,12 @@ of its runtime.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..compaction import Compactor
 from ..errors import ConfigurationError, ModelError
@@ -65,6 +66,8 @@ __all__ = [
     "with_policy",
 ]
 
+
+_T = TypeVar("_T")
 
 CHECK_ENV = "FSM_AGENT_CHECK_DECLARATIONS"
 """The environment variable that turns on the driver's declaration check (the test suite sets
@@ -319,18 +322,15 @@ def _compiled(parts: PlanParts) -> Plan:
         parts.tools, parts.handoffs, policy, output_spec, parts.wrap_tool
     )
     models, falls_back_on = _models(model)
-    limits = limits_of(
-        policy,
-        verification=verifier is not None,
-        models=len(models),
-        output_validation=output_spec is not None,
+    limits = _shared(
+        _shared_limits, policy, verifier is not None, len(models), output_spec is not None
     )
     return Plan(
         policy=policy,
         machine=machine,
         limits=limits,
         decide=machine.deciding(limits),
-        settings=LoopSettings.of(policy, getattr(model, "context_window", None)),
+        settings=_shared(_shared_settings, policy, getattr(model, "context_window", None)),
         usage_limited=usage_limited(policy),
         limit_states=machine.limit_states,
         switch_rows=machine.switch_rows,
@@ -345,7 +345,9 @@ def _compiled(parts: PlanParts) -> Plan:
         phases=compile_phases(phases, registry, system_prompt, policy),
         compactor=parts.compactor or Compactor.from_settings(policy.compaction),
         system_prompt=system_prompt,
-        system_message=None if system_prompt is None else Message.system(system_prompt),
+        system_message=None
+        if system_prompt is None
+        else _shared(_shared_system_message, system_prompt),
         hooks=parts.hooks,
         verifier=verifier,
         stop_conditions=stops,
@@ -355,6 +357,33 @@ def _compiled(parts: PlanParts) -> Plan:
         parts=parts,
         checks_declarations=declarations_checked(),
     )
+
+
+# The immutable parts of a plan (limits, loop settings, the system message) are shared by the
+# agents built from equal policies and prompts: a run then reads parts that every run reads,
+# not its own agent's copies, which are cold in the cache when many agents were built before
+# their runs (an agent per request). Each cache keeps the 64 most recently used.
+@functools.lru_cache(maxsize=64)
+def _shared_limits(policy: Policy, verified: bool, models: int, validated: bool) -> Limits:
+    return limits_of(policy, verification=verified, models=models, output_validation=validated)
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_settings(policy: Policy, context_window: int | None) -> LoopSettings:
+    return LoopSettings.of(policy, context_window)
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_system_message(prompt: str) -> Message:
+    return Message.system(prompt)
+
+
+def _shared(cached: functools._lru_cache_wrapper[_T], *key: Any) -> _T:
+    """``cached(*key)``: the value for an equal key if one is kept, else a new one."""
+    try:
+        return cached(*key)
+    except TypeError:  # a policy holding an unhashable value (built without validation)
+        return cached.__wrapped__(*key)
 
 
 def _check_policy(

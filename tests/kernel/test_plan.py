@@ -148,3 +148,28 @@ def test_a_definitions_fingerprint_is_the_one_stored_runs_hold() -> None:
     assert plan_of(agent).definition == (
         "tools=2bbd926a7b758bb8;system_prompt=fecef222d7732bb7;policy=88a3985efb948337"
     )
+
+
+def test_agents_built_alike_share_the_immutable_parts_of_their_plans() -> None:
+    """Agents built from equal policies and the same system prompt share their limits, loop
+    settings and system message (a run reads parts every run reads, not cold copies); a
+    different policy gets its own."""
+    first = Agent(ScriptedModel([text("a")]), system_prompt="Be brief.", policy=Policy())
+    second = Agent(ScriptedModel([text("b")]), system_prompt="Be brief.", policy=Policy())
+    other = Agent(ScriptedModel([text("c")]), system_prompt="Be long.", policy=Policy(max_steps=3))
+    one, two, three = plan_of(first), plan_of(second), plan_of(other)
+    assert one.limits is two.limits and one.settings is two.settings
+    assert one.system_message is two.system_message
+    assert three.limits is not one.limits and three.limits.max_steps == 3
+    assert three.system_message is not None and three.system_message.text == "Be long."
+    assert first.run_sync("go").output == "a" and second.run_sync("go").output == "b"
+
+
+def test_a_policy_that_cannot_be_hashed_still_builds_its_plan() -> None:
+    """A policy holding an unhashable value (set around its constructor) is compiled on its
+    own instead of shared."""
+    policy = Policy(max_steps=4)
+    object.__setattr__(policy.retry, "retryable_statuses", [429])  # what validation prevents
+    agent = Agent(ScriptedModel([text("done")]), policy=policy)
+    assert plan_of(agent).limits.max_steps == 4
+    assert agent.run_sync("go").output == "done"
