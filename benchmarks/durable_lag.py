@@ -34,7 +34,7 @@ runs alive hold; that row shows what that many live runs cost the interpreter wi
 store (held runs allocate little while they sleep, so it bounds that share from below).
 
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
-step (no checkpointer), one run at a time (target: ``sync`` ≤ 3× plain on SQLite).
+step (no checkpointer), one run at a time (target: ``sync`` ≤ 5× plain on SQLite, goal 3×).
 
 ``--objects`` measures instead what a garbage collection walks per run: ``--runs`` runs are
 started and held mid-flight (their tool awaits an event), and the objects the collector tracks
