@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import field
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from typing_extensions import TypeVar
@@ -103,8 +103,11 @@ class RunResult(Generic[OutputT]):
         ``output`` validates the final answer of a typed-output agent."""
         assert rs.stop_reason is not None, "a run at rest has a stop reason"
         state = rs.state
-        suspended = state is State.SUSPENDED and rs.resume_token is not None
-        return _new_result(  # one per run: see builder()
+        children = rs.children
+        # Fifteen keywords at most: from sixteen on, Python 3.11 compiles the call to pack them
+        # into a dict (about ten times the cost); the two fields a plain run leaves at their
+        # defaults are set apart, when a run has them.
+        result = _new_result(  # one per run: see builder()
             run_id=rs.run_id,
             output=rs.output if output is None else output.result_value(rs),
             stop_reason=rs.stop_reason,
@@ -115,15 +118,24 @@ class RunResult(Generic[OutputT]):
             counters=rs.counters,
             model_calls=rs.model_calls,
             tool_executions=rs.tool_executions
-            + (sum(child.tool_executions for child in rs.children.values()) if rs.children else 0),
-            error=error if state is State.ABORTED or rs.stop_reason in _KEEPS_ERROR else None,
-            pending=tuple([r.call for r in rs.human_requests]) if rs.human_requests else (),
+            + (sum(child.tool_executions for child in children.values()) if children else 0),
+            error=error
+            if error is not None and (state is _ABORTED or rs.stop_reason in _KEEPS_ERROR)
+            else None,
             run_state=rs,
-            resume_handle=ResumeHandle.of(rs) if suspended else None,
+            resume_handle=ResumeHandle.of(rs)
+            if state is _SUSPENDED and rs.resume_token is not None
+            else None,
             stop_detail=rs.stop_detail,
             raw_finish_reason=rs.raw_finish_reason,
-            children=dict(rs.children) if rs.children else {},
         )
+        if rs.human_requests or children:  # a suspension's requests, a composed run's children
+            result = replace(
+                result,
+                pending=tuple([r.call for r in rs.human_requests]),
+                children=dict(children),
+            )
+        return result
 
     @property
     def own(self) -> AgentUsage:
@@ -177,6 +189,7 @@ class RunResult(Generic[OutputT]):
 
 
 _KEEPS_ERROR = frozenset({StopReason.UNVERIFIED, StopReason.OUTPUT_INVALID})
+_ABORTED, _SUSPENDED = State.ABORTED, State.SUSPENDED  # read once: see kernel/driver.py
 _new_result = builder(RunResult)
 
 

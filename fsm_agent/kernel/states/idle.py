@@ -8,6 +8,8 @@ from ..context import RunContext
 
 __all__ = ["handle_idle"]
 
+_START = Outcome.START  # read once: see kernel/driver.py
+
 
 async def handle_idle(ctx: RunContext) -> Outcome:
     """Enqueue the system prompt (once, first), any earlier history, and the user input."""
@@ -15,7 +17,8 @@ async def handle_idle(ctx: RunContext) -> Outcome:
     history = ctx.history
     if system is not None:
         ctx.append(system)
-        history = [m for m in history if m.role is not Role.SYSTEM]
+        if history:
+            history = [m for m in history if m.role is not Role.SYSTEM]
     for message in history:
         ctx.append(message)
     assert ctx.input is not None
@@ -23,4 +26,4 @@ async def handle_idle(ctx: RunContext) -> Outcome:
     phases = ctx.plan.phases
     if phases is not None:
         phases.start(ctx.rs)
-    return Outcome.START
+    return _START
