@@ -107,6 +107,17 @@ def _compile(index: int, row: Row) -> _Compiled:
     return index, row.guard, row.dest, row.stop, row.updates
 
 
+_Moves = dict[State, dict[Outcome, dict[Counters, Move]]]
+
+
+class _Remembered(NamedTuple):
+    """What :meth:`AgentMachine.deciding` keeps per set of limits: the moves it remembered and
+    the function that looks them up (one for every agent under those limits)."""
+
+    moves: _Moves
+    decide: Callable[[State, Outcome, Counters], Move]
+
+
 class _Probe:
     """The model object of the ``transitions`` machine (it holds the current state)."""
 
@@ -140,8 +151,7 @@ class AgentMachine:
             grouped.setdefault((row.source, row.outcome), []).append(_compile(index, row))
         self._index = {key: tuple(rows) for key, rows in grouped.items()}
         self._probe = _Probe()
-        self._moves: dict[Limits, dict[State, dict[Outcome, dict[Counters, Move]]]] = {}
-        self._deciders: dict[Limits, Callable[[State, Outcome, Counters], Move]] = {}
+        self._remembered: dict[Limits, _Remembered] = {}  # the most recently used last
         self.outcomes_by_state: dict[State, frozenset[Outcome]] = {
             state: frozenset(o for (s, o) in self._index if s is state) for state in State
         }
@@ -168,25 +178,20 @@ class AgentMachine:
         each (state, outcome) starts over once it holds ``MEMO_SIZE`` moves, and the machine
         keeps the moves of the ``MEMO_LIMITS`` sets of limits asked for most recently. Agents
         under equal limits get the same function, so building one adds no object per agent."""
-        remembered, deciders = self._moves, self._deciders
-        moves = remembered.pop(limits, None)
-        if moves is not None:
-            decider = deciders.pop(limits)
-            remembered[limits] = moves  # the most recently used last
-            deciders[limits] = decider
-            return decider
-        while len(remembered) >= MEMO_LIMITS:  # forget the limits used longest ago
-            oldest = next(iter(remembered))
-            del remembered[oldest], deciders[oldest]
-        moves = {state: {} for state in State}  # a dict per (state, outcome): no key to build
-        for state, outcome in self._index:
-            moves[state][outcome] = {}
-        remembered[limits] = moves
-        decider = deciders[limits] = self._remembering(limits, moves)
-        return decider
+        remembered = self._remembered
+        entry = remembered.pop(limits, None)
+        if entry is None:
+            while len(remembered) >= MEMO_LIMITS:  # forget the limits used longest ago
+                del remembered[next(iter(remembered))]
+            moves: _Moves = {state: {} for state in State}  # a dict per (state, outcome)
+            for state, outcome in self._index:
+                moves[state][outcome] = {}
+            entry = _Remembered(moves, self._remembering(limits, moves))
+        remembered[limits] = entry
+        return entry.decide
 
     def _remembering(
-        self, limits: Limits, moves: dict[State, dict[Outcome, dict[Counters, Move]]]
+        self, limits: Limits, moves: _Moves
     ) -> Callable[[State, Outcome, Counters], Move]:
         """:meth:`decide` under ``limits``, looking moves up in ``moves`` first."""
         decide = self.decide

@@ -78,7 +78,7 @@ def test_remembered_moves_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         counters = Counters(steps=steps)
         move = remembered(State.CALLING, Outcome.TOOL_CALLS, counters)
         assert move == machine.decide(State.CALLING, Outcome.TOOL_CALLS, counters, Limits())
-        assert len(machine._moves[Limits()][State.CALLING][Outcome.TOOL_CALLS]) <= 3
+        assert len(machine._remembered[Limits()].moves[State.CALLING][Outcome.TOOL_CALLS]) <= 3
     with pytest.raises(IllegalMoveError):
         remembered(State.IDLE, Outcome.TOOLS_DONE, Counters())
 
