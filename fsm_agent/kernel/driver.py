@@ -277,8 +277,7 @@ async def drive(ctx: RunContext) -> None:
             if observed or move.dest in _RESTING:
                 await publish(ctx, move)
     except asyncio.CancelledError:
-        ctx.take_own_cancels()
-        await _record_cancel(ctx)
+        await _cancelled(ctx)
         raise
     except Exception:
         await _store_before_error(ctx)
@@ -295,10 +294,22 @@ async def drive(ctx: RunContext) -> None:
 async def _store_before_error(ctx: RunContext) -> None:
     """An error goes through the driver: the run's writes are stored first (those handed over
     and those deferred), so the store does not change after the caller hears of the error,
-    which goes on whatever the store says."""
+    which goes on whatever the store says. A cancel of the caller's task that lands meanwhile
+    is a cancel, and goes on in the error's place."""
     if ctx.durable is not None:
-        with contextlib.suppress(Exception):
-            await ctx.durable.interrupted()
+        try:
+            with contextlib.suppress(Exception):
+                await ctx.durable.interrupted()
+        except asyncio.CancelledError:
+            await _cancelled(ctx)
+            raise
+
+
+async def _cancelled(ctx: RunContext) -> None:
+    """The caller's task was cancelled: the cancels the run made of its own task withdrawn,
+    the cancel recorded (:func:`_record_cancel`)."""
+    ctx.take_own_cancels()
+    await _record_cancel(ctx)
 
 
 async def _record_cancel(ctx: RunContext) -> None:

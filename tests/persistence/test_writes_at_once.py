@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, State, tool
+from fsm_agent import Agent, RunHandle, State, StopReason, tool
 from fsm_agent.persistence import SQLiteCheckpointer
 from fsm_agent.persistence import sqlite as sqlite_store
-from fsm_agent.persistence.run_log import AT_ONCE_RUNS
+from fsm_agent.persistence.run_log import AT_ONCE_RUNS, RunLog
 from fsm_agent.persistence.store_threads import JobFailed
 from fsm_agent.run_state import RunState
 from fsm_agent.testing import ScriptedModel, fail, text, tool_call
@@ -336,6 +336,49 @@ def test_a_run_that_fails_leaves_nothing_to_be_written_after_it(tmp_path: Path) 
     assert again.load(run.run_id).version == seen.version
     assert seen.state.state is State.CALLING  # where it broke, the moves after the tool turn in
     again.close()
+
+
+def test_a_cancel_while_a_failed_run_stores_its_writes_ends_it_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel of the caller's task that lands while a run stopped by an error stores its
+    writes is a cancel: the run ends aborted with ``cancelled``, its handle has the result,
+    ``after_run`` hears of it once, and the cancel goes on (it left the run in ``calling``,
+    with no result and no ``after_run``)."""
+    storing = asyncio.Event()
+    interrupted = RunLog.interrupted
+
+    async def held(self: RunLog) -> None:
+        if not storing.is_set():  # the error's store: the caller's cancel lands here
+            storing.set()
+            await asyncio.Event().wait()
+        await interrupted(self)
+
+    monkeypatch.setattr(RunLog, "interrupted", held)
+    endings: list[Any] = []
+
+    class Ending:
+        def after_run(self, *, result: Any, **kw: Any) -> None:
+            endings.append(result)
+
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    model = ScriptedModel([tool_call("add", {"a": 1, "b": 1}), fail(RuntimeError("it broke"))])
+    agent = Agent(model, tools=[add], checkpointer=store, hooks=[Ending()])
+    handle = RunHandle()
+
+    async def main() -> None:
+        task = asyncio.create_task(agent.run("go", handle=handle))
+        await storing.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    result = handle.result
+    assert result is not None and result.state is State.ABORTED
+    assert result.stop_reason is StopReason.CANCELLED
+    assert endings == [result]
+    store.close()
 
 
 def test_a_tool_steps_checkpoints_are_written_by_one_statement(
