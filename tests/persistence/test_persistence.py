@@ -315,3 +315,7 @@ def test_a_tool_outcome_recorded_in_the_older_form_decodes_as_a_new_one() -> Non
     assert json.loads(encode_tool_outcome(execution)) == json.loads(older)
     lone = ToolExecution(ToolResult(call_id="c1", name="look", content="x\udcff"))
     assert decode_tool_outcome(encode_tool_outcome(lone), call).result.content == "x\udcff"
+    # Text UTF-8 cannot carry, beside the result, is escaped, not refused.
+    asked = ToolExecution(result, question="y\udcff?", final_message="z\ud800")
+    back = decode_tool_outcome(encode_tool_outcome(asked), call)
+    assert (back.question, back.final_message) == ("y\udcff?", "z\ud800")
