@@ -15,7 +15,7 @@ from pydantic_core import PydanticSerializationError, SchemaSerializer
 from ..errors import CorruptCheckpointError
 from ..machine.agent_machine import Move
 from ..machine.table import State, StopReason
-from ..run.state import RunState, StoredMove
+from ..run.state import RunState, StoredMove, moves_json
 from ..values.messages import Message
 from ..values.record import adapter
 from . import RunSummary
@@ -120,15 +120,15 @@ def row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str,
 
 
 def _row_json(state: RunState, messages_from: int, trace_from: int) -> tuple[str, str, str]:
-    # The serialisers themselves (a TypeAdapter's dump_json is a Python layer over them);
-    # most checkpoints add one move and a message or none.
+    # The serialisers themselves (a TypeAdapter's dump_json is a Python layer over them), and
+    # the moves written directly; most checkpoints add one move and a message or none.
     messages, trace = state.messages, state.trace
     return (
         body_json(state),
         MESSAGES.serializer.to_json(messages[messages_from:]).decode()
         if len(messages) > messages_from
         else "[]",
-        MOVES.serializer.to_json(trace[trace_from:]).decode() if len(trace) > trace_from else "[]",
+        moves_json(trace[trace_from:]) if len(trace) > trace_from else "[]",
     )
 
 

@@ -9,7 +9,9 @@ or ``model_dump_json`` take a snapshot. The types here are slotted dataclasses (
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from dataclasses import field, fields
 from itertools import compress
 from typing import Annotated, Any, Literal
@@ -40,6 +42,7 @@ __all__ = [
     "StoredMove",
     "build_run_validators",
     "explained",
+    "moves_json",
 ]
 
 # -- counters and moves by name ----------------------------------------------------------------
@@ -106,6 +109,31 @@ def _move_out(move: Move) -> dict[str, Any]:
     if move.stop is not None:
         stored["stop"] = move.stop._value_
     return stored
+
+
+def moves_json(moves: Sequence[Move]) -> str:
+    """``moves`` in their stored form (:data:`StoredMove`) as JSON text, written directly: what
+    their serialiser writes, for a small part of its work. A move is a closed shape of enum values,
+    which are lowercase names JSON needs no escape for, and whole numbers."""
+    return "[" + ",".join([_move_json(move) for move in moves]) + "]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _move_json(move: Move) -> str:
+    # Remembered: the machine hands out one Move per (state, outcome, counters), so the same
+    # few recur across steps and runs, and a lookup costs a tenth of writing one.
+    counters = ",".join(
+        [
+            f'"{name}":{value}'
+            for name, value in zip(_COUNTER_NAMES, move.counters, strict=True)
+            if value
+        ]
+    )
+    stop = "" if move.stop is None else f',"stop":"{move.stop._value_}"'
+    return (
+        f'{{"source":"{move.source._value_}","outcome":"{move.outcome._value_}",'
+        f'"dest":"{move.dest._value_}","row":{move.row},"counters":{{{counters}}}{stop}}}'
+    )
 
 
 StoredCounters = Annotated[Counters, Stored(_counters_in, _counters_out)]

@@ -1,12 +1,17 @@
 """A checkpoint row's body is the run state without the fields stored apart, encoded by a
 serialiser whose schema leaves them out: the same JSON as the run state's own serialiser told to
-exclude them, and it decodes back to the state."""
+exclude them, and it decodes back to the state. Its moves, written directly, are the text their
+serialiser writes."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fsm_agent.machine.agent_machine import Move
 from fsm_agent.machine.table import Counters, Outcome, State, StopReason
-from fsm_agent.persistence.sql_rows import SEPARATE, body_json, row_json
+from fsm_agent.persistence.sql_rows import MOVES, SEPARATE, body_json, row_json
+from fsm_agent.run.state import moves_json
 from fsm_agent.run_state import RunState
 from fsm_agent.values.messages import Message, ToolCall, Usage
 from fsm_agent.values.record import adapter
@@ -40,3 +45,28 @@ def test_a_rows_moves_store_their_counters_and_names_by_name() -> None:
         '[{"source":"calling","outcome":"tool_calls","dest":"dispatching","row":7,'
         '"counters":{"steps":3}}]'
     )
+
+
+_COUNTS = st.integers(min_value=0, max_value=10**12)
+_MOVES = st.lists(
+    st.builds(
+        Move,
+        st.sampled_from(State),
+        st.sampled_from(Outcome),
+        st.sampled_from(State),
+        st.integers(min_value=-1, max_value=10**6),
+        st.builds(Counters, *[_COUNTS] * len(Counters._fields)),
+        st.none() | st.sampled_from(StopReason),
+    ),
+    max_size=4,
+)
+
+
+@given(_MOVES)
+def test_moves_written_directly_are_what_their_serialiser_writes(moves: list[Move]) -> None:
+    """Invariant: for every move (any state, outcome, stop reason and counters), the text the
+    checkpoint rows hold is byte for byte the stored moves' serialiser's, and reads back to the
+    same moves."""
+    text = moves_json(moves)
+    assert text == MOVES.serializer.to_json(moves).decode()
+    assert MOVES.validate_json(text) == moves
