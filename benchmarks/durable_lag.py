@@ -35,6 +35,9 @@ store (held runs allocate little while they sleep, so it bounds that share from 
 
 Then the cost of a step per durability mode (``sync``, ``async``, ``exit``) against a plain
 step (no checkpointer), one run at a time (target: ``sync`` ≤ 5× plain on SQLite, goal 3×).
+The plain run and one run of each mode take turns, ``STEP_ROUNDS`` times; reported are the
+median of each and, for each mode, the median of its ratios to the plain run of the same round,
+so that a machine whose speed changes between two measurements moves both sides of a ratio.
 
 ``--objects`` measures instead what a garbage collection walks per run: ``--runs`` runs are
 started and held mid-flight (their tool awaits an event), and the objects the collector tracks
@@ -304,6 +307,33 @@ def _per_step(steps: int, store: Checkpointer | None, mode: str) -> float:
     return elapsed / steps * 1e6
 
 
+STEP_ROUNDS = 5
+"""How many times the plain run and one run of each durability mode take turns."""
+
+
+def _step_costs(steps: int, make: Any) -> str:
+    """µs per step of a plain run and of each durability mode on the store ``make`` builds (one
+    store per mode), in turns; each mode's ratio is the median of its same-round ratios."""
+    modes = ("sync", "async", "exit")
+    stores = {mode: make() for mode in modes}
+    plain: list[float] = []
+    costs: dict[str, list[float]] = {mode: [] for mode in modes}
+    ratios: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        for _ in range(STEP_ROUNDS):
+            plain.append(_per_step(steps, None, "sync"))
+            for mode in modes:
+                costs[mode].append(_per_step(steps, stores[mode], mode))
+                ratios[mode].append(costs[mode][-1] / plain[-1])
+    finally:
+        for store in stores.values():
+            _close(store)
+    return f"plain {statistics.median(plain):.0f} µs, " + ", ".join(
+        f"{mode} {statistics.median(costs[mode]):.0f} µs ({statistics.median(ratios[mode]):.2f}×)"
+        for mode in modes
+    )
+
+
 def _close(store: Checkpointer | None) -> None:
     if store is None:
         return
@@ -392,18 +422,7 @@ def main() -> None:
             _close(store)
             if name in ("none", HELD, "memory") or args.no_steps:
                 continue
-            costs: dict[str, float] = {}
-            for mode in ("sync", "async", "exit"):
-                store = make()
-                costs[mode] = statistics.median(
-                    _per_step(args.step_runs, store, mode) for _ in range(3)
-                )
-                _close(store)
-            plain = statistics.median(_per_step(args.step_runs, None, "sync") for _ in range(3))
-            step_rows.append(
-                f"{name} per step: plain {plain:.0f} µs, "
-                + ", ".join(f"{m} {c:.0f} µs ({c / plain:.1f}×)" for m, c in costs.items())
-            )
+            step_rows.append(f"{name} per step: " + _step_costs(args.step_runs, make))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     setup = "service set-up: gc.freeze() after start-up" if args.service else "cold process"
     print(

@@ -100,19 +100,14 @@ def _number(pattern: str, text: str) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Durable:
-    """What ``durable_lag.py`` printed that the targets name: the worst lag per store (ms), and
-    a ``sync`` step on SQLite and the same step without a checkpointer (µs)."""
+    """What ``durable_lag.py`` printed that the targets name: the worst lag per store (ms), a
+    ``sync`` step on SQLite and the same step without a checkpointer (µs, medians), and the
+    median of their same-round ratios."""
 
     worst_ms: dict[str, float | None]
     sync_us: float | None
     plain_us: float | None
-
-    @property
-    def sync_ratio(self) -> float | None:
-        """The ``sync`` step over the plain step, both measured in the same process."""
-        if self.sync_us is None or not self.plain_us:
-            return None
-        return self.sync_us / self.plain_us
+    sync_ratio: float | None
 
 
 def durable_rows(summary: str) -> Durable:
@@ -121,11 +116,14 @@ def durable_rows(summary: str) -> Durable:
         store: _number(rf"\b{store}: \d+/\d+ ok, .*?lag worst ([\d.]+) ms", summary)
         for store in ("sqlite", "postgresql")
     }
-    step = re.search(r"\bsqlite per step: plain ([\d.]+) µs, sync ([\d.]+) µs", summary)
+    step = re.search(
+        r"\bsqlite per step: plain ([\d.]+) µs, sync ([\d.]+) µs \(([\d.]+)×\)", summary
+    )
     return Durable(
         worst,
         float(step.group(2)) if step else None,
         float(step.group(1)) if step else None,
+        float(step.group(3)) if step else None,
     )
 
 

@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from fsm_agent.persistence import SQLiteCheckpointer
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import durable_lag
+from external import durable_rows
 from workload import (
     ANSWER,
     AsyncioFloorAdapter,
@@ -65,3 +69,16 @@ def test_kernel_against_measures_the_revision_it_extracts(tmp_path: Path) -> Non
         pytest.skip("not a git checkout: nothing to extract a revision from")
     kernel_against.extract("HEAD", tmp_path)
     assert (tmp_path / "fsm_agent" / "kernel" / "driver.py").is_file()
+
+
+def test_the_sync_step_row_is_the_median_of_same_round_ratios(tmp_path: Path) -> None:
+    """The sync target's ratio is the median of the ratios of runs that took turns, as printed,
+    not the ratio of two medians measured minutes apart (a machine whose speed changed between
+    them moved one side only)."""
+    made = iter(range(10))
+    line = durable_lag._step_costs(2, lambda: SQLiteCheckpointer(tmp_path / f"{next(made)}.db"))
+    durable = durable_rows(f"sqlite per step: {line}")
+    assert durable.sync_us is not None and durable.plain_us is not None
+    assert durable.sync_ratio is not None and durable.sync_ratio > 0
+    summary = "sqlite per step: plain 40 µs, sync 300 µs (6.50×), async 90 µs (2.25×), exit 50 µs"
+    assert durable_rows(summary).sync_ratio == 6.50  # what was printed, not 300 / 40
