@@ -113,7 +113,7 @@ def _move_out(move: Move) -> dict[str, Any]:
 
 def moves_json(moves: Sequence[Move]) -> str:
     """``moves`` in their stored form (:data:`StoredMove`) as JSON text, written directly: what
-    their serialiser writes, for a small part of its work. A move is a closed shape of enum values,
+    their serialiser writes, for under a third of its work. A move is a closed shape of enum values,
     which are lowercase names JSON needs no escape for, and whole numbers."""
     return "[" + ",".join([_move_json(move) for move in moves]) + "]"
 
