@@ -61,6 +61,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,7 @@ STEP_ROUNDS = 5
 """How many times the plain run and one run of each durability mode take turns."""
 
 
-def _step_costs(steps: int, make: Any) -> str:
+def _step_costs(steps: int, make: Callable[[], Checkpointer | None]) -> str:
     """µs per step of a plain run and of each durability mode on the store ``make`` builds (one
     store per mode), in turns; each mode's ratio is the median of its same-round ratios."""
     modes = ("sync", "async", "exit")
