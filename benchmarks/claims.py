@@ -55,6 +55,9 @@ TARGETS: tuple[Target, ...] = (
         for turn in ("tool call", "answer")
     ),
     Target("a durable sync step on SQLite", "the same step without a checkpointer", 5),
+    Target(
+        "a durable sync step on SQLite, in instructions", "the same step without a checkpointer", 5
+    ),
     *(
         Target(
             f"worst event-loop lag, 1,000 durable runs in flight on {store} (cold process)",

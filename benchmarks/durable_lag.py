@@ -39,6 +39,11 @@ The plain run and one run of each mode take turns, ``STEP_ROUNDS`` times; report
 median of each and, for each mode, the median of its ratios to the plain run of the same round,
 so that a machine whose speed changes between two measurements moves both sides of a ratio.
 
+``--instructions`` counts the same per-step costs on SQLite in CPU instructions under valgrind's
+callgrind instead (the same figure on a loaded machine): for each mode, a process that plays
+``INSTRUCTION_RUNS`` runs of ``--step-runs`` steps after a warm-up run, minus one that only warms
+up, divided by the steps played.
+
 ``--objects`` measures instead what a garbage collection walks per run: ``--runs`` runs are
 started and held mid-flight (their tool awaits an event), and the objects the collector tracks
 (``len(gc.get_objects())`` after a full collection) grow by this much per run, per store
@@ -48,6 +53,7 @@ what the runs hold (start-up frozen, as ``--service`` does).
 
     python benchmarks/durable_lag.py [--runs 1000] [--steps 2] [--pg postgresql://…] [--service]
     python benchmarks/durable_lag.py --objects [--runs 1000] [--pg postgresql://…]
+    python benchmarks/durable_lag.py --instructions [--step-runs 30]
 """
 
 from __future__ import annotations
@@ -56,12 +62,16 @@ import argparse
 import asyncio
 import gc
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +310,7 @@ async def _held_objects(runs: int, store: Checkpointer | None) -> str:
 
 
 def _per_step(steps: int, store: Checkpointer | None, mode: str) -> float:
+    """µs per step of one run of ``steps`` steps, its event loop included."""
     agent = _agent(steps, store, mode, slow=False)
     started = time.perf_counter()
     result = asyncio.run(agent.run("go"))
@@ -310,20 +321,20 @@ def _per_step(steps: int, store: Checkpointer | None, mode: str) -> float:
 
 STEP_ROUNDS = 5
 """How many times the plain run and one run of each durability mode take turns."""
+MODES = ("sync", "async", "exit")
 
 
 def _step_costs(steps: int, make: Callable[[], Checkpointer | None]) -> str:
     """µs per step of a plain run and of each durability mode on the store ``make`` builds (one
     store per mode), in turns; each mode's ratio is the median of its same-round ratios."""
-    modes = ("sync", "async", "exit")
-    stores = {mode: make() for mode in modes}
+    stores = {mode: make() for mode in MODES}
     plain: list[float] = []
-    costs: dict[str, list[float]] = {mode: [] for mode in modes}
-    ratios: dict[str, list[float]] = {mode: [] for mode in modes}
+    costs: dict[str, list[float]] = {mode: [] for mode in MODES}
+    ratios: dict[str, list[float]] = {mode: [] for mode in MODES}
     try:
         for _ in range(STEP_ROUNDS):
             plain.append(_per_step(steps, None, "sync"))
-            for mode in modes:
+            for mode in MODES:
                 costs[mode].append(_per_step(steps, stores[mode], mode))
                 ratios[mode].append(costs[mode][-1] / plain[-1])
     finally:
@@ -331,7 +342,73 @@ def _step_costs(steps: int, make: Callable[[], Checkpointer | None]) -> str:
             _close(store)
     return f"plain {statistics.median(plain):.0f} µs, " + ", ".join(
         f"{mode} {statistics.median(costs[mode]):.0f} µs ({statistics.median(ratios[mode]):.2f}×)"
-        for mode in modes
+        for mode in MODES
+    )
+
+
+INSTRUCTION_RUNS = 5
+"""Runs of ``--step-runs`` steps a counted process plays, beyond the warm-up both make."""
+
+
+def _instructions(mode: str, steps: int, runs: int) -> int:
+    """Instructions callgrind counts in a process that makes one warm-up run of ``mode`` (plain:
+    no checkpointer) on SQLite and then plays ``runs`` more, each as :func:`_per_step` times
+    it."""
+    # A fixed hash seed: string hashes decide how dictionaries and sets probe, so a random one
+    # moves the count by about 1 % between processes.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--play",
+        mode,
+        str(steps),
+        str(runs),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def _play(mode: str, steps: int, runs: int) -> None:
+    """What :func:`_instructions` counts: a warm-up run, then ``runs`` runs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = None if mode == "plain" else SQLiteCheckpointer(Path(tmp) / "runs.db")
+        durability = "sync" if mode == "plain" else mode
+        for _ in range(1 + runs):
+            _per_step(steps, store, durability)
+        _close(store)
+
+
+def _counted_steps(steps: int) -> str:
+    """Instructions per step on SQLite, plain and per durability mode: a process that plays
+    :data:`INSTRUCTION_RUNS` runs after its warm-up, minus one that only warms up, each pair
+    counted on its own thread (callgrind's count does not depend on what else runs)."""
+    modes = ("plain", *MODES)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counts = {
+            (mode, runs): pool.submit(_instructions, mode, steps, runs)
+            for mode in modes
+            for runs in (0, INSTRUCTION_RUNS)
+        }
+        per_step = {
+            mode: (counts[mode, INSTRUCTION_RUNS].result() - counts[mode, 0].result())
+            / (INSTRUCTION_RUNS * steps)
+            for mode in modes
+        }
+    return _counted_line(per_step)
+
+
+def _counted_line(per_step: dict[str, float]) -> str:
+    """Instructions per step, plain and per mode with its ratio to plain, as printed."""
+    plain = per_step["plain"]
+    return f"plain {plain:,.0f} instructions, " + ", ".join(
+        f"{mode} {per_step[mode]:,.0f} ({per_step[mode] / plain:.2f}×)" for mode in MODES
     )
 
 
@@ -385,9 +462,29 @@ def main() -> None:
     parser.add_argument(
         "--objects", action="store_true", help="objects the collector walks per run held"
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="only the per-step costs on SQLite, in instructions under callgrind",
+    )
+    parser.add_argument(
+        "--play", nargs=3, metavar=("MODE", "STEPS", "RUNS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.play:
+        mode, steps, runs = args.play
+        _play(mode, int(steps), int(runs))
+        return
     if args.objects:
         _objects(args.runs, args.pg)
+        return
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("--instructions needs valgrind on PATH")
+        print(
+            f"sqlite per step, in instructions ({args.step_runs}-step runs, sync durability "
+            f"unless named): {_counted_steps(args.step_runs)}"
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Any] = {

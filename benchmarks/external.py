@@ -1,6 +1,6 @@
 """The other benchmarks of this folder that ``run.py`` runs as scripts, and the target figures
-read from what two of them print (``durable_lag.py`` and ``startup.py``, which is a measurement of
-its own: :data:`PROCESS`).
+read from what they print (``durable_lag.py`` twice, by the clock and in instructions, which is a
+measurement of its own: :data:`COUNTED`, and ``startup.py``, another: :data:`PROCESS`).
 
 Each script prints a summary; the summary becomes a row of the round's "other benchmarks"
 table as it is, and :func:`durable_rows` and :func:`startup_rows` take the figures the targets
@@ -59,6 +59,17 @@ PROCESS = External(
 )
 """``startup.py``: its own measurement of the round (``--measure process``), so that the import
 rows can be measured again alone."""
+COUNTED_STEPS = "durable steps in instructions (SQLite, callgrind)"
+COUNTED = External(
+    COUNTED_STEPS,
+    "durable_lag.py",
+    ("--step-runs", "10"),
+    "sync step ≤ 5× plain",
+    args=("--instructions",),
+)
+"""``durable_lag.py --instructions``: the per-step costs on SQLite counted in instructions, its
+own measurement of the round (``--measure instructions``), so that it can be measured again
+alone; the clock's figures of a shared machine move with its speed, these do not."""
 
 
 def run_external(
@@ -125,6 +136,25 @@ def durable_rows(summary: str) -> Durable:
         float(step.group(1)) if step else None,
         float(step.group(3)) if step else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CountedSteps:
+    """What ``durable_lag.py --instructions`` printed: the instructions of a step without a
+    checkpointer and of a ``sync`` step on SQLite, and their ratio as printed."""
+
+    plain: float | None
+    sync: float | None
+    ratio: float | None
+
+
+def counted_rows(summary: str) -> CountedSteps:
+    """The target figures of ``durable_lag.py --instructions``'s summary."""
+    found = re.search(r"\bplain ([\d,]+) instructions, sync ([\d,]+) \(([\d.]+)×\)", summary)
+    if found is None:
+        return CountedSteps(None, None, None)
+    plain, sync, ratio = (float(found.group(i).replace(",", "")) for i in (1, 2, 3))
+    return CountedSteps(plain, sync, ratio)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,9 @@ the typed floor: a minimal typed loop on its own plain pydantic models, built pe
 - **Durable runs** (``durable_lag.py``, in a cold child process, no ``gc.freeze()``): the worst
   event-loop lag with 1,000 durable runs in flight on SQLite and PostgreSQL, and a ``sync``
   step on SQLite against the same step without a checkpointer.
+- **A durable step in instructions** (``durable_lag.py --instructions``, ``--measure
+  instructions``): the ``sync`` step on SQLite against the same step without a checkpointer,
+  counted under callgrind, which a loaded machine does not change.
 - **Process start-up** (``startup.py``, ``--measure process``): ``from fsm_agent import Agent``
   (``import fsm_agent`` beside it) in milliseconds and in instructions against ``import
   pydantic``'s, and ``fsm-agent demo --no-diagram``.
@@ -32,7 +35,8 @@ A complete run (every system, N and measurement) writes the results block of
 ``docs/performance.md``; a partial one only prints, unless ``--write`` is given (the block
 then says which systems, run lengths and measurements it holds) or ``--merge`` (the target
 rows it measured replace theirs in the block, which says when they were measured again:
-``--measure process --merge --systems fsm_agent`` for the start-up rows).
+``--measure process --merge --systems fsm_agent`` for the start-up rows, ``--measure
+instructions`` for the durable step's).
 """
 
 from __future__ import annotations
@@ -73,12 +77,15 @@ from claims import (
     sentences,
 )
 from external import (
+    COUNTED,
+    COUNTED_STEPS,
     DURABLE,
     EXTERNAL,
     KERNEL,
     PACKAGE,
     PROCESS,
     STARTUP,
+    counted_rows,
     durable_rows,
     run_external,
     startup_rows,
@@ -110,7 +117,16 @@ FLOORS: tuple[type[Adapter], ...] = (TypedFloorAdapter, AsyncioFloorAdapter, Flo
 ADAPTERS: tuple[type[Adapter], ...] = (*FLOORS, FsmAgentAdapter, *PEERS)
 TYPED = TypedFloorAdapter.name
 TARGET_STEPS = (2, 10, 50)
-MEASUREMENTS = ("startup", "steps", "wire", "http", "external", "process", "memory")
+MEASUREMENTS = (
+    "startup",
+    "steps",
+    "wire",
+    "http",
+    "external",
+    "instructions",
+    "process",
+    "memory",
+)
 HTTP_STEPS = 10
 
 
@@ -518,6 +534,12 @@ def _external_cells(results: Results) -> dict[str, Cells]:
             f"{durable.sync_ratio:.2f}×" if durable.sync_ratio is not None else "—",
         )
     }
+    counted = counted_rows(results.external.get(COUNTED_STEPS, ""))
+    cells["a durable sync step on SQLite, in instructions"] = (
+        f"{counted.sync:,.0f}" if counted.sync is not None else "—",
+        f"{counted.plain:,.0f} (no checkpointer)" if counted.plain is not None else "—",
+        f"{counted.ratio:.2f}×" if counted.ratio is not None else "—",
+    )
     for store, shown in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         worst = durable.worst_ms.get(store)
         label = f"worst event-loop lag, 1,000 durable runs in flight on {shown} (cold process)"
@@ -714,7 +736,7 @@ def report(results: Results) -> str:
                 ["benchmark", "summary", "target"],
                 [
                     [b.label, results.external.get(b.label, "—"), b.target]
-                    for b in (*EXTERNAL, PROCESS)
+                    for b in (*EXTERNAL, COUNTED, PROCESS)
                 ],
             ),
         ]
@@ -747,7 +769,8 @@ def write(block: str) -> None:
 
 def write_merged(results: Results, block: str) -> None:
     """Write into the existing results block the target rows this partial round measured (and
-    ``startup.py``'s summary row, when it ran), the rest of the block kept as it was."""
+    the summary rows of ``startup.py`` and of ``durable_lag.py --instructions``, when they ran),
+    the rest of the block kept as it was."""
     measured = {
         label: row for label, row in parse(block).items() if row.met != "—" or row.ours != "—"
     }
@@ -758,11 +781,19 @@ def write_merged(results: Results, block: str) -> None:
         + "; ".join(measured)
     )
     new = merged(text[start:end], measured, note)
-    summary = results.external.get(STARTUP)
-    if summary is not None:
-        row = re.compile(rf"^\| {re.escape(STARTUP)} \|.*$", re.MULTILINE)
-        cells = _table(["b", "s", "t"], [[STARTUP, summary, PROCESS.target]])[-1]
-        new = row.sub(lambda _: cells, new, count=1)
+    for bench in (COUNTED, PROCESS):
+        summary = results.external.get(bench.label)
+        if summary is None:
+            continue
+        cells = _table(["b", "s", "t"], [[bench.label, summary, bench.target]])[-1]
+        found = re.search(rf"^\| {re.escape(bench.label)} \|.*$", new, re.MULTILINE)
+        if found is not None:
+            new = new[: found.start()] + cells + new[found.end() :]
+            continue
+        # A measurement the block did not hold yet: its row goes before start-up's.
+        found = re.search(rf"^\| {re.escape(STARTUP)} \|", new, re.MULTILINE)
+        if found is not None:
+            new = new[: found.start()] + cells + "\n" + new[found.start() :]
     DOC.write_text(text[:start] + new + text[end:], encoding="utf-8")
 
 
@@ -814,6 +845,8 @@ def main() -> None:
     quick, timeout_s = results.settings.mode == "quick", results.settings.external_timeout_s
     if "external" in measure:
         results.external.update(run_external(quick=quick, timeout_s=timeout_s))
+    if "instructions" in measure:
+        results.external.update(run_external(quick=quick, timeout_s=timeout_s, benches=(COUNTED,)))
     if "process" in measure:
         results.external.update(run_external(quick=quick, timeout_s=timeout_s, benches=(PROCESS,)))
     if "memory" in measure:

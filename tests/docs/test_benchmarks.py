@@ -16,7 +16,7 @@ from fsm_agent.persistence import SQLiteCheckpointer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import durable_lag
-from external import durable_rows
+from external import counted_rows, durable_rows
 from workload import (
     ANSWER,
     AsyncioFloorAdapter,
@@ -82,3 +82,14 @@ def test_the_sync_step_row_is_the_median_of_same_round_ratios(tmp_path: Path) ->
     assert durable.sync_ratio is not None and durable.sync_ratio > 0
     summary = "sqlite per step: plain 40 µs, sync 300 µs (6.50×), async 90 µs (2.25×), exit 50 µs"
     assert durable_rows(summary).sync_ratio == 6.50  # what was printed, not 300 / 40
+
+
+def test_the_counted_sync_row_is_what_durable_lag_prints() -> None:
+    """The instruction-count target reads the ratio ``durable_lag.py --instructions`` printed;
+    a summary without it (valgrind missing, say) gives no figure rather than a wrong one."""
+    per_step = {"plain": 340_876.0, "sync": 1_152_627.0, "async": 1_385_649.0, "exit": 489_044.0}
+    line = durable_lag._counted_line(per_step)
+    counted = counted_rows(f"sqlite per step, in instructions (30-step runs): {line}")
+    assert (counted.plain, counted.sync, counted.ratio) == (340_876, 1_152_627, 3.38)
+    missing = counted_rows("not measured: --instructions needs valgrind on PATH")
+    assert (missing.plain, missing.sync, missing.ratio) == (None, None, None)
