@@ -46,6 +46,7 @@ IMPORT = "import: from fsm_agent import Agent"
 PEER_TARGETS = {"pydantic-ai": 80.0, "LangGraph": 80.0, "openai-agents": 80.0, "smolagents": 15.0}
 TARGETS: tuple[Target, ...] = (
     *(Target(f"µs per step, N = {n}", TYPED_FLOOR, 2) for n in (2, 10, 50)),
+    *(Target(f"a step in instructions, N = {n}", TYPED_FLOOR, 2) for n in (2, 10, 50)),
     *(
         Target(f"memory per concurrent run, {runs} runs of N = 10", TYPED_FLOOR, 1.2)
         for runs in ("1,000", "10,000")

@@ -59,6 +59,15 @@ PROCESS = External(
 )
 """``startup.py``: its own measurement of the round (``--measure process``), so that the import
 rows can be measured again alone."""
+COUNTED_KERNEL = External(
+    "kernel steps in instructions (callgrind)",
+    "kernel_overhead.py",
+    (),
+    "fsm_agent / typed floor ≤ 2× at N = 2, 10, 50",
+    args=("--instructions", "--steps", "2,10,50", "--systems", "typed,fsm_agent"),
+)
+"""``kernel_overhead.py --instructions``: the step of the workload counted in instructions,
+fsm_agent against the typed floor, part of the round's ``--measure instructions``."""
 COUNTED_STEPS = "durable steps in instructions (SQLite, callgrind)"
 COUNTED = External(
     COUNTED_STEPS,
@@ -67,9 +76,11 @@ COUNTED = External(
     "sync step ≤ 5× plain",
     args=("--instructions",),
 )
-"""``durable_lag.py --instructions``: the per-step costs on SQLite counted in instructions, its
-own measurement of the round (``--measure instructions``), so that it can be measured again
-alone; the clock's figures of a shared machine move with its speed, these do not."""
+"""``durable_lag.py --instructions``: the per-step costs on SQLite counted in instructions, part
+of the round's ``--measure instructions``, which can be measured again alone: the clock's figures
+of a shared machine move with its speed, these do not."""
+INSTRUCTIONS = (COUNTED_KERNEL, COUNTED)
+"""What the round's ``--measure instructions`` runs."""
 
 
 def run_external(
@@ -155,6 +166,20 @@ def counted_rows(summary: str) -> CountedSteps:
         return CountedSteps(None, None, None)
     plain, sync, ratio = (float(found.group(i).replace(",", "")) for i in (1, 2, 3))
     return CountedSteps(plain, sync, ratio)
+
+
+def kernel_rows(summary: str) -> dict[int, tuple[float, float, float]]:
+    """The figures of ``kernel_overhead.py --instructions``'s summary, by run length: fsm_agent's
+    instructions per step, the typed floor's, and their ratio as printed."""
+    summary = summary.replace(",", "")
+    rows = {}
+    for found in re.finditer(r"N = (\d+) fsm_agent / typed: ([\d.]+)×", summary):
+        steps = found.group(1)
+        ours = _number(rf"N = {steps} fsm_agent (\d+) instructions", summary)
+        floor = _number(rf"N = {steps} typed (\d+) instructions", summary)
+        if ours is not None and floor is not None:
+            rows[int(steps)] = (ours, floor, float(found.group(2)))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)

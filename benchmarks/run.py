@@ -77,16 +77,18 @@ from claims import (
     sentences,
 )
 from external import (
-    COUNTED,
+    COUNTED_KERNEL,
     COUNTED_STEPS,
     DURABLE,
     EXTERNAL,
+    INSTRUCTIONS,
     KERNEL,
     PACKAGE,
     PROCESS,
     STARTUP,
     counted_rows,
     durable_rows,
+    kernel_rows,
     run_external,
     startup_rows,
 )
@@ -534,6 +536,14 @@ def _external_cells(results: Results) -> dict[str, Cells]:
             f"{durable.sync_ratio:.2f}×" if durable.sync_ratio is not None else "—",
         )
     }
+    for steps, (ours, floor, ratio) in kernel_rows(
+        results.external.get(COUNTED_KERNEL.label, "")
+    ).items():
+        cells[f"a step in instructions, N = {steps}"] = (
+            f"{ours:,.0f}",
+            f"{floor:,.0f} ({TYPED})",
+            f"{ratio:.2f}×",
+        )
     counted = counted_rows(results.external.get(COUNTED_STEPS, ""))
     cells["a durable sync step on SQLite, in instructions"] = (
         f"{counted.sync:,.0f}" if counted.sync is not None else "—",
@@ -736,7 +746,7 @@ def report(results: Results) -> str:
                 ["benchmark", "summary", "target"],
                 [
                     [b.label, results.external.get(b.label, "—"), b.target]
-                    for b in (*EXTERNAL, COUNTED, PROCESS)
+                    for b in (*EXTERNAL, *INSTRUCTIONS, PROCESS)
                 ],
             ),
         ]
@@ -781,7 +791,7 @@ def write_merged(results: Results, block: str) -> None:
         + "; ".join(measured)
     )
     new = merged(text[start:end], measured, note)
-    for bench in (COUNTED, PROCESS):
+    for bench in (*INSTRUCTIONS, PROCESS):
         summary = results.external.get(bench.label)
         if summary is None:
             continue
@@ -846,7 +856,9 @@ def main() -> None:
     if "external" in measure:
         results.external.update(run_external(quick=quick, timeout_s=timeout_s))
     if "instructions" in measure:
-        results.external.update(run_external(quick=quick, timeout_s=timeout_s, benches=(COUNTED,)))
+        results.external.update(
+            run_external(quick=quick, timeout_s=timeout_s, benches=INSTRUCTIONS)
+        )
     if "process" in measure:
         results.external.update(run_external(quick=quick, timeout_s=timeout_s, benches=(PROCESS,)))
     if "memory" in measure:

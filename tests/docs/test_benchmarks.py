@@ -16,7 +16,7 @@ from fsm_agent.persistence import SQLiteCheckpointer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import durable_lag
-from external import counted_rows, durable_rows
+from external import counted_rows, durable_rows, kernel_rows
 from workload import (
     ANSWER,
     AsyncioFloorAdapter,
@@ -93,3 +93,17 @@ def test_the_counted_sync_row_is_what_durable_lag_prints() -> None:
     assert (counted.plain, counted.sync, counted.ratio) == (340_876, 1_152_627, 3.38)
     missing = counted_rows("not measured: --instructions needs valgrind on PATH")
     assert (missing.plain, missing.sync, missing.ratio) == (None, None, None)
+
+
+def test_the_counted_step_rows_are_what_kernel_overhead_prints() -> None:
+    """The step's instruction targets read fsm_agent's and the typed floor's counts and the ratio
+    ``kernel_overhead.py --instructions`` printed, per run length, from its summary as the round
+    joins it; a run length whose counts are missing gives no row."""
+    printed = [
+        "N =     2  typed     109,904 instructions/step",
+        "N =     2  fsm_agent 205,394 instructions/step",
+        "N =     2  fsm_agent / typed: 1.87×",
+        "N =    10  fsm_agent / typed: 1.74×",
+    ]
+    summary = "; ".join(" ".join(line.split()) for line in printed)
+    assert kernel_rows(summary) == {2: (205_394, 109_904, 1.87)}
