@@ -1,11 +1,13 @@
-"""The other benchmarks of this folder that ``run.py`` runs as scripts, and the target figures
-read from what they print (``durable_lag.py`` twice, by the clock and in instructions, which is a
-measurement of its own: :data:`COUNTED`, and ``startup.py``, another: :data:`PROCESS`).
+"""The other benchmarks of this folder that ``run.py`` runs as scripts, and the target figures read
+from what they print: ``durable_lag.py``; the round's counts in instructions
+(:data:`INSTRUCTIONS`: ``kernel_overhead.py`` and ``durable_lag.py`` under callgrind), a
+measurement of its own; and ``startup.py``, another (:data:`PROCESS`).
 
-Each script prints a summary; the summary becomes a row of the round's "other benchmarks"
-table as it is, and :func:`durable_rows` and :func:`startup_rows` take the figures the targets
-name from it. A summary whose figure cannot be found gives ``None`` for that figure, and the
-targets table then says it was not measured, never a figure it did not print.
+Each script prints a summary; the summary becomes a row of the round's "other benchmarks" table
+as it is, and :func:`durable_rows`, :func:`kernel_rows`, :func:`counted_rows` and
+:func:`startup_rows` take the figures the targets name from it. A summary whose figure cannot be
+found gives ``None`` for that figure, and the targets table then says it was not measured, never
+a figure it did not print.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ rows can be measured again alone."""
 COUNTED_KERNEL = External(
     "kernel steps in instructions (callgrind)",
     "kernel_overhead.py",
-    (),
+    ("--steps", "10"),  # in quick mode N = 10 alone, within the quick round's time limit
     "fsm_agent / typed floor ≤ 2× at N = 2, 10, 50",
     args=("--instructions", "--steps", "2,10,50", "--systems", "typed,fsm_agent"),
 )

@@ -20,9 +20,10 @@ the typed floor: a minimal typed loop on its own plain pydantic models, built pe
 - **Durable runs** (``durable_lag.py``, in a cold child process, no ``gc.freeze()``): the worst
   event-loop lag with 1,000 durable runs in flight on SQLite and PostgreSQL, and a ``sync``
   step on SQLite against the same step without a checkpointer.
-- **A durable step in instructions** (``durable_lag.py --instructions``, ``--measure
-  instructions``): the ``sync`` step on SQLite against the same step without a checkpointer,
-  counted under callgrind, which a loaded machine does not change.
+- **Steps in instructions** (``--measure instructions``), counted under callgrind, which a
+  loaded machine does not change: the step at N = 2, 10 and 50 against the typed floor's
+  (``kernel_overhead.py --instructions``), and the ``sync`` step on SQLite against the same step
+  without a checkpointer (``durable_lag.py --instructions``).
 - **Process start-up** (``startup.py``, ``--measure process``): ``from fsm_agent import Agent``
   (``import fsm_agent`` beside it) in milliseconds and in instructions against ``import
   pydantic``'s, and ``fsm-agent demo --no-diagram``.
@@ -36,7 +37,7 @@ A complete run (every system, N and measurement) writes the results block of
 then says which systems, run lengths and measurements it holds) or ``--merge`` (the target
 rows it measured replace theirs in the block, which says when they were measured again:
 ``--measure process --merge --systems fsm_agent`` for the start-up rows, ``--measure
-instructions`` for the durable step's).
+instructions`` for the rows counted in instructions).
 """
 
 from __future__ import annotations
