@@ -60,22 +60,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from callgrind import instructions, side_by_side
 
 from fsm_agent import Agent, ModelRequest, ModelResponse, Policy, tool
 from fsm_agent.persistence import Checkpointer, InMemoryCheckpointer, SQLiteCheckpointer
@@ -354,25 +354,7 @@ def _instructions(mode: str, steps: int, runs: int) -> int:
     """Instructions callgrind counts in a process that makes one warm-up run of ``mode`` (plain:
     no checkpointer) on SQLite and then plays ``runs`` more, each as :func:`_per_step` times
     it."""
-    # A fixed hash seed: string hashes decide how dictionaries and sets probe, so a random one
-    # moves the count by about 1 % between processes.
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--play",
-        mode,
-        str(steps),
-        str(runs),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
-    if match is None:
-        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
-    return int(match.group(1).replace(",", ""))
+    return instructions([__file__, "--play", mode, str(steps), str(runs)])
 
 
 def _play(mode: str, steps: int, runs: int) -> None:
@@ -390,17 +372,17 @@ def _counted_steps(steps: int) -> str:
     :data:`INSTRUCTION_RUNS` runs after its warm-up, minus one that only warms up, each pair
     counted on its own thread (callgrind's count does not depend on what else runs)."""
     modes = ("plain", *MODES)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        counts = {
-            (mode, runs): pool.submit(_instructions, mode, steps, runs)
+    counts = side_by_side(
+        {
+            (mode, runs): functools.partial(_instructions, mode, steps, runs)
             for mode in modes
             for runs in (0, INSTRUCTION_RUNS)
         }
-        per_step = {
-            mode: (counts[mode, INSTRUCTION_RUNS].result() - counts[mode, 0].result())
-            / (INSTRUCTION_RUNS * steps)
-            for mode in modes
-        }
+    )
+    per_step = {
+        mode: (counts[mode, INSTRUCTION_RUNS] - counts[mode, 0]) / (INSTRUCTION_RUNS * steps)
+        for mode in modes
+    }
     return _counted_line(per_step)
 
 

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +37,7 @@ sys.path.insert(
     0, os.environ.get("FSM_AGENT_BENCH_ROOT") or str(Path(__file__).resolve().parents[1])
 )
 
+from callgrind import instructions, seeded_env, side_by_side
 from workload import (
     Adapter,
     AsyncioFloorAdapter,
@@ -102,27 +101,11 @@ def _instructions(
 ) -> int:
     """Instructions callgrind counts in a process that prepares ``runs`` runs and plays them
     (unless not ``play_them``); ``root`` holds the ``fsm_agent/`` to measure."""
-    # A fixed hash seed: string hashes decide how dictionaries and sets probe, so a random one
-    # moves the count by about 1 % between processes.
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env = seeded_env()
     if root is not None:
         env[PACKAGE_ROOT_ENV] = root
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--play" if play_them else "--prepare",
-        system,
-        str(steps),
-        str(runs),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
-    if match is None:
-        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
-    return int(match.group(1).replace(",", ""))
+    mode = "--play" if play_them else "--prepare"
+    return instructions([__file__, mode, system, str(steps), str(runs)], env=env)
 
 
 def counted(steps: int, systems: tuple[str, ...] = tuple(SYSTEMS)) -> None:
@@ -131,16 +114,18 @@ def counted(steps: int, systems: tuple[str, ...] = tuple(SYSTEMS)) -> None:
     processes run side by side, one per core: callgrind's count does not depend on what else
     runs."""
     runs = max(20, 3_000 // steps)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        counts = {
-            (name, play_them): pool.submit(_instructions, name, steps, runs, play_them=play_them)
+    counts = side_by_side(
+        {
+            (name, play_them): functools.partial(
+                _instructions, name, steps, runs, play_them=play_them
+            )
             for name in systems
             for play_them in (True, False)
         }
-        per_step = {
-            name: (counts[name, True].result() - counts[name, False].result()) / (runs * steps)
-            for name in systems
-        }
+    )
+    per_step = {
+        name: (counts[name, True] - counts[name, False]) / (runs * steps) for name in systems
+    }
     for name in systems:
         print(f"N = {steps:>5}  {name:<9} {per_step[name]:,.0f} instructions/step")
     if "fsm_agent" not in per_step:

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from callgrind import instructions
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORT_TARGET_S = 0.120
@@ -86,19 +87,7 @@ _COUNTED = {
 def counted_process(root: Path, *args: str) -> int:
     """CPU instructions of ``python ARGS`` on ``root`` from start to exit, under callgrind."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-    done = subprocess.run(
-        [*command, *args],
-        env={**env, "PYTHONPATH": str(root)},
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
-    if match is None:
-        raise SystemExit(f"callgrind printed no instruction count:\n{done.stderr[-500:]}")
-    return int(match.group(1).replace(",", ""))
+    return instructions(args, env={**env, "PYTHONPATH": str(root)}, cwd=root)
 
 
 def count_instructions(roots: list[Path]) -> None:
