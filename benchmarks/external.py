@@ -70,9 +70,8 @@ COUNTED_KERNEL = External(
 )
 """``kernel_overhead.py --instructions``: the step of the workload counted in instructions,
 fsm_agent against the typed floor, part of the round's ``--measure instructions``."""
-COUNTED_STEPS = "durable steps in instructions (SQLite, callgrind)"
 COUNTED = External(
-    COUNTED_STEPS,
+    "durable steps in instructions (SQLite, callgrind)",
     "durable_lag.py",
     ("--step-runs", "10"),
     "sync step ≤ 5× plain",

@@ -78,8 +78,8 @@ from claims import (
     sentences,
 )
 from external import (
+    COUNTED,
     COUNTED_KERNEL,
-    COUNTED_STEPS,
     DURABLE,
     EXTERNAL,
     INSTRUCTIONS,
@@ -545,7 +545,7 @@ def _external_cells(results: Results) -> dict[str, Cells]:
             f"{floor:,.0f} ({TYPED})",
             f"{ratio:.2f}×",
         )
-    counted = counted_rows(results.external.get(COUNTED_STEPS, ""))
+    counted = counted_rows(results.external.get(COUNTED.label, ""))
     cells["a durable sync step on SQLite, in instructions"] = (
         f"{counted.sync:,.0f}" if counted.sync is not None else "—",
         f"{counted.plain:,.0f} (no checkpointer)" if counted.plain is not None else "—",
